@@ -1,0 +1,150 @@
+package scheduler
+
+import "sync/atomic"
+
+// Decision is the outcome of one Pick: the chosen endpoint, ordered
+// fallbacks, and every scorer's score for every candidate, so the choice
+// can be explained. It is pooled: the caller owns it from Pick until Done.
+type Decision struct {
+	// Request is the request the decision was made for.
+	Request *Request
+	// Endpoint is the endpoint the request is (now) routed to.
+	Endpoint *Endpoint
+	// Weights are the weights the decision was scored with.
+	Weights *Weights
+
+	s      *Scheduler
+	cs     CycleState
+	cands  []*Endpoint
+	spare  []*Endpoint
+	scores []float64 // scorer-major: scores[s*n+i]
+	totals []float64
+	order  []int // candidate indexes, best first; order[0] chosen
+	at     int   // index in order of the current endpoint
+	done   atomic.Bool
+}
+
+func (s *Scheduler) newDecision() *Decision {
+	return &Decision{s: s, cs: CycleState{slots: make([]any, len(s.entries))}}
+}
+
+func (d *Decision) reset(req *Request, w *Weights, n int) {
+	d.Request, d.Weights = req, w
+	d.done.Store(false)
+	if cap(d.cands) < n {
+		d.cands = make([]*Endpoint, 0, n)
+		d.spare = make([]*Endpoint, 0, n)
+	}
+	if cap(d.order) < 1+d.s.cfg.MaxFallbacks {
+		d.order = make([]int, 1+d.s.cfg.MaxFallbacks)
+	}
+	d.order = d.order[:cap(d.order)]
+}
+
+// Candidates returns the endpoints that passed the filters, in the order
+// the scores refer to. Valid until Done.
+func (d *Decision) Candidates() []*Endpoint { return d.cands }
+
+// Score returns scorer s's score (index in the profile) for candidate i.
+func (d *Decision) Score(s, i int) float64 { return d.scores[s*len(d.cands)+i] }
+
+// Total returns candidate i's weighted total score.
+func (d *Decision) Total(i int) float64 { return d.totals[i] }
+
+// Ranked returns the number of ranked candidates (chosen plus fallbacks).
+func (d *Decision) Ranked() int { return len(d.order) }
+
+// RankedEndpoint returns the r-th ranked candidate (0 is the first choice).
+func (d *Decision) RankedEndpoint(r int) *Endpoint { return d.cands[d.order[r]] }
+
+// RankedIndex returns the candidate index of the r-th ranked candidate.
+func (d *Decision) RankedIndex(r int) int { return d.order[r] }
+
+// Fallbacks returns how many ranked endpoints remain after the current one.
+func (d *Decision) Fallbacks() int { return len(d.order) - 1 - d.at }
+
+// Advance moves the request to the next fallback endpoint, for a retry
+// after the current endpoint failed before answering: the in-flight count
+// moves with it and learning scorers are told. It returns false (and keeps
+// the current endpoint) when no fallback is left.
+func (d *Decision) Advance() bool {
+	if d.at+1 >= len(d.order) {
+		return false
+	}
+	d.Endpoint.inflight.Add(-1)
+	d.at++
+	d.Endpoint = d.cands[d.order[d.at]]
+	d.Endpoint.inflight.Add(1)
+	s := d.s
+	for _, si := range s.pickObs {
+		d.cs.cur = si
+		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, d.Request, d.Endpoint)
+	}
+	return true
+}
+
+// Done records how the request ended: it releases the in-flight count,
+// tells completion-aware scorers and recycles the decision. It must be
+// called exactly once; later calls are ignored.
+func (d *Decision) Done(o Outcome) {
+	if d.done.Swap(true) {
+		return
+	}
+	s := d.s
+	d.Endpoint.inflight.Add(-1)
+	for _, si := range s.doneObs {
+		s.entries[si].Scorer.(DoneObserver).Done(d.Request, d.Endpoint, o)
+	}
+	s.m.outcome(o.Kind)
+	s.release(d)
+}
+
+// Explanation is a self-contained, JSON-ready account of a decision.
+type Explanation struct {
+	RequestID      string             `json:"request_id,omitempty"`
+	Model          string             `json:"model,omitempty"`
+	SessionID      string             `json:"session_id,omitempty"`
+	Chosen         string             `json:"chosen"`
+	Fallbacks      []string           `json:"fallbacks,omitempty"`
+	WeightsVersion uint64             `json:"weights_version"`
+	Mode           string             `json:"mode"`
+	Weights        map[string]float64 `json:"weights"`
+	Candidates     []CandidateScore   `json:"candidates"`
+}
+
+// CandidateScore is one candidate's scores in an Explanation.
+type CandidateScore struct {
+	Address string             `json:"address"`
+	Total   float64            `json:"total"`
+	Scores  map[string]float64 `json:"scores"`
+}
+
+// Explain copies the decision into an Explanation. It allocates; call it
+// off the hot path (debug endpoints, opt-in headers), before Done.
+func (d *Decision) Explain() Explanation {
+	ents := d.s.entries
+	x := Explanation{
+		Chosen:         d.Endpoint.Address,
+		WeightsVersion: d.Weights.Version,
+		Mode:           d.Weights.Mode,
+		Weights:        make(map[string]float64, len(ents)),
+		Candidates:     make([]CandidateScore, len(d.cands)),
+	}
+	if r := d.Request; r != nil {
+		x.RequestID, x.Model, x.SessionID = r.ID, r.Model, r.SessionID
+	}
+	for si, e := range ents {
+		x.Weights[e.Name] = d.Weights.Values[si]
+	}
+	for r := d.at + 1; r < len(d.order); r++ {
+		x.Fallbacks = append(x.Fallbacks, d.RankedEndpoint(r).Address)
+	}
+	for i, c := range d.cands {
+		cs := CandidateScore{Address: c.Address, Total: d.totals[i], Scores: make(map[string]float64, len(ents))}
+		for si, e := range ents {
+			cs.Scores[e.Name] = d.Score(si, i)
+		}
+		x.Candidates[i] = cs
+	}
+	return x
+}

@@ -1,0 +1,94 @@
+package scheduler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the scheduler's Prometheus metrics. Label children are
+// resolved once here so the request path only increments.
+type metrics struct {
+	picks           prometheus.Counter
+	errNoEndpoints  prometheus.Counter
+	errUnknownModel prometheus.Counter
+	clamped         []prometheus.Counter // per scorer
+	outcomes        [3]prometheus.Counter
+}
+
+func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		picks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_picks_total",
+			Help: "Decisions made by the scheduler.",
+		}),
+	}
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trimtab_scheduler_pick_errors_total",
+		Help: "Requests the scheduler could not place, by reason.",
+	}, []string{"reason"})
+	m.errNoEndpoints = errs.WithLabelValues("no_endpoints")
+	m.errUnknownModel = errs.WithLabelValues("unknown_model")
+	clamped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trimtab_scheduler_scores_clamped_total",
+		Help: "Scores outside [0,1] (or NaN) that a scorer returned and the scheduler clamped.",
+	}, []string{"scorer"})
+	for _, e := range s.entries {
+		m.clamped = append(m.clamped, clamped.WithLabelValues(e.Name))
+	}
+	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trimtab_scheduler_completions_total",
+		Help: "Decisions completed through Done, by outcome.",
+	}, []string{"outcome"})
+	for k := OutcomeSuccess; k <= OutcomeCanceled; k++ {
+		m.outcomes[k] = outcomes.WithLabelValues(k.String())
+	}
+	if reg != nil {
+		reg.MustRegister(m.picks, errs, clamped, outcomes, &poolCollector{s: s})
+	}
+	return m
+}
+
+func (m *metrics) outcome(k OutcomeKind) {
+	if int(k) < len(m.outcomes) {
+		m.outcomes[k].Inc()
+	}
+}
+
+// poolCollector reports the installed pool at scrape time.
+type poolCollector struct{ s *Scheduler }
+
+var (
+	inflightDesc = prometheus.NewDesc("trimtab_scheduler_inflight_requests",
+		"Requests this router sent to an endpoint that have not completed.", []string{"endpoint"}, nil)
+	endpointsDesc = prometheus.NewDesc("trimtab_scheduler_endpoints",
+		"Endpoints in the installed pool, by metrics state.", []string{"state"}, nil)
+	weightDesc = prometheus.NewDesc("trimtab_scheduler_weight",
+		"Weight in force for each scorer, with its category.", []string{"scorer", "category"}, nil)
+	weightsVersionDesc = prometheus.NewDesc("trimtab_scheduler_weights_version",
+		"Version of the weights in force.", nil, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- inflightDesc
+	ch <- endpointsDesc
+	ch <- weightDesc
+	ch <- weightsVersionDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	p := c.s.pool.Load()
+	var states [3]int
+	for _, e := range p.ptrs {
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
+		if int(e.State) < len(states) {
+			states[e.State]++
+		}
+	}
+	for st := StateFresh; st <= StateUnhealthy; st++ {
+		ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(states[st]), st.String())
+	}
+	w := c.s.weights.Load()
+	for i, e := range c.s.entries {
+		ch <- prometheus.MustNewConstMetric(weightDesc, prometheus.GaugeValue, w.Values[i], e.Name, e.Scorer.Category().String())
+	}
+	ch <- prometheus.MustNewConstMetric(weightsVersionDesc, prometheus.GaugeValue, float64(w.Version))
+}

@@ -1,0 +1,318 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Errors returned by Pick. They are sentinel values so the request path
+// does not allocate; the proxy maps them to status codes.
+var (
+	// ErrNoEndpoints: the pool is empty (or the subset hint matched none).
+	ErrNoEndpoints = errors.New("scheduler: no endpoints available")
+	// ErrUnknownModel: no endpoint in the pool serves the requested model.
+	ErrUnknownModel = errors.New("scheduler: no endpoint serves the requested model")
+)
+
+// ScorerEntry is one scorer of a profile with its name and base weight.
+type ScorerEntry struct {
+	// Name identifies the scorer in weights, metrics and explanations.
+	Name string
+	// Type is the scorer's config type string ("prefix", "queue", …).
+	Type   string
+	Scorer Scorer
+	// Weight is the profile (static) weight, ≥ 0.
+	Weight float64
+}
+
+// Config holds the scheduler's own settings.
+type Config struct {
+	// Seed seeds tie-breaks and weighted-random draws.
+	Seed uint64
+	// MaxFallbacks is how many fallback endpoints a decision carries, after
+	// the chosen one (default 2).
+	MaxFallbacks int
+}
+
+// DefaultConfig returns the defaults: seed 0, two fallbacks.
+func DefaultConfig() Config { return Config{MaxFallbacks: 2} }
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.MaxFallbacks < 0 || c.MaxFallbacks > 16 {
+		return fmt.Errorf("scheduler: max_fallbacks %d, want 0…16", c.MaxFallbacks)
+	}
+	return nil
+}
+
+// Deps are the scheduler's collaborators. Nil fields get harmless
+// defaults (no metrics, discarded logs).
+type Deps struct {
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Pool is one installed, immutable set of endpoints.
+type Pool struct {
+	// Version increases with every SetEndpoints.
+	Version uint64
+	// Endpoints are the installed endpoints; do not modify.
+	Endpoints []Endpoint
+	ptrs      []*Endpoint
+}
+
+// Pointers returns pointers to the pool's endpoints, in order; shared, do
+// not modify.
+func (p *Pool) Pointers() []*Endpoint { return p.ptrs }
+
+// Scheduler picks an endpoint for each request: filters, then a weighted
+// sum of scorer scores, then a picker. Pick is safe for concurrent use and
+// allocation-free at steady state; SetEndpoints and Publish may run
+// concurrently with it (they swap atomic pointers).
+type Scheduler struct {
+	cfg     Config
+	entries []ScorerEntry
+	filters []Filter
+	picker  Picker
+	log     *slog.Logger
+	m       *metrics
+
+	pickObs []int // indexes of scorers implementing PickObserver
+	doneObs []int // … DoneObserver
+
+	pool    atomic.Pointer[Pool]
+	weights atomic.Pointer[Weights]
+	seq     atomic.Uint64
+
+	mu       sync.Mutex // serialises SetEndpoints
+	counters map[string]*atomic.Int64
+
+	decisions sync.Pool
+}
+
+// New builds a scheduler from a profile's scorers, filters and picker. It
+// publishes the profile weights as version 1.
+func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, deps Deps) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, errors.New("scheduler: profile has no scorers")
+	}
+	if picker == nil {
+		return nil, errors.New("scheduler: no picker")
+	}
+	seen := make(map[string]bool, len(entries))
+	base := make([]float64, len(entries))
+	for i, e := range entries {
+		if e.Name == "" || e.Scorer == nil {
+			return nil, fmt.Errorf("scheduler: scorer %d has no name or implementation", i)
+		}
+		if seen[e.Name] {
+			return nil, fmt.Errorf("scheduler: scorer name %q used twice", e.Name)
+		}
+		seen[e.Name] = true
+		base[i] = e.Weight
+	}
+	s := &Scheduler{
+		cfg:      cfg,
+		entries:  append([]ScorerEntry(nil), entries...),
+		filters:  append([]Filter(nil), filters...),
+		picker:   picker,
+		log:      deps.Logger,
+		counters: map[string]*atomic.Int64{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for i, e := range entries {
+		if _, ok := e.Scorer.(PickObserver); ok {
+			s.pickObs = append(s.pickObs, i)
+		}
+		if _, ok := e.Scorer.(DoneObserver); ok {
+			s.doneObs = append(s.doneObs, i)
+		}
+	}
+	w := &Weights{Version: 1, Values: base, Mode: "static", Reason: "profile weights"}
+	if err := w.Validate(len(entries)); err != nil {
+		return nil, fmt.Errorf("scheduler: profile %w", err)
+	}
+	s.weights.Store(w)
+	s.pool.Store(&Pool{})
+	s.m = newMetrics(s, deps.Registerer)
+	s.decisions.New = func() any { return s.newDecision() }
+	return s, nil
+}
+
+// Scorers returns the profile's scorers, in weight-index order. The slice
+// is shared; do not modify.
+func (s *Scheduler) Scorers() []ScorerEntry { return s.entries }
+
+// Weights returns the weights in force.
+func (s *Scheduler) Weights() *Weights { return s.weights.Load() }
+
+// Publish installs new weights for all subsequent picks. It rejects
+// weights that do not fit the profile and keeps the old ones.
+func (s *Scheduler) Publish(w *Weights) error {
+	if err := w.Validate(len(s.entries)); err != nil {
+		return err
+	}
+	s.weights.Store(w)
+	return nil
+}
+
+// Pool returns the installed pool.
+func (s *Scheduler) Pool() *Pool { return s.pool.Load() }
+
+// SetEndpoints installs a new pool built from a copy of eps, merges in the
+// router-local in-flight counters (kept across pools by address) and tells
+// PoolObserver scorers. Counters of endpoints that left are dropped once
+// they reach zero.
+func (s *Scheduler) SetEndpoints(eps []Endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.pool.Load()
+	p := &Pool{Version: old.Version + 1, Endpoints: make([]Endpoint, len(eps)), ptrs: make([]*Endpoint, len(eps))}
+	present := make(map[string]bool, len(eps))
+	for i := range eps {
+		p.Endpoints[i] = eps[i]
+		c := s.counters[eps[i].Address]
+		if c == nil {
+			c = new(atomic.Int64)
+			s.counters[eps[i].Address] = c
+		}
+		p.Endpoints[i].inflight = c
+		p.ptrs[i] = &p.Endpoints[i]
+		present[eps[i].Address] = true
+	}
+	for addr, c := range s.counters {
+		if !present[addr] && c.Load() <= 0 {
+			delete(s.counters, addr)
+		}
+	}
+	for _, e := range s.entries {
+		if o, ok := e.Scorer.(PoolObserver); ok {
+			o.PoolChanged(p.ptrs)
+		}
+	}
+	s.pool.Store(p)
+}
+
+// Pick chooses an endpoint for req. On success the caller owns the returned
+// Decision until it calls Done exactly once; afterwards it must not touch
+// it. Errors are ErrNoEndpoints or ErrUnknownModel.
+func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
+	pool := s.pool.Load()
+	w := s.weights.Load()
+	d := s.decisions.Get().(*Decision)
+	d.reset(req, w, len(pool.ptrs))
+
+	cands := d.cands[:0]
+	if len(req.Subset) > 0 {
+		for _, e := range pool.ptrs {
+			if inSubset(req.Subset, e.Address) {
+				cands = append(cands, e)
+			}
+		}
+	} else {
+		cands = append(cands, pool.ptrs...)
+	}
+	if len(cands) == 0 {
+		s.release(d)
+		s.m.errNoEndpoints.Inc()
+		return nil, ErrNoEndpoints
+	}
+	spare := d.spare[:0]
+	for _, f := range s.filters {
+		out := f.Filter(req, cands, spare)
+		cands, spare = out, cands[:0]
+		if len(cands) == 0 {
+			break
+		}
+	}
+	if len(cands) == 0 {
+		s.release(d)
+		s.m.errUnknownModel.Inc()
+		return nil, ErrUnknownModel
+	}
+	d.cands, d.spare = cands, spare
+
+	n := len(cands)
+	d.scores = growFloats(d.scores, n*len(s.entries))
+	d.totals = growFloats(d.totals, n)
+	clear(d.totals)
+	for si := range s.entries {
+		d.cs.cur = si
+		out := d.scores[si*n : (si+1)*n]
+		s.entries[si].Scorer.Score(&d.cs, req, cands, out)
+		wi := w.Values[si]
+		for i, v := range out {
+			if !(v >= 0 && v <= 1) { // also catches NaN
+				v = clamp01(v)
+				out[i] = v
+				s.m.clamped[si].Inc()
+			}
+			d.totals[i] += wi * v
+		}
+	}
+
+	var rnd Rand
+	if req.ID != "" {
+		rnd = NewRand(mix(s.cfg.Seed, xxhash.Sum64String(req.ID)))
+	} else {
+		rnd = NewRand(mix(s.cfg.Seed, s.seq.Add(1)))
+	}
+	k := min(n, 1+s.cfg.MaxFallbacks)
+	k = s.picker.Rank(d.totals, &rnd, d.order[:k])
+	d.order = d.order[:k]
+	d.at = 0
+	d.Endpoint = cands[d.order[0]]
+	d.Endpoint.inflight.Add(1)
+	s.m.picks.Inc()
+	for _, si := range s.pickObs {
+		d.cs.cur = si
+		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, req, d.Endpoint)
+	}
+	return d, nil
+}
+
+func inSubset(subset []string, addr string) bool {
+	for _, a := range subset {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case math.IsNaN(v) || v < 0:
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}
+
+func growFloats(b []float64, n int) []float64 {
+	if cap(b) < n {
+		return make([]float64, n)
+	}
+	return b[:n]
+}
+
+func (s *Scheduler) release(d *Decision) {
+	d.Request, d.Endpoint, d.Weights = nil, nil, nil
+	clear(d.cands[:cap(d.cands)])
+	clear(d.spare[:cap(d.spare)])
+	s.decisions.Put(d)
+}

@@ -1,0 +1,205 @@
+package scheduler
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Category says which budget a scorer's weight belongs to when the
+// configurator rebalances weights.
+type Category uint8
+
+const (
+	// CategoryNone scorers keep their profile weight; the configurator
+	// never touches them.
+	CategoryNone Category = iota
+	// CategoryAffinity scorers prefer endpoints that already hold state for
+	// the request (prefix cache, session, LoRA adapter).
+	CategoryAffinity
+	// CategoryDistribution scorers prefer idle endpoints (queue depth, KV
+	// utilisation, in-flight requests).
+	CategoryDistribution
+)
+
+// String returns "none", "affinity" or "distribution".
+func (c Category) String() string {
+	switch c {
+	case CategoryAffinity:
+		return "affinity"
+	case CategoryDistribution:
+		return "distribution"
+	default:
+		return "none"
+	}
+}
+
+// Request is what the scheduler knows about one inference request. The
+// proxy fills it once per request; the scheduler and scorers only read it.
+type Request struct {
+	// ID identifies the request in logs and decisions. When set it also
+	// seeds the picker's tie-break, so the same request with the same
+	// scheduler seed gets the same decision on every replica.
+	ID string
+	// Model is the base model the request must be served by ("" matches
+	// any endpoint).
+	Model string
+	// LoRA is the adapter the request asks for, "" for the base model.
+	LoRA string
+	// Prompt is the prompt as bytes. For chat requests it is a canonical
+	// rendering of the messages so that a shared system prompt and shared
+	// earlier turns become shared leading bytes. The scheduler never
+	// modifies it.
+	Prompt []byte
+	// SessionID is the sticky-session key ("" when the client sent none).
+	SessionID string
+	// CacheSalt isolates prefix-cache sharing between tenants ("" for none).
+	CacheSalt string
+	// Subset, when non-empty, restricts candidates to these addresses
+	// (the gateway's subset hint). An address not in the pool is ignored.
+	Subset []string
+	// Arrival is when the request arrived; scorers take time from here,
+	// never from the wall clock.
+	Arrival time.Time
+}
+
+// State is the freshness of an endpoint's scraped metrics.
+type State uint8
+
+const (
+	// StateFresh endpoints have metrics younger than the scraper's max age.
+	StateFresh State = iota
+	// StateStale endpoints have metrics older than the max age; their load
+	// figures should not be trusted.
+	StateStale
+	// StateUnhealthy endpoints failed several scrapes in a row.
+	StateUnhealthy
+)
+
+// String returns "fresh", "stale" or "unhealthy".
+func (s State) String() string {
+	switch s {
+	case StateStale:
+		return "stale"
+	case StateUnhealthy:
+		return "unhealthy"
+	default:
+		return "fresh"
+	}
+}
+
+// LoRAState is what an endpoint reports about LoRA adapters
+// (vLLM's vllm:lora_requests_info).
+type LoRAState struct {
+	// Active adapters are loaded and serving (running_lora_adapters).
+	Active []string
+	// Waiting adapters have queued requests (waiting_lora_adapters).
+	Waiting []string
+	// Max is the number of adapter slots (max_lora); 0 means unknown.
+	Max int
+}
+
+// Endpoint is the scheduler's view of one model-server endpoint. Values in a
+// published pool are immutable; only the router-local in-flight counter,
+// read with InFlight, changes underneath.
+type Endpoint struct {
+	// Address is "ip:port", the identity of the endpoint.
+	Address string
+	// Name is a human label (pod name); may be empty.
+	Name string
+	// Models served by the endpoint; empty means it serves any model.
+	Models []string
+	// Labels from discovery (pod labels); may be nil.
+	Labels map[string]string
+	// Waiting and Running are the scraped request counts.
+	Waiting, Running float64
+	// KVUtil is the scraped KV-cache utilisation in [0,1].
+	KVUtil float64
+	// Capacity is the endpoint's relative capacity weight (1 for a
+	// homogeneous pool; 2 for a pod twice as large). Zero means 1.
+	Capacity float64
+	// LoRA adapters reported by the server.
+	LoRA LoRAState
+	// CacheBlockSize and CacheBlocks are the server's KV block size in
+	// tokens and number of GPU blocks (vllm:cache_config_info); 0 when
+	// unknown. The prefix scorer sizes its per-endpoint index from them.
+	CacheBlockSize, CacheBlocks int
+	// ScrapedAt is when the metrics above were taken (zero: never).
+	ScrapedAt time.Time
+	// State is the freshness of the metrics at publication time.
+	State State
+
+	inflight *atomic.Int64
+}
+
+// InFlight returns the number of requests this router has sent to the
+// endpoint that have not completed yet. It is 0 for endpoints that were
+// never installed in a Scheduler.
+func (e *Endpoint) InFlight() int64 {
+	if e.inflight == nil {
+		return 0
+	}
+	return e.inflight.Load()
+}
+
+// CapacityOrOne returns Capacity, or 1 when it is not positive.
+func (e *Endpoint) CapacityOrOne() float64 {
+	if e.Capacity > 0 {
+		return e.Capacity
+	}
+	return 1
+}
+
+// MetricsAge returns how old the endpoint's metrics are at now; a very
+// large duration when the endpoint was never scraped.
+func (e *Endpoint) MetricsAge(now time.Time) time.Duration {
+	if e.ScrapedAt.IsZero() {
+		return time.Duration(1<<63 - 1)
+	}
+	return now.Sub(e.ScrapedAt)
+}
+
+// Serves reports whether the endpoint serves model ("" matches all).
+func (e *Endpoint) Serves(model string) bool {
+	if model == "" || len(e.Models) == 0 {
+		return true
+	}
+	for _, m := range e.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// Outcome is how a scheduled request ended.
+type Outcome struct {
+	// Kind says whether the request succeeded, failed or was cancelled.
+	Kind OutcomeKind
+	// Status is the HTTP status the endpoint answered (0 if none).
+	Status int
+	// TTFT is the time to first byte of the response (0 if none arrived).
+	TTFT time.Duration
+	// Latency is the total time from pick to completion.
+	Latency time.Duration
+}
+
+// OutcomeKind classifies an Outcome.
+type OutcomeKind uint8
+
+const (
+	OutcomeSuccess OutcomeKind = iota
+	OutcomeError
+	OutcomeCanceled
+)
+
+// String returns "success", "error" or "canceled".
+func (k OutcomeKind) String() string {
+	switch k {
+	case OutcomeError:
+		return "error"
+	case OutcomeCanceled:
+		return "canceled"
+	default:
+		return "success"
+	}
+}
