@@ -21,6 +21,7 @@ type Decision struct {
 	totals []float64
 	order  []int // candidate indexes, best first; order[0] chosen
 	at     int   // index in order of the current endpoint
+	rnd    Rand  // per-decision random source (here so it does not escape per call)
 	done   atomic.Bool
 }
 

@@ -12,26 +12,66 @@ const (
 )
 
 // MaxScore ranks candidates by total score, highest first. Ties are broken
-// uniformly at random with the per-request source (reservoir sampling), so
-// equal endpoints share load instead of the first one taking it all.
+// at random with the per-request source, so equal endpoints share load
+// instead of the first one taking it all: each candidate gets a
+// pseudo-random tie key, and candidates with equal totals are ordered by it.
 type MaxScore struct{}
 
-// Rank implements Picker.
-func (m MaxScore) Rank(totals []float64, rnd *Rand, order []int) int {
-	k := min(len(order), len(totals))
-	for r := 0; r < k; r++ {
-		m.rankFrom(totals, rnd, order, r)
-	}
-	return k
+// Rank implements Picker in one pass over the candidates.
+func (MaxScore) Rank(totals []float64, rnd *Rand, order []int) int {
+	return topK(totals, rnd.Uint64(), order, -1)
 }
 
-func taken(order []int, i int) bool {
-	for _, o := range order {
-		if o == i {
-			return true
-		}
+// tieKey is a cheap per-candidate pseudo-random key (a multiply-xorshift
+// of seed and index), uniform enough to break ties fairly.
+func tieKey(seed uint64, i int) uint64 {
+	x := (seed ^ uint64(i)) * 0x9e3779b97f4a7c15
+	return x ^ (x >> 29)
+}
+
+// topK writes into order the indexes of the best min(len(order),
+// len(totals)) candidates by (total, tie key) descending, skipping index
+// skip, and returns how many it wrote.
+func topK(totals []float64, seed uint64, order []int, skip int) int {
+	k := min(len(order), len(totals))
+	if skip >= 0 && skip < len(totals) {
+		k = min(k, len(totals)-1)
 	}
-	return false
+	if k <= 0 {
+		return 0
+	}
+	var keyBuf [32]uint64
+	keys := keyBuf[:0]
+	if k > len(keyBuf) {
+		keys = make([]uint64, 0, k)
+	}
+	n := 0
+	for i, t := range totals {
+		if i == skip {
+			continue
+		}
+		key := tieKey(seed, i)
+		if n == k && !better(t, key, totals[order[n-1]], keys[n-1]) {
+			continue
+		}
+		// Insertion into the sorted top list.
+		p := min(n, k-1)
+		if n < k {
+			n++
+			keys = keys[:n]
+		}
+		for p > 0 && better(t, key, totals[order[p-1]], keys[p-1]) {
+			order[p], keys[p] = order[p-1], keys[p-1]
+			p--
+		}
+		order[p], keys[p] = i, key
+	}
+	return n
+}
+
+// better orders by total, then by tie key.
+func better(t float64, key uint64, than float64, thanKey uint64) bool {
+	return t > than || (t == than && key > thanKey)
 }
 
 // WeightedRandom draws the winner with probability proportional to
@@ -74,34 +114,6 @@ func (p WeightedRandom) Rank(totals []float64, rnd *Rand, order []int) int {
 		}
 	}
 	order[0] = winner
-	if k > 1 {
-		// Fallbacks by score; a throwaway Rand keeps the winner's draw
-		// independent of how many fallbacks were asked for.
-		rest := *rnd
-		var ms MaxScore
-		for r := 1; r < k; r++ {
-			ms.rankFrom(totals, &rest, order, r)
-		}
-	}
-	return k
-}
-
-// rankFrom fills order[r] with the best candidate not in order[:r].
-func (MaxScore) rankFrom(totals []float64, rnd *Rand, order []int, r int) {
-	best, ties := -1, 0
-	for i, t := range totals {
-		if taken(order[:r], i) {
-			continue
-		}
-		switch {
-		case best < 0 || t > totals[best]:
-			best, ties = i, 1
-		case t == totals[best]:
-			ties++
-			if rnd.Intn(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	order[r] = best
+	// Fallbacks by score.
+	return 1 + topK(totals, rnd.Uint64(), order[1:k], winner)
 }

@@ -264,14 +264,13 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		}
 	}
 
-	var rnd Rand
 	if req.ID != "" {
-		rnd = NewRand(mix(s.cfg.Seed, xxhash.Sum64String(req.ID)))
+		d.rnd = NewRand(mix(s.cfg.Seed, xxhash.Sum64String(req.ID)))
 	} else {
-		rnd = NewRand(mix(s.cfg.Seed, s.seq.Add(1)))
+		d.rnd = NewRand(mix(s.cfg.Seed, s.seq.Add(1)))
 	}
 	k := min(n, 1+s.cfg.MaxFallbacks)
-	k = s.picker.Rank(d.totals, &rnd, d.order[:k])
+	k = s.picker.Rank(d.totals, &d.rnd, d.order[:k])
 	d.order = d.order[:k]
 	d.at = 0
 	d.Endpoint = cands[d.order[0]]
