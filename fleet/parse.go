@@ -1,0 +1,397 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Scrape failure reasons, the values of the reason label of
+// trimtab_scrape_failures_total.
+const (
+	ReasonTimeout       = "timeout"
+	ReasonConnect       = "connect"
+	ReasonHTTPStatus    = "http_status"
+	ReasonTooLarge      = "too_large"
+	ReasonParse         = "parse"
+	ReasonMissingMetric = "missing_metric"
+	ReasonInvalidValue  = "invalid_value"
+)
+
+// Reasons lists every failure reason.
+var Reasons = []string{ReasonTimeout, ReasonConnect, ReasonHTTPStatus, ReasonTooLarge,
+	ReasonParse, ReasonMissingMetric, ReasonInvalidValue}
+
+// ScrapeError is a failed scrape with its classified reason.
+type ScrapeError struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	Err    error
+}
+
+func (e *ScrapeError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *ScrapeError) Unwrap() error { return e.Err }
+
+// unreachable reports whether the reason means the server did not serve
+// its metrics at all (as opposed to serving unusable ones). Only these count
+// towards StateUnhealthy.
+func unreachable(reason string) bool {
+	return reason == ReasonTimeout || reason == ReasonConnect || reason == ReasonHTTPStatus
+}
+
+// Metrics are the load figures mapped from one scrape.
+type Metrics struct {
+	Waiting, Running float64
+	// KVUtil is in [0,1]; 0 when the engine does not export it.
+	KVUtil                      float64
+	LoRA                        scheduler.LoRAState
+	CacheBlockSize, CacheBlocks int
+}
+
+// parser parses and maps expositions for one scrape loop; it keeps its
+// buffers between scrapes and is not safe for concurrent use.
+type parser struct {
+	mp   *mapper
+	keep []byte
+	tp   expfmt.TextParser
+}
+
+func newParser(mp *mapper) *parser {
+	return &parser{mp: mp, tp: expfmt.NewTextParser(model.UTF8Validation)}
+}
+
+// parse maps an exposition to Metrics. openMetrics selects the OpenMetrics
+// parser instead of the Prometheus text parser. models are the endpoint's
+// models, used to filter series by the mapping's model label. Errors are
+// *ScrapeError with reason parse, missing_metric or invalid_value.
+func (p *parser) parse(body []byte, openMetrics bool, models []string) (Metrics, error) {
+	keep, err := p.mp.filter(body, p.keep[:0])
+	p.keep = keep
+	if err != nil {
+		return Metrics{}, &ScrapeError{ReasonParse, err}
+	}
+	var fams map[string]*dto.MetricFamily
+	if openMetrics {
+		fams, err = decodeOpenMetrics(keep)
+	} else {
+		fams, err = p.tp.TextToMetricFamilies(bytes.NewReader(keep))
+	}
+	if err != nil {
+		return Metrics{}, &ScrapeError{ReasonParse, err}
+	}
+	return p.mp.extract(fams, models)
+}
+
+func decodeOpenMetrics(b []byte) (map[string]*dto.MetricFamily, error) {
+	dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.FmtOpenMetrics_1_0_0)
+	fams := map[string]*dto.MetricFamily{}
+	for {
+		mf := new(dto.MetricFamily)
+		if err := dec.Decode(mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return fams, nil
+			}
+			return nil, err
+		}
+		fams[mf.GetName()] = mf
+	}
+}
+
+// filter appends to dst the lines of body that belong to metric families
+// the mapping reads (samples and their # TYPE lines, plus
+// OpenMetrics' # EOF), so the expfmt parser only builds what is used. A
+// realistic vLLM exposition is ~300 lines of which ~10 are kept. Every
+// sample line's metric name is still checked, so garbage input is a parse
+// error, not a silently empty exposition.
+func (mp *mapper) filter(body, dst []byte) ([]byte, error) {
+	line := 0
+	for len(body) > 0 {
+		line++
+		var l []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			l, body = body[:i], body[i+1:]
+		} else {
+			l, body = body, nil
+		}
+		s := l
+		for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+			s = s[1:]
+		}
+		if len(s) == 0 || (len(s) == 1 && s[0] == '\r') {
+			continue
+		}
+		var name []byte
+		switch s[0] {
+		case '#':
+			// Only # TYPE lines of wanted families are kept: # HELP and
+			// # UNIT are optional in both formats and cost allocations.
+			if bytes.HasPrefix(s, []byte("# EOF")) {
+				dst = append(dst, s...)
+				dst = append(dst, '\n')
+				continue
+			}
+			if !bytes.HasPrefix(s, []byte("# TYPE ")) {
+				continue
+			}
+			rest := s[7:]
+			for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
+				rest = rest[1:]
+			}
+			end := 0
+			for end < len(rest) && rest[end] != ' ' && rest[end] != '\t' && rest[end] != '\r' {
+				end++
+			}
+			name = rest[:end]
+		case '{':
+			// UTF-8 quoted name: {"name", labels…} value
+			if len(s) < 2 || s[1] != '"' {
+				return dst, fmt.Errorf("line %d: invalid sample", line)
+			}
+			end := bytes.IndexByte(s[2:], '"')
+			if end < 0 {
+				return dst, fmt.Errorf("line %d: unterminated metric name", line)
+			}
+			name = s[2 : 2+end]
+		default:
+			i := 0
+			for i < len(s) && metricNameByte(s[i], i == 0) {
+				i++
+			}
+			if i == 0 || (i < len(s) && s[i] != '{' && s[i] != ' ' && s[i] != '\t') {
+				return dst, fmt.Errorf("line %d: invalid metric name in %q", line, truncate(s, 40))
+			}
+			if i == len(s) {
+				return dst, fmt.Errorf("line %d: sample without value", line)
+			}
+			name = s[:i]
+		}
+		if mp.wants(name) {
+			dst = append(dst, s...)
+			dst = append(dst, '\n')
+		}
+	}
+	return dst, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// extract maps parsed families to Metrics.
+func (mp *mapper) extract(fams map[string]*dto.MetricFamily, models []string) (Metrics, error) {
+	var m Metrics
+	var ok bool
+	var err error
+	if m.Waiting, ok, err = mp.aggregate(fams, mp.waiting, models, false); err != nil {
+		return Metrics{}, err
+	} else if !ok {
+		return Metrics{}, missing("waiting", mp.waiting)
+	}
+	if m.Running, ok, err = mp.aggregate(fams, mp.running, models, false); err != nil {
+		return Metrics{}, err
+	} else if !ok {
+		return Metrics{}, missing("running", mp.running)
+	}
+	if len(mp.kv) > 0 {
+		if m.KVUtil, ok, err = mp.aggregate(fams, mp.kv, models, true); err != nil {
+			return Metrics{}, err
+		} else if !ok {
+			return Metrics{}, missing("kv_util", mp.kv)
+		}
+		m.KVUtil = min(m.KVUtil, 1)
+	}
+	if v, ok, err := mp.aggregate(fams, mp.blockSize, models, true); err != nil {
+		return Metrics{}, err
+	} else if ok {
+		m.CacheBlockSize = int(v)
+	}
+	if v, ok, err := mp.aggregate(fams, mp.blocks, models, true); err != nil {
+		return Metrics{}, err
+	} else if ok {
+		m.CacheBlocks = int(v)
+	}
+	if s := mp.latest(fams, mp.cacheInfo, models); s != nil {
+		bs, err1 := labelInt(s, mp.bsLabel)
+		nb, err2 := labelInt(s, mp.nbLabel)
+		if err := errors.Join(err1, err2); err != nil {
+			return Metrics{}, &ScrapeError{ReasonInvalidValue, fmt.Errorf("cache_info: %w", err)}
+		}
+		m.CacheBlockSize, m.CacheBlocks = bs, nb
+	}
+	if s := mp.latest(fams, mp.lora, models); s != nil {
+		m.LoRA.Active = splitList(labelValue(s, "running_lora_adapters"))
+		m.LoRA.Waiting = splitList(labelValue(s, "waiting_lora_adapters"))
+		if v := labelValue(s, "max_lora"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return Metrics{}, &ScrapeError{ReasonInvalidValue, fmt.Errorf("lora_info: max_lora %q", v)}
+			}
+			m.LoRA.Max = n
+		}
+	}
+	return m, nil
+}
+
+func missing(field string, sels []selector) error {
+	names := make([]string, len(sels))
+	for i, s := range sels {
+		names[i] = s.name
+	}
+	return &ScrapeError{ReasonMissingMetric, fmt.Errorf("%s: none of %s present", field, strings.Join(names, ", "))}
+}
+
+// aggregate finds the first selector with matching series and sums them
+// (or takes the largest when useMax). ok is false when no selector matched.
+func (mp *mapper) aggregate(fams map[string]*dto.MetricFamily, sels []selector, models []string, useMax bool) (v float64, ok bool, err error) {
+	for i := range sels {
+		fam := fams[sels[i].name]
+		if fam == nil {
+			continue
+		}
+		byModel := mp.filterByModel(fam, &sels[i], models)
+		for _, s := range fam.GetMetric() {
+			if !sels[i].matches(s) || (byModel && !mp.modelIn(s, models)) {
+				continue
+			}
+			x := value(s)
+			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+				return 0, false, &ScrapeError{ReasonInvalidValue, fmt.Errorf("%s = %v", sels[i].name, x)}
+			}
+			switch {
+			case !ok:
+				v = x
+			case useMax:
+				v = max(v, x)
+			default:
+				v += x
+			}
+			ok = true
+		}
+		if ok {
+			return v, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// latest returns the matching series with the largest value of the first
+// selector that matches any (info gauges whose value is a timestamp or 1).
+func (mp *mapper) latest(fams map[string]*dto.MetricFamily, sels []selector, models []string) *dto.Metric {
+	for i := range sels {
+		fam := fams[sels[i].name]
+		if fam == nil {
+			continue
+		}
+		byModel := mp.filterByModel(fam, &sels[i], models)
+		var best *dto.Metric
+		for _, s := range fam.GetMetric() {
+			if !sels[i].matches(s) || (byModel && !mp.modelIn(s, models)) {
+				continue
+			}
+			if best == nil || value(s) > value(best) {
+				best = s
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+// filterByModel reports whether series of fam should be restricted to the
+// endpoint's models: true when the mapping has a model label, the endpoint
+// lists models and at least one matching series names one of them. A
+// server that labels its series with a name we do not know keeps all its
+// series rather than none.
+func (mp *mapper) filterByModel(fam *dto.MetricFamily, sel *selector, models []string) bool {
+	if mp.modelLabel == "" || len(models) == 0 {
+		return false
+	}
+	for _, s := range fam.GetMetric() {
+		if sel.matches(s) && mp.modelIn(s, models) {
+			return true
+		}
+	}
+	return false
+}
+
+func (mp *mapper) modelIn(s *dto.Metric, models []string) bool {
+	v := labelValue(s, mp.modelLabel)
+	for _, m := range models {
+		if v == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (sel *selector) matches(s *dto.Metric) bool {
+	for _, lm := range sel.labels {
+		if labelValue(s, lm.name) != lm.value {
+			return false
+		}
+	}
+	return true
+}
+
+func labelValue(s *dto.Metric, name string) string {
+	for _, lp := range s.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+func labelInt(s *dto.Metric, name string) (int, error) {
+	v := labelValue(s, name)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("label %s=%q is not a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+func value(s *dto.Metric) float64 {
+	switch {
+	case s.Gauge != nil:
+		return s.Gauge.GetValue()
+	case s.Untyped != nil:
+		return s.Untyped.GetValue()
+	case s.Counter != nil:
+		return s.Counter.GetValue()
+	}
+	return math.NaN()
+}
+
+// splitList splits a comma-separated label value, dropping empty items.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	out := parts[:0]
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

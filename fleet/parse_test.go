@@ -1,0 +1,276 @@
+package fleet
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+func mustMapper(t testing.TB, engine string, override Mapping) *mapper {
+	t.Helper()
+	m, ok := EngineMapping(engine)
+	if !ok {
+		t.Fatalf("unknown engine %q", engine)
+	}
+	mp, err := m.merge(override).compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+func readTestdata(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseEngines(t *testing.T) {
+	tests := []struct {
+		name   string
+		engine string
+		file   string
+		om     bool
+		models []string
+		want   Metrics
+	}{
+		{
+			name: "vllm", engine: EngineVLLM, file: "vllm.txt",
+			want: Metrics{
+				Waiting: 3, Running: 7, KVUtil: 0.4213,
+				// the lora_requests_info series with the larger timestamp
+				// value (1.7645013e9 > 1.7645012e9) wins
+				LoRA:           scheduler.LoRAState{Active: []string{"sql-lora"}, Waiting: []string{"chat-lora"}, Max: 4},
+				CacheBlockSize: 16, CacheBlocks: 27690,
+			},
+		},
+		{
+			name: "vllm model filter matches", engine: EngineVLLM, file: "vllm.txt",
+			models: []string{"meta-llama/Llama-3.1-8B-Instruct"},
+			want: Metrics{Waiting: 3, Running: 7, KVUtil: 0.4213,
+				LoRA:           scheduler.LoRAState{Active: []string{"sql-lora"}, Waiting: []string{"chat-lora"}, Max: 4},
+				CacheBlockSize: 16, CacheBlocks: 27690},
+		},
+		{
+			// old KV name (gpu_cache_usage_perc) via the second selector;
+			// OpenMetrics parser
+			name: "vllm openmetrics old kv name", engine: EngineVLLM, file: "vllm_openmetrics.txt", om: true,
+			want: Metrics{Waiting: 1, Running: 2, KVUtil: 0.5},
+		},
+		{
+			name: "sglang", engine: EngineSGLang, file: "sglang.txt",
+			want: Metrics{Waiting: 2826, Running: 162, KVUtil: 0.28},
+		},
+		{
+			// request_type="waiting" → 4, "scheduled" → 9,
+			// kv_cache_block_type="fraction" → 0.4875, tokens_per 64, max 6240
+			name: "trtllm triton", engine: EngineTRTLLM, file: "trtllm.txt",
+			want: Metrics{Waiting: 4, Running: 9, KVUtil: 0.4875, CacheBlockSize: 64, CacheBlocks: 6240},
+		},
+		{
+			name: "trtllm-serve", engine: EngineTRTLLM, file: "trtllm_serve.txt",
+			want: Metrics{Waiting: 2, Running: 6, KVUtil: 0.25},
+		},
+		{
+			// TGI exports no KV utilisation: KVUtil stays 0
+			name: "tgi", engine: EngineTGI, file: "tgi.txt",
+			want: Metrics{Waiting: 5, Running: 12},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newParser(mustMapper(t, tt.engine, Mapping{}))
+			got, err := p.parse(readTestdata(t, tt.file), tt.om, tt.models)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+const multiModel = `# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 1
+vllm:num_requests_waiting{model_name="b"} 10
+vllm:num_requests_waiting{model_name="c"} 100
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="a"} 2
+vllm:num_requests_running{model_name="b"} 20
+vllm:num_requests_running{model_name="c"} 200
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="a"} 0.1
+vllm:kv_cache_usage_perc{model_name="b"} 0.2
+vllm:kv_cache_usage_perc{model_name="c"} 0.3
+`
+
+func TestParseModelFilter(t *testing.T) {
+	tests := []struct {
+		name   string
+		models []string
+		want   Metrics
+	}{
+		// no models: every series counts; waiting 1+10+100, running 2+20+200, kv max
+		{"all", nil, Metrics{Waiting: 111, Running: 222, KVUtil: 0.3}},
+		// a and b: waiting 1+10, running 2+20, kv max(0.1,0.2)
+		{"a+b", []string{"a", "b"}, Metrics{Waiting: 11, Running: 22, KVUtil: 0.2}},
+		// only c
+		{"c", []string{"c"}, Metrics{Waiting: 100, Running: 200, KVUtil: 0.3}},
+		// unknown model: no series names it, so all count (fail open)
+		{"unknown", []string{"zzz"}, Metrics{Waiting: 111, Running: 222, KVUtil: 0.3}},
+	}
+	p := newParser(mustMapper(t, EngineVLLM, Mapping{}))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := p.parse([]byte(multiModel), false, tt.models)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseOverride(t *testing.T) {
+	// A renamed waiting metric in YAML replaces the engine default; the
+	// other fields keep vLLM's names.
+	mp := mustMapper(t, EngineVLLM, Mapping{Waiting: []string{`custom_queue{pool="x"}`}})
+	body := `custom_queue{pool="x"} 4
+custom_queue{pool="y"} 40
+vllm:num_requests_running 1
+vllm:kv_cache_usage_perc 1.7
+`
+	got, err := newParser(mp).parse([]byte(body), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pool="y" does not match; KV 1.7 clamps to 1
+	want := Metrics{Waiting: 4, Running: 1, KVUtil: 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestParseBadInput(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		om     bool
+		reason string
+	}{
+		{"empty", "", false, ReasonMissingMetric},
+		{"only other metrics", "foo 1\nbar{a=\"b\"} 2\n", false, ReasonMissingMetric},
+		{"missing kv", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\n", false, ReasonMissingMetric},
+		{"garbage", "<html><body>Bad Gateway</body></html>\n", false, ReasonParse},
+		{"binary", "\x00\x01\x02garbage", false, ReasonParse},
+		{"no value", "vllm:num_requests_waiting\n", false, ReasonParse},
+		{"bad value", "vllm:num_requests_waiting abc\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n", false, ReasonParse},
+		{"nan", "vllm:num_requests_waiting NaN\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n", false, ReasonInvalidValue},
+		{"negative", "vllm:num_requests_waiting 1\nvllm:num_requests_running -3\nvllm:kv_cache_usage_perc 0\n", false, ReasonInvalidValue},
+		{"inf kv", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc +Inf\n", false, ReasonInvalidValue},
+		{"bad block size", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\nvllm:cache_config_info{block_size=\"x\",num_gpu_blocks=\"1\"} 1\n", false, ReasonInvalidValue},
+		{"openmetrics without EOF", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n", true, ReasonParse},
+		{"duplicate TYPE", "# TYPE vllm:num_requests_waiting gauge\n# TYPE vllm:num_requests_waiting counter\nvllm:num_requests_waiting 1\n", false, ReasonParse},
+	}
+	p := newParser(mustMapper(t, EngineVLLM, Mapping{}))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := p.parse([]byte(tt.body), tt.om, nil)
+			var se *ScrapeError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *ScrapeError", err)
+			}
+			if se.Reason != tt.reason {
+				t.Errorf("reason = %s (%v), want %s", se.Reason, err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestParseSelector(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    selector
+		wantErr bool
+	}{
+		{"vllm:num_requests_waiting", selector{name: "vllm:num_requests_waiting"}, false},
+		{`m{a="x", b=y}`, selector{name: "m", labels: []labelMatch{{"a", "x"}, {"b", "y"}}}, false},
+		{`m{}`, selector{name: "m"}, false},
+		{`m{a="x"`, selector{}, true},
+		{`9m`, selector{}, true},
+		{`m{=x}`, selector{}, true},
+		{``, selector{}, true},
+	}
+	for _, tt := range tests {
+		got, err := parseSelector(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("%q: err = %v, wantErr %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil && !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%q: got %+v, want %+v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzParseVLLM(f *testing.F) {
+	for _, name := range []string{"vllm.txt", "sglang.txt", "tgi.txt", "trtllm.txt"} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, false)
+	}
+	f.Add([]byte(multiModel), false)
+	om, err := os.ReadFile("testdata/vllm_openmetrics.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(om, true)
+	f.Add([]byte("vllm:num_requests_waiting{model_name=\"a\"} 1e308\nvllm:num_requests_waiting{model_name=\"a\"} 1e308\n"), false)
+	f.Add([]byte(`{"vllm:num_requests_waiting",model_name="a"} 1`), false)
+	mp := mustMapper(f, EngineVLLM, Mapping{})
+	f.Fuzz(func(t *testing.T, body []byte, openMetrics bool) {
+		p := newParser(mp)
+		m, err := p.parse(body, openMetrics, []string{"a"})
+		if err != nil {
+			var se *ScrapeError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v is not a *ScrapeError", err)
+			}
+			return
+		}
+		if m.Waiting < 0 || m.Running < 0 || m.KVUtil < 0 || m.KVUtil > 1 || m.CacheBlocks < 0 || m.CacheBlockSize < 0 {
+			t.Fatalf("out-of-range metrics %+v", m)
+		}
+		for _, s := range append(m.LoRA.Active, m.LoRA.Waiting...) {
+			if s == "" || strings.Contains(s, ",") {
+				t.Fatalf("bad adapter name %q", s)
+			}
+		}
+	})
+}
+
+func BenchmarkParseVLLM(b *testing.B) {
+	body := readTestdata(b, "vllm.txt")
+	p := newParser(mustMapper(b, EngineVLLM, Mapping{}))
+	b.Run("lines=328", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, err := p.parse(body, false, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
