@@ -1,0 +1,536 @@
+package scorers
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// PrefixConfig configures the prefix scorer (YAML params of a scorer with
+// type "prefix").
+type PrefixConfig struct {
+	// BlockSize is the block length in tokens (block_size, default 64).
+	// The prompt is cut into blocks of BlockSize × BytesPerToken bytes.
+	BlockSize int `mapstructure:"block_size"`
+	// BytesPerToken approximates the tokenizer (bytes_per_token, default 4).
+	BytesPerToken int `mapstructure:"bytes_per_token"`
+	// MaxBlocks is how many leading blocks of a prompt are indexed and
+	// matched (max_blocks, default 256, i.e. 16k tokens).
+	MaxBlocks int `mapstructure:"max_blocks"`
+	// Capacity is how many blocks the index remembers per endpoint when the
+	// server does not report its KV-cache size (capacity, default 32768).
+	Capacity int `mapstructure:"capacity"`
+	// Shards is the number of independently locked index shards; a power
+	// of two (shards, default 16).
+	Shards int `mapstructure:"shards"`
+}
+
+// DefaultPrefixConfig returns the defaults: 64-token blocks of 4 bytes a
+// token, 256 blocks per prompt, 32768 blocks per endpoint, 16 shards.
+func DefaultPrefixConfig() PrefixConfig {
+	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 256, Capacity: 1 << 15, Shards: 16}
+}
+
+// Validate checks the config; errors name the field.
+func (c PrefixConfig) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("prefix.block_size: must be > 0, got %d", c.BlockSize)
+	case c.BytesPerToken <= 0:
+		return fmt.Errorf("prefix.bytes_per_token: must be > 0, got %d", c.BytesPerToken)
+	case c.BlockSize*c.BytesPerToken > 1<<20:
+		return fmt.Errorf("prefix.block_size: %d tokens × %d bytes per token exceeds 1 MiB", c.BlockSize, c.BytesPerToken)
+	case c.MaxBlocks <= 0 || c.MaxBlocks > 1<<16:
+		return fmt.Errorf("prefix.max_blocks: must be in 1…65536, got %d", c.MaxBlocks)
+	case c.Capacity <= 0 || c.Capacity > 1<<30:
+		return fmt.Errorf("prefix.capacity: must be in 1…2^30, got %d", c.Capacity)
+	case c.Shards <= 0 || c.Shards > 1024 || c.Shards&(c.Shards-1) != 0:
+		return fmt.Errorf("prefix.shards: must be a power of two in 1…1024, got %d", c.Shards)
+	}
+	return nil
+}
+
+// Prefix is an affinity scorer that prefers endpoints likely to hold the
+// request's prompt prefix in their KV cache. It keeps an approximate
+// prefix-cache index built from its own routing history: what it sent
+// where, not what the servers report.
+//
+// Blocks: the prompt is cut into blocks of BlockSize tokens × BytesPerToken
+// bytes (default 64 × 4 = 256 bytes); a trailing partial block is not
+// indexed, and at most MaxBlocks blocks are. Block hashes are chained
+// xxhash64, so a block's hash stands for the whole prefix up to it:
+//
+//	h_0 = xxhash64(seed ‖ block_0),  h_i = xxhash64(h_{i-1} ‖ block_i)
+//
+// (hashes as 8 little-endian bytes), where seed is derived from the model
+// name and, when set, the request's cache salt, so different models and
+// tenants never share blocks.
+//
+// Formula: score_e = (leading blocks of the request found on e, stopping
+// at the first miss) / (blocks in the request). 1 means the index believes
+// e holds the whole (indexed) prompt, 0 that it holds not even its first
+// block.
+// Neutral rule: a request with no full block (prompt shorter than one
+// block) scores 0 on every candidate, which does not change the ranking.
+// Endpoints unknown to the index (not in the last pool) score 0.
+//
+// Index: every shard (chosen by the block hash) is an open-addressing
+// multimap hash → endpoints holding it, whose slots are also the nodes of
+// one LRU list per endpoint. Picked records the request's blocks on the
+// chosen endpoint (touching them, last block first, so an endpoint loses a
+// prompt's tail before its head, like vLLM's block eviction); PoolChanged
+// purges endpoints that left. An endpoint remembers at most its capacity
+// in blocks: CacheBlocks × CacheBlockSize / BlockSize when the server
+// reports its KV cache, Capacity otherwise.
+//
+// Approximation: capacity is enforced per shard (capacity / Shards per
+// endpoint per shard, at least 1), with exact LRU order inside a shard.
+// Hashes spread blocks evenly over shards, so an endpoint's shards fill at
+// the same rate and the global order is close to LRU; an endpoint never
+// holds more than its capacity. The index also never learns about server
+// evictions caused by other routers or by memory pressure, and a hash
+// collision (2^-64) could report a block that is not there.
+//
+// Memory: each cached (block, endpoint) entry costs one 20-byte slot; the
+// slot tables stay between 1/2 and 3/4 full, so about 27–40 bytes an entry,
+// plus 12 bytes per endpoint per shard. Stats and the metrics
+// trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.
+//
+// Concurrency: Score takes each involved shard's read lock once, Picked its
+// write lock once, so picks contend only when they touch the same shard at
+// the same time, never on one global lock.
+type Prefix struct {
+	cfg        PrefixConfig
+	blockBytes int
+	shardMask  uint64
+	shards     []prefixShard
+
+	tab    atomic.Pointer[prefixEndpoints]
+	poolMu sync.Mutex // serialises PoolChanged
+	freed  []uint32   // ids released by the previous PoolChanged
+
+	unknown prometheus.Counter
+}
+
+// prefixEndpoints is the published mapping from endpoints to the index's
+// small numeric ids (1…), immutable once published.
+type prefixEndpoints struct {
+	byPtr  map[*scheduler.Endpoint]uint32
+	byAddr map[string]uint32
+	// perShard is each id's capacity per shard, in blocks.
+	perShard []uint32
+	// capacity is each id's total capacity (for Stats), in blocks.
+	capacity []uint32
+	maxID    uint32
+}
+
+// id returns e's id, 0 when e is not in the index's pool. Pointers of the
+// current pool hit the first map; endpoints of the previous pool (a Pick
+// that started before SetEndpoints swapped pools) fall back to the address.
+func (t *prefixEndpoints) id(e *scheduler.Endpoint) uint32 {
+	if id, ok := t.byPtr[e]; ok {
+		return id
+	}
+	return t.byAddr[e.Address]
+}
+
+// NewPrefix builds a prefix scorer named name and registers its metrics.
+func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("scorer %q: %w", name, err)
+	}
+	p := &Prefix{
+		cfg:        cfg,
+		blockBytes: cfg.BlockSize * cfg.BytesPerToken,
+		shardMask:  uint64(cfg.Shards - 1),
+		shards:     make([]prefixShard, cfg.Shards),
+	}
+	p.tab.Store(&prefixEndpoints{byPtr: map[*scheduler.Endpoint]uint32{}, byAddr: map[string]uint32{}, perShard: []uint32{0}, capacity: []uint32{0}})
+	n, err := newNeutralCounters(name, deps.Registerer, reasonUnknown)
+	if err != nil {
+		return nil, err
+	}
+	p.unknown = n.counter(reasonUnknown)
+	if deps.Registerer != nil {
+		if err := deps.Registerer.Register(newPrefixCollector(p, name)); err != nil {
+			deps.Registerer.Unregister(n.vec)
+			return nil, fmt.Errorf("scorer %q: register metrics: %w", name, err)
+		}
+	}
+	return p, nil
+}
+
+// Category implements scheduler.Scorer: affinity.
+func (*Prefix) Category() scheduler.Category { return scheduler.CategoryAffinity }
+
+// prefixScratch is the per-decision scratch kept in the CycleState slot:
+// the request's block hashes, computed once in Score and reused by Picked.
+type prefixScratch struct {
+	req     *scheduler.Request // request the hashes belong to
+	n       int                // blocks hashed (0: nothing to record)
+	buf     []byte             // h_{i-1} ‖ block_i
+	hashes  []uint64
+	byShard []uint16 // block indexes grouped by shard, ascending within one
+	start   []int32  // byShard[start[s]:start[s+1]] are shard s's blocks
+	held    []uint64 // per candidate, a bitmap of blocks it holds
+	ids     []uint32 // per candidate, its id
+	candOf  []int32  // by id, candidate index + 1 (0: not a candidate)
+}
+
+func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
+	slot := cs.Slot()
+	if sc, ok := (*slot).(*prefixScratch); ok {
+		return sc
+	}
+	sc := &prefixScratch{
+		buf:     make([]byte, 8+p.blockBytes),
+		hashes:  make([]uint64, 0, p.cfg.MaxBlocks),
+		byShard: make([]uint16, p.cfg.MaxBlocks),
+		start:   make([]int32, p.cfg.Shards+1),
+	}
+	*slot = sc
+	return sc
+}
+
+// blocks returns how many full blocks of prompt the scorer indexes.
+func (p *Prefix) blocks(prompt []byte) int { return min(len(prompt)/p.blockBytes, p.cfg.MaxBlocks) }
+
+// seed derives the hash chain's seed from the model and the cache salt.
+func seed(model, salt string) uint64 {
+	s := xxhash.Sum64String(model)
+	if salt != "" {
+		s = mix64(s ^ mix64(xxhash.Sum64String(salt)+0x9e3779b97f4a7c15))
+	}
+	return s
+}
+
+// mix64 is the SplitMix64 finaliser.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// hashBlocks fills sc.hashes with the chained hashes of the first n blocks
+// of req.Prompt and groups the block indexes by shard.
+func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
+	bb := p.blockBytes
+	prev := seed(req.Model, req.CacheSalt)
+	sc.hashes = sc.hashes[:n]
+	buf := sc.buf
+	for i := range n {
+		binary.LittleEndian.PutUint64(buf, prev)
+		copy(buf[8:], req.Prompt[i*bb:(i+1)*bb])
+		prev = xxhash.Sum64(buf)
+		sc.hashes[i] = prev
+	}
+	// Counting sort of block indexes by shard.
+	start := sc.start
+	clear(start)
+	for _, h := range sc.hashes {
+		start[(h&p.shardMask)+1]++
+	}
+	for s := 1; s < len(start); s++ {
+		start[s] += start[s-1]
+	}
+	// start[s] is now where shard s begins; fill, then shift back.
+	for i, h := range sc.hashes {
+		s := h & p.shardMask
+		sc.byShard[start[s]] = uint16(i)
+		start[s]++
+	}
+	for s := len(start) - 1; s > 0; s-- {
+		start[s] = start[s-1]
+	}
+	start[0] = 0
+}
+
+// Score implements scheduler.Scorer.
+func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	sc := p.scratch(cs)
+	sc.req, sc.n = req, 0
+	n := p.blocks(req.Prompt)
+	if n == 0 {
+		clear(out)
+		return
+	}
+	p.hashBlocks(sc, req, n)
+	sc.n = n
+
+	tab := p.tab.Load()
+	words := (n + 63) / 64
+	sc.held = growUint64(sc.held, len(eps)*words)
+	clear(sc.held)
+	sc.ids = growUint32(sc.ids, len(eps))
+	if need := int(tab.maxID) + 1; len(sc.candOf) < need {
+		sc.candOf = make([]int32, need)
+	}
+	candOf := sc.candOf
+	for i, e := range eps {
+		id := tab.id(e)
+		sc.ids[i] = id
+		if id == 0 {
+			p.unknown.Inc()
+			continue
+		}
+		candOf[id] = int32(i + 1)
+	}
+
+	held := sc.held
+	for s := range p.shards {
+		lo, hi := sc.start[s], sc.start[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &p.shards[s]
+		sh.mu.RLock()
+		size := len(sh.ids)
+		if size > 0 {
+			for _, b := range sc.byShard[lo:hi] {
+				h := sc.hashes[b]
+				word, bit := int(b>>6), uint64(1)<<(b&63)
+				for pos := home(h, size); sh.ids[pos] != 0; {
+					if sh.hashes[pos] == h {
+						if id := sh.ids[pos]; int(id) < len(candOf) {
+							if c := candOf[id]; c > 0 {
+								held[int(c-1)*words+word] |= bit
+							}
+						}
+					}
+					if pos++; pos == size {
+						pos = 0
+					}
+				}
+			}
+		}
+		sh.mu.RUnlock()
+	}
+
+	inv := 1 / float64(n)
+	for i := range eps {
+		run := 0
+		for _, w := range held[i*words : (i+1)*words] {
+			t := bits.TrailingZeros64(^w)
+			run += t
+			if t < 64 {
+				break
+			}
+		}
+		out[i] = float64(min(run, n)) * inv
+	}
+	for _, id := range sc.ids[:len(eps)] {
+		candOf[id] = 0 // candOf[0] is never read as a candidate
+	}
+}
+
+// Picked implements scheduler.PickObserver: it records the request's blocks
+// on the chosen endpoint, reusing the hashes Score computed.
+func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
+	sc, ok := (*cs.Slot()).(*prefixScratch)
+	if !ok || sc.req != req || sc.n == 0 {
+		return
+	}
+	tab := p.tab.Load()
+	id := tab.id(chosen)
+	if id == 0 {
+		p.unknown.Inc()
+		return
+	}
+	perShard := tab.perShard[id]
+	for s := range p.shards {
+		lo, hi := sc.start[s], sc.start[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &p.shards[s]
+		sh.mu.Lock()
+		if int(id) < len(sh.lists) {
+			// Last block first, so block 0 ends most recently used and
+			// the prompt's tail is evicted before its head.
+			for k := hi - 1; k >= lo; k-- {
+				sh.insert(sc.hashes[sc.byShard[k]], id, perShard)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// PoolChanged implements scheduler.PoolObserver: it assigns ids to new
+// endpoints, sizes their capacity and purges endpoints that left.
+func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
+	p.poolMu.Lock()
+	defer p.poolMu.Unlock()
+	old := p.tab.Load()
+	t := &prefixEndpoints{
+		byPtr:  make(map[*scheduler.Endpoint]uint32, len(eps)),
+		byAddr: make(map[string]uint32, len(eps)),
+	}
+	var fresh []uint32 // ids handed out now that may carry stale entries
+	next := old.maxID + 1
+	free := p.freed
+	for _, e := range eps {
+		id, ok := t.byAddr[e.Address]
+		if !ok {
+			id, ok = old.byAddr[e.Address]
+		}
+		if !ok {
+			if len(free) > 0 {
+				id, free = free[len(free)-1], free[:len(free)-1]
+				fresh = append(fresh, id)
+			} else {
+				id = next
+				next++
+			}
+		}
+		t.byAddr[e.Address] = id
+		t.byPtr[e] = id
+		t.maxID = max(t.maxID, id)
+	}
+	t.maxID = max(t.maxID, old.maxID)
+	t.perShard = make([]uint32, t.maxID+1)
+	t.capacity = make([]uint32, t.maxID+1)
+	for _, e := range eps {
+		id := t.byAddr[e.Address]
+		c := p.capacityOf(e)
+		t.capacity[id] = uint32(c)
+		t.perShard[id] = uint32(max(1, c/len(p.shards)))
+	}
+	var gone []uint32
+	for addr, id := range old.byAddr {
+		if _, ok := t.byAddr[addr]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	for s := range p.shards {
+		sh := &p.shards[s]
+		sh.mu.Lock()
+		sh.ensureIDs(int(t.maxID) + 1)
+		// A recycled id may still have entries a Picked racing with the
+		// previous PoolChanged wrote after that purge.
+		for _, id := range fresh {
+			sh.purge(id)
+		}
+		for _, id := range gone {
+			sh.purge(id)
+		}
+		sh.mu.Unlock()
+	}
+	// Released ids are only reused by the next PoolChanged, after any Pick
+	// still holding the previous table has finished with them.
+	p.freed = append(free, gone...)
+	p.tab.Store(t)
+}
+
+// capacityOf is e's index capacity in blocks.
+func (p *Prefix) capacityOf(e *scheduler.Endpoint) int {
+	if e.CacheBlocks > 0 && e.CacheBlockSize > 0 {
+		c := int64(e.CacheBlocks) * int64(e.CacheBlockSize) / int64(p.cfg.BlockSize)
+		return int(min(max(c, 1), 1<<30))
+	}
+	return p.cfg.Capacity
+}
+
+// PrefixStats describes the prefix index's size.
+type PrefixStats struct {
+	// Blocks is the number of cached (block, endpoint) entries.
+	Blocks int
+	// Slots is the number of allocated table slots (≥ Blocks).
+	Slots int
+	// Bytes is the index's memory: slot tables, per-endpoint list heads
+	// and the endpoint id maps (estimated from their entry counts).
+	Bytes int
+	// Endpoints is the number of endpoints in the index's pool.
+	Endpoints int
+	// Capacity is the sum of the endpoints' capacities, in blocks: the
+	// most Blocks can reach.
+	Capacity int
+	// Evictions counts entries evicted for capacity since the start.
+	Evictions uint64
+}
+
+// Stats returns the index's current size. It takes each shard's read lock
+// in turn, so it is a consistent view per shard, not a global snapshot.
+func (p *Prefix) Stats() PrefixStats {
+	var st PrefixStats
+	for s := range p.shards {
+		sh := &p.shards[s]
+		sh.mu.RLock()
+		st.Blocks += sh.used
+		st.Slots += len(sh.ids)
+		st.Bytes += sh.bytes()
+		st.Evictions += sh.evicts
+		sh.mu.RUnlock()
+	}
+	t := p.tab.Load()
+	st.Endpoints = len(t.byPtr)
+	for _, id := range t.byAddr {
+		st.Capacity += int(t.capacity[id])
+	}
+	// Id maps: roughly 2 × (key + value + control byte) per entry, and the
+	// per-id capacity arrays.
+	st.Bytes += len(t.byPtr)*2*(8+4+1) + len(t.byAddr)*2*(16+4+1) + len(t.perShard)*8 +
+		int(unsafe.Sizeof(prefixShard{}))*len(p.shards)
+	return st
+}
+
+func growUint64(b []uint64, n int) []uint64 {
+	if cap(b) < n {
+		return make([]uint64, n)
+	}
+	return b[:n]
+}
+
+func growUint32(b []uint32, n int) []uint32 {
+	if cap(b) < n {
+		return make([]uint32, n)
+	}
+	return b[:n]
+}
+
+// prefixCollector reports the index's size at scrape time. Its
+// descriptors carry the scorer name as a constant label, so several prefix
+// scorers can share a registry.
+type prefixCollector struct {
+	p                                  *Prefix
+	blocks, bytes, capacity, evictions *prometheus.Desc
+}
+
+func newPrefixCollector(p *Prefix, name string) *prefixCollector {
+	l := prometheus.Labels{"scorer": name}
+	return &prefixCollector{
+		p: p,
+		blocks: prometheus.NewDesc("trimtab_prefix_index_blocks",
+			"Cached (block, endpoint) entries in the prefix scorer's index.", nil, l),
+		bytes: prometheus.NewDesc("trimtab_prefix_index_bytes",
+			"Memory held by the prefix scorer's index, in bytes.", nil, l),
+		capacity: prometheus.NewDesc("trimtab_prefix_index_capacity_blocks",
+			"Most entries the prefix index may hold: the sum of its endpoints' capacities.", nil, l),
+		evictions: prometheus.NewDesc("trimtab_prefix_index_evictions_total",
+			"Prefix index entries evicted because an endpoint reached its capacity.", nil, l),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *prefixCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.blocks
+	ch <- c.bytes
+	ch <- c.capacity
+	ch <- c.evictions
+}
+
+// Collect implements prometheus.Collector.
+func (c *prefixCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.p.Stats()
+	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(st.Blocks))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+}

@@ -1,0 +1,433 @@
+package scorers
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// SessionConfig configures the session scorer (YAML params of a scorer
+// with type "session").
+type SessionConfig struct {
+	// LoadFactor is c in consistent hashing with bounded loads: no endpoint
+	// is assigned a new session while it holds ⌈c × mean⌉ sessions
+	// (load_factor, default 1.25, ≥ 1).
+	LoadFactor float64 `mapstructure:"load_factor"`
+	// MaxSessions bounds the session table; the least recently used
+	// session is forgotten beyond it (max_sessions, default 65536).
+	MaxSessions int `mapstructure:"max_sessions"`
+	// IdleTimeout forgets a session not seen for this long, measured in
+	// request time (req.Arrival) (idle_timeout, default "30m"; 0 disables).
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// VirtualNodes is the number of ring points per endpoint
+	// (virtual_nodes, default 100).
+	VirtualNodes int `mapstructure:"virtual_nodes"`
+	// Shards is the number of independently locked table shards; a power
+	// of two (shards, default 16).
+	Shards int `mapstructure:"shards"`
+}
+
+// DefaultSessionConfig returns the defaults: c = 1.25, 65536 sessions,
+// 30 minutes idle timeout, 100 virtual nodes, 16 shards.
+func DefaultSessionConfig() SessionConfig {
+	return SessionConfig{LoadFactor: 1.25, MaxSessions: 1 << 16, IdleTimeout: 30 * time.Minute, VirtualNodes: 100, Shards: 16}
+}
+
+// Validate checks the config; errors name the field.
+func (c SessionConfig) Validate() error {
+	switch {
+	case !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0):
+		return fmt.Errorf("session.load_factor: must be a finite number ≥ 1, got %v", c.LoadFactor)
+	case c.MaxSessions <= 0 || c.MaxSessions > 1<<28:
+		return fmt.Errorf("session.max_sessions: must be in 1…2^28, got %d", c.MaxSessions)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("session.idle_timeout: must be ≥ 0, got %v", c.IdleTimeout)
+	case c.VirtualNodes <= 0 || c.VirtualNodes > 4096:
+		return fmt.Errorf("session.virtual_nodes: must be in 1…4096, got %d", c.VirtualNodes)
+	case c.Shards <= 0 || c.Shards > 1024 || c.Shards&(c.Shards-1) != 0:
+		return fmt.Errorf("session.shards: must be a power of two in 1…1024, got %d", c.Shards)
+	}
+	return nil
+}
+
+// Session is an affinity scorer for sticky sessions (req.SessionID, taken
+// by the proxy from the x-session-id header or the body's session_id /
+// user field).
+//
+// Assignment: the first time a session is seen it is assigned an endpoint
+// by consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
+// 2018): walk the hash ring clockwise from the session's hash and take the
+// first candidate endpoint holding fewer than ⌈c × (m+1) / n⌉ sessions, for
+// m sessions assigned and n endpoints in the pool (if every candidate is at
+// the bound, the first candidate on the ring). The assignment is kept in a
+// bounded table and reused for the session's later requests, so an endpoint
+// joining the pool moves no session and an endpoint leaving moves only its
+// own sessions (to their next ring endpoint). The bound holds at
+// assignment; sessions are never moved to rebalance.
+//
+// Formula: score = 1 for the session's endpoint, 0 for every other
+// candidate.
+// Neutral rule: a request without a session id scores 0 on every candidate
+// (a constant, so it does not change the ranking); so does a session whose
+// endpoint is not among the candidates (filtered out for this request).
+//
+// Memory: at most MaxSessions sessions (LRU per shard, MaxSessions/Shards
+// each) and a session idle for IdleTimeout of request time is forgotten.
+// Score allocates only when it records a new session.
+type Session struct {
+	cfg       SessionConfig
+	shardMask uint64
+	perShard  int
+	idle      int64 // nanoseconds, 0: never
+	shards    []sessionShard
+
+	poolMu sync.Mutex // serialises PoolChanged
+	// ring is read under any one shard lock and replaced with all shard
+	// locks held, so a shard operation sees one consistent ring.
+	ring *sessionRing
+}
+
+// sessionRing is the consistent-hash ring of one pool, with the number of
+// sessions each endpoint holds.
+type sessionRing struct {
+	points []ringPoint // sorted by hash
+	addrs  []string    // by endpoint index
+	byAddr map[string]uint32
+	loads  []atomic.Int64 // sessions per endpoint index
+	total  atomic.Int64
+}
+
+type ringPoint struct {
+	hash uint64
+	ep   uint32
+}
+
+const noEndpoint = ^uint32(0)
+
+type sessionShard struct {
+	mu         sync.Mutex
+	m          map[string]uint32 // session id → entry
+	ents       []sessionEntry
+	head, tail uint32 // LRU: head most recent
+	free       uint32 // free entries, linked through next
+
+	_ [64]byte
+}
+
+type sessionEntry struct {
+	key        string
+	last       int64 // request time of the last use, Unix ns (0: unknown)
+	ep         uint32
+	prev, next uint32
+}
+
+// NewSession builds a session scorer named name.
+func NewSession(name string, cfg SessionConfig, _ Deps) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("scorer %q: %w", name, err)
+	}
+	s := &Session{
+		cfg:       cfg,
+		shardMask: uint64(cfg.Shards - 1),
+		perShard:  max(1, (cfg.MaxSessions+cfg.Shards-1)/cfg.Shards),
+		idle:      int64(cfg.IdleTimeout),
+		shards:    make([]sessionShard, cfg.Shards),
+		ring:      &sessionRing{byAddr: map[string]uint32{}},
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.m = map[string]uint32{}
+		sh.head, sh.tail, sh.free = nilIdx, nilIdx, nilIdx
+	}
+	return s, nil
+}
+
+// Category implements scheduler.Scorer: affinity.
+func (*Session) Category() scheduler.Category { return scheduler.CategoryAffinity }
+
+type sessionScratch struct {
+	cand []bool // by ring endpoint index: is it a candidate
+}
+
+// Score implements scheduler.Scorer.
+func (s *Session) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	clear(out)
+	if req.SessionID == "" {
+		return
+	}
+	var now int64
+	if !req.Arrival.IsZero() {
+		now = req.Arrival.UnixNano()
+	}
+	h := xxhash.Sum64String(req.SessionID)
+	sh := &s.shards[h&s.shardMask]
+	sh.mu.Lock()
+	r := s.ring
+	ep := noEndpoint
+	if idx, ok := sh.m[req.SessionID]; ok {
+		e := &sh.ents[idx]
+		if s.expired(e.last, now) {
+			sh.drop(r, idx)
+		} else {
+			ep = e.ep
+			e.last = max(e.last, now)
+			sh.touch(idx)
+		}
+	}
+	// Forget a couple of idle sessions from the cold end, so expiry costs
+	// O(1) per request and needs no sweeper goroutine.
+	for range 2 {
+		if sh.tail == nilIdx || !s.expired(sh.ents[sh.tail].last, now) {
+			break
+		}
+		sh.drop(r, sh.tail)
+	}
+	if ep == noEndpoint && len(r.addrs) > 0 {
+		ep = s.assign(cs, r, h, eps)
+		if ep != noEndpoint {
+			sh.add(r, strings.Clone(req.SessionID), ep, now, s.perShard)
+		}
+	}
+	sh.mu.Unlock()
+	if ep == noEndpoint {
+		return
+	}
+	addr := r.addrs[ep]
+	for i, e := range eps {
+		if e.Address == addr {
+			out[i] = 1
+		}
+	}
+}
+
+func (s *Session) expired(last, now int64) bool {
+	return s.idle > 0 && last != 0 && now != 0 && now-last > s.idle
+}
+
+// assign picks the endpoint for a new session (consistent hashing with
+// bounded loads, restricted to candidates). Caller holds a shard lock.
+func (s *Session) assign(cs *scheduler.CycleState, r *sessionRing, h uint64, eps []*scheduler.Endpoint) uint32 {
+	slot := cs.Slot()
+	sc, _ := (*slot).(*sessionScratch)
+	if sc == nil {
+		sc = &sessionScratch{}
+		*slot = sc
+	}
+	if cap(sc.cand) < len(r.addrs) {
+		sc.cand = make([]bool, len(r.addrs))
+	}
+	cand := sc.cand[:len(r.addrs)]
+	clear(cand)
+	nCand := 0
+	for _, e := range eps {
+		if i, ok := r.byAddr[e.Address]; ok && !cand[i] {
+			cand[i] = true
+			nCand++
+		}
+	}
+	if nCand == 0 {
+		return noEndpoint
+	}
+	m := r.total.Load() + 1
+	bound := int64(math.Ceil(s.cfg.LoadFactor * float64(m) / float64(len(r.addrs))))
+	first := noEndpoint
+	start, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int {
+		switch {
+		case p.hash < h:
+			return -1
+		case p.hash > h:
+			return 1
+		}
+		return 0
+	})
+	for k := range r.points {
+		p := r.points[(start+k)%len(r.points)]
+		if !cand[p.ep] {
+			continue
+		}
+		if first == noEndpoint {
+			first = p.ep
+		}
+		if r.loads[p.ep].Load() < bound {
+			return p.ep
+		}
+	}
+	return first
+}
+
+// add records a new session on ep, evicting the shard's least recently used
+// session when the shard is full. Caller holds sh.mu.
+func (sh *sessionShard) add(r *sessionRing, key string, ep uint32, now int64, limit int) {
+	if len(sh.m) >= limit && sh.tail != nilIdx {
+		sh.drop(r, sh.tail)
+	}
+	var idx uint32
+	if sh.free != nilIdx {
+		idx = sh.free
+		sh.free = sh.ents[idx].next
+	} else {
+		idx = uint32(len(sh.ents))
+		sh.ents = append(sh.ents, sessionEntry{})
+	}
+	sh.ents[idx] = sessionEntry{key: key, last: now, ep: ep}
+	sh.m[key] = idx
+	sh.linkFront(idx)
+	r.loads[ep].Add(1)
+	r.total.Add(1)
+}
+
+// drop forgets entry idx. Caller holds sh.mu.
+func (sh *sessionShard) drop(r *sessionRing, idx uint32) {
+	e := &sh.ents[idx]
+	delete(sh.m, e.key)
+	sh.unlink(idx)
+	if int(e.ep) < len(r.loads) {
+		r.loads[e.ep].Add(-1)
+		r.total.Add(-1)
+	}
+	*e = sessionEntry{next: sh.free}
+	sh.free = idx
+}
+
+func (sh *sessionShard) linkFront(idx uint32) {
+	e := &sh.ents[idx]
+	e.prev, e.next = nilIdx, sh.head
+	if sh.head != nilIdx {
+		sh.ents[sh.head].prev = idx
+	} else {
+		sh.tail = idx
+	}
+	sh.head = idx
+}
+
+func (sh *sessionShard) unlink(idx uint32) {
+	e := &sh.ents[idx]
+	if e.prev != nilIdx {
+		sh.ents[e.prev].next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next != nilIdx {
+		sh.ents[e.next].prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+}
+
+func (sh *sessionShard) touch(idx uint32) {
+	if sh.head == idx {
+		return
+	}
+	sh.unlink(idx)
+	sh.linkFront(idx)
+}
+
+// PoolChanged implements scheduler.PoolObserver. When the set of addresses
+// changed it rebuilds the ring, moves the remaining sessions to the new
+// endpoint numbering and forgets the sessions of endpoints that left (their
+// next request is assigned anew). A pool with the same addresses (a metrics
+// refresh) costs one pass over the addresses.
+func (s *Session) PoolChanged(eps []*scheduler.Endpoint) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	old := s.ring // only PoolChanged writes it, and poolMu is held
+	if sameAddrs(old, eps) {
+		return
+	}
+	r := &sessionRing{byAddr: make(map[string]uint32, len(eps))}
+	for _, e := range eps {
+		if _, ok := r.byAddr[e.Address]; ok {
+			continue
+		}
+		r.byAddr[e.Address] = uint32(len(r.addrs))
+		r.addrs = append(r.addrs, e.Address)
+	}
+	r.loads = make([]atomic.Int64, len(r.addrs))
+	r.points = make([]ringPoint, 0, len(r.addrs)*s.cfg.VirtualNodes)
+	for i, a := range r.addrs {
+		for v := range s.cfg.VirtualNodes {
+			r.points = append(r.points, ringPoint{hash: xxhash.Sum64String(a + "#" + strconv.Itoa(v)), ep: uint32(i)})
+		}
+	}
+	slices.SortFunc(r.points, func(a, b ringPoint) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		return int(a.ep) - int(b.ep)
+	})
+
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		for idx := sh.head; idx != nilIdx; {
+			e := &sh.ents[idx]
+			next := e.next
+			if ni, ok := r.byAddr[old.addrs[e.ep]]; ok {
+				e.ep = ni
+				r.loads[ni].Add(1)
+				r.total.Add(1)
+			} else {
+				e.ep = noEndpoint // not counted in r's loads
+				sh.drop(r, idx)
+			}
+			idx = next
+		}
+	}
+	s.ring = r
+	for i := range s.shards {
+		s.shards[i].mu.Unlock()
+	}
+}
+
+func sameAddrs(r *sessionRing, eps []*scheduler.Endpoint) bool {
+	n := 0
+	for _, e := range eps {
+		if _, ok := r.byAddr[e.Address]; !ok {
+			return false
+		}
+		n++
+	}
+	// Duplicate addresses in eps would make n overcount; they map to one
+	// ring endpoint, so compare distinct counts only when sizes differ.
+	if n == len(r.addrs) {
+		return true
+	}
+	seen := make(map[string]struct{}, len(eps))
+	for _, e := range eps {
+		seen[e.Address] = struct{}{}
+	}
+	return len(seen) == len(r.addrs)
+}
+
+// Sessions returns the number of sessions in the table and the largest
+// number held by one endpoint.
+func (s *Session) Sessions() (total, maxLoad int) {
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+	}
+	r := s.ring
+	for i := range s.shards {
+		total += len(s.shards[i].m)
+	}
+	for i := range r.loads {
+		maxLoad = max(maxLoad, int(r.loads[i].Load()))
+	}
+	for i := range s.shards {
+		s.shards[i].mu.Unlock()
+	}
+	return total, maxLoad
+}
