@@ -1,0 +1,85 @@
+package detector
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Combine rules: how the request-load CV and the KV-utilisation CV become
+// one raw signal.
+const (
+	// CombineMax takes the larger of the two: either kind of imbalance
+	// counts (default).
+	CombineMax = "max"
+	// CombineMin takes the smaller: both must be imbalanced.
+	CombineMin = "min"
+	// CombineWeighted takes (1 − kv_weight)·request + kv_weight·kv.
+	CombineWeighted = "weighted"
+)
+
+// Config is the detector's part of the profile's adaptive section
+// (YAML: adaptive.detector.*). Every field has a default in DefaultConfig;
+// docs/adaptive.md tabulates them.
+type Config struct {
+	// Interval is how often Run takes a step. Default 50ms, the fleet's
+	// scrape interval: stepping faster only re-reads the same metrics.
+	Interval time.Duration `mapstructure:"interval"`
+	// MinEndpoints is the fewest fresh endpoints that make a signal; with
+	// fewer the signal is held at 0 (gate "too_few_endpoints"). Default 2,
+	// the least for which imbalance means anything. Must be ≥ 2.
+	MinEndpoints int `mapstructure:"min_endpoints"`
+	// MinLoad is the least total load (Σ running + waiting [+ in-flight],
+	// capacity-divided, over fresh endpoints) that makes a signal; below it
+	// the signal is held at 0 (gate "low_load"): a nearly idle pool gains
+	// nothing from spreading. Default 5. Must be ≥ 0.
+	MinLoad float64 `mapstructure:"min_load"`
+	// IncludeInFlight adds the router-local in-flight count
+	// (Endpoint.InFlight) to each endpoint's load. It is fresher than the
+	// scrape but counts requests the server also reports, and only this
+	// replica's. Default false.
+	IncludeInFlight bool `mapstructure:"include_inflight"`
+	// Combine is "max" (default), "min" or "weighted".
+	Combine string `mapstructure:"combine"`
+	// KVWeight is the KV share of the weighted rule, in [0,1]. Default 0.5.
+	// Ignored by min and max.
+	KVWeight float64 `mapstructure:"kv_weight"`
+	// Smoothing is the EWMA factor α per step, in (0,1]:
+	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default
+	// 0.2: at 50 ms steps a half-life of ln 2 / −ln 0.8 ≈ 3.1 steps
+	// (155 ms), 95 % of a step change after 14 steps (0.7 s).
+	Smoothing float64 `mapstructure:"smoothing"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Interval:     50 * time.Millisecond,
+		MinEndpoints: 2,
+		MinLoad:      5,
+		Combine:      CombineMax,
+		KVWeight:     0.5,
+		Smoothing:    0.2,
+	}
+}
+
+// Validate checks the config. Errors name the field by its YAML path,
+// e.g. "adaptive.detector.smoothing: must be in (0,1], got 0".
+func (c Config) Validate() error {
+	const p = "adaptive.detector."
+	switch {
+	case c.Interval <= 0:
+		return fmt.Errorf(p+"interval: must be > 0, got %v", c.Interval)
+	case c.MinEndpoints < 2:
+		return fmt.Errorf(p+"min_endpoints: must be ≥ 2, got %d", c.MinEndpoints)
+	case !(c.MinLoad >= 0) || math.IsInf(c.MinLoad, 0):
+		return fmt.Errorf(p+"min_load: must be a finite number ≥ 0, got %v", c.MinLoad)
+	case c.Combine != CombineMax && c.Combine != CombineMin && c.Combine != CombineWeighted:
+		return fmt.Errorf(p+"combine: must be %q, %q or %q, got %q", CombineMax, CombineMin, CombineWeighted, c.Combine)
+	case !(c.KVWeight >= 0 && c.KVWeight <= 1):
+		return fmt.Errorf(p+"kv_weight: must be in [0,1], got %v", c.KVWeight)
+	case !(c.Smoothing > 0 && c.Smoothing <= 1):
+		return fmt.Errorf(p+"smoothing: must be in (0,1], got %v", c.Smoothing)
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+package detector
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gonum.org/v1/gonum/stat"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Gate is the reason a signal was held at 0; "" when it was not.
+type Gate string
+
+// Gates, in the order they are checked.
+const (
+	GateNone Gate = ""
+	// GateTooFewEndpoints: fewer than Config.MinEndpoints fresh endpoints.
+	GateTooFewEndpoints Gate = "too_few_endpoints"
+	// GateLowLoad: total load below Config.MinLoad.
+	GateLowLoad Gate = "low_load"
+	// GateZeroMean: the mean load is (numerically) zero, so the CV is
+	// undefined. Only reachable with min_load 0.
+	GateZeroMean Gate = "zero_mean"
+)
+
+// zeroMean is the mean load below which the CV is treated as undefined.
+const zeroMean = 1e-9
+
+// Signal is one detector output with every number it was computed from.
+// The zero value is a valid "no imbalance" signal.
+type Signal struct {
+	// At is the step's time (the now passed to Step).
+	At time.Time
+	// Value is what the configurator consumes, in [0,1]: Smoothed, or
+	// exactly 0 when Gate is set.
+	Value float64
+	// RequestCV is the normalised CV of per-endpoint load
+	// ((running + waiting [+ in-flight]) / capacity), in [0,1]. 0 when gated.
+	RequestCV float64
+	// KVCV is the normalised CV of per-endpoint KV utilisation, in [0,1];
+	// 0 when gated or when KVUsed is false.
+	KVCV float64
+	// KVUsed is false when every fresh endpoint reports zero KV
+	// utilisation (the server does not export it, or the pool is empty of
+	// sequences); Raw is then RequestCV alone, whatever the rule.
+	KVUsed bool
+	// Raw is RequestCV and KVCV combined by Config.Combine, in [0,1];
+	// 0 when gated.
+	Raw float64
+	// Smoothed is the EWMA after this step: α·Raw + (1−α)·previous. While
+	// gated Raw is 0, so Smoothed decays towards 0.
+	Smoothed float64
+	// Pressure is Σ waiting / Σ (running + waiting) over the fresh
+	// endpoints (raw counts, not capacity-divided), in [0,1]; 0 when
+	// nothing runs or waits. Reported even when gated.
+	Pressure float64
+	// Endpoints is the number of fresh endpoints used.
+	Endpoints int
+	// TotalLoad is Σ load_i over the fresh endpoints.
+	TotalLoad float64
+	// Gate says why Value was held at 0 ("" when it was not).
+	Gate Gate
+}
+
+// Deps are the detector's collaborators. All are optional for Step; Run
+// needs Source.
+type Deps struct {
+	// Clock drives Run's ticker; nil means clock.RealClock{}.
+	Clock clock.WithTicker
+	// Source returns the endpoints to measure on each tick of Run, e.g.
+	// func() []*scheduler.Endpoint { return sched.Pool().Pointers() } (the
+	// installed pool has in-flight counters attached). The detector only
+	// reads the slice during the step and never retains it.
+	Source func() []*scheduler.Endpoint
+	// Signals receives every signal Run computes, in order; Run blocks on
+	// the send until it is taken or ctx is done. Nil: signals are only
+	// kept for Last and the metrics.
+	Signals chan<- Signal
+	// Registerer receives the detector's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger receives Run's start message; nil discards.
+	Logger *slog.Logger
+}
+
+// Detector turns endpoint views into imbalance signals. See the package
+// documentation for the maths and the concurrency model.
+type Detector struct {
+	cfg  Config
+	deps Deps
+	m    *metrics
+
+	// Step state: the EWMA and scratch buffers reused across steps.
+	smoothed  float64
+	loads, kv []float64
+
+	mu   sync.Mutex // guards last
+	last Signal
+}
+
+// New returns a detector with an EWMA state of 0. It fails if cfg is
+// invalid.
+func New(cfg Config, deps Deps) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Detector{cfg: cfg, deps: deps, m: newMetrics(deps.Registerer)}, nil
+}
+
+// Config returns the detector's configuration.
+func (d *Detector) Config() Config { return d.cfg }
+
+// Last returns the signal of the latest Step (the zero Signal before the
+// first). Safe for concurrent use.
+func (d *Detector) Last() Signal {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last
+}
+
+// Step measures eps at now and returns the signal. Endpoints that are nil
+// or not StateFresh are left out. Negative, NaN or infinite counts are read
+// as 0 and KV utilisation is clamped to [0,1], so a misbehaving server
+// cannot produce a signal outside [0,1].
+//
+// Step is deterministic: two detectors with the same Config fed the same
+// sequence of (now, eps) return the same sequence of signals. now is only
+// recorded in Signal.At; the EWMA advances once per call, whatever the
+// time between calls. Step does not allocate once its buffers have grown
+// to the pool size. It is not safe for concurrent use.
+func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
+	d.loads, d.kv = d.loads[:0], d.kv[:0]
+	var total, waiting, busy, kvSum float64
+	for _, e := range eps {
+		if e == nil || e.State != scheduler.StateFresh {
+			continue
+		}
+		r, w := count(e.Running), count(e.Waiting)
+		l := r + w
+		if d.cfg.IncludeInFlight {
+			l += float64(max(e.InFlight(), 0))
+		}
+		l /= e.CapacityOrOne()
+		if math.IsInf(l, 0) || math.IsNaN(l) { // capacity NaN/Inf guard
+			l = 0
+		}
+		kv := clamp01(e.KVUtil)
+		d.loads = append(d.loads, l)
+		d.kv = append(d.kv, kv)
+		total += l
+		kvSum += kv
+		waiting += w
+		busy += r + w
+	}
+	sig := Signal{At: now, Endpoints: len(d.loads), TotalLoad: total}
+	if busy > 0 {
+		sig.Pressure = waiting / busy
+	}
+	switch {
+	case sig.Endpoints < d.cfg.MinEndpoints:
+		sig.Gate = GateTooFewEndpoints
+	case total < d.cfg.MinLoad:
+		sig.Gate = GateLowLoad
+	case total/float64(sig.Endpoints) <= zeroMean:
+		sig.Gate = GateZeroMean
+	}
+	if sig.Gate == GateNone {
+		sig.RequestCV = NormalisedCV(d.loads)
+		sig.KVUsed = kvSum/float64(sig.Endpoints) > zeroMean
+		sig.Raw = sig.RequestCV
+		if sig.KVUsed {
+			sig.KVCV = NormalisedCV(d.kv)
+			switch d.cfg.Combine {
+			case CombineMax:
+				sig.Raw = max(sig.RequestCV, sig.KVCV)
+			case CombineMin:
+				sig.Raw = min(sig.RequestCV, sig.KVCV)
+			case CombineWeighted:
+				sig.Raw = (1-d.cfg.KVWeight)*sig.RequestCV + d.cfg.KVWeight*sig.KVCV
+			}
+		}
+	}
+	a := d.cfg.Smoothing
+	d.smoothed = clamp01(a*sig.Raw + (1-a)*d.smoothed)
+	sig.Smoothed = d.smoothed
+	if sig.Gate == GateNone {
+		sig.Value = sig.Smoothed
+	}
+	d.mu.Lock()
+	d.last = sig
+	d.mu.Unlock()
+	d.m.observe(&sig)
+	return sig
+}
+
+// NormalisedCV returns CV / sqrt(N − 1) of the non-negative values x,
+// clamped to [0,1], where CV = σ/μ with σ the population standard
+// deviation. It returns 0 when N < 2 or μ ≤ 1e-9.
+//
+// Why the population deviation makes the range exactly [0,1] for every N:
+// let μ = Σx/N > 0 and p_i = x_i/(Nμ) the shares (p_i ≥ 0, Σp_i = 1). The
+// population variance is σ² = Σx_i²/N − μ², so
+//
+//	CV² = σ²/μ² = N·Σp_i² − 1.
+//
+// Since 0 ≤ p_i ≤ 1, p_i² ≤ p_i and Σp_i² ≤ Σp_i = 1, with equality iff
+// one p_i is 1 and the others 0 (all load on one endpoint): then
+// CV² = N − 1 and CV/sqrt(N−1) = 1. By Cauchy–Schwarz Σp_i² ≥ (Σp_i)²/N =
+// 1/N, with equality iff all p_i = 1/N (even load): then CV = 0. With the
+// sample deviation (divide by N − 1) the maximum would be sqrt(N) instead,
+// and the normalisation would not hit 1. The result depends only on the
+// shares, so scaling every value by c > 0 does not change it.
+//
+// In between, r² = (N/N_eff − 1)/(N − 1) with N_eff = 1/Σp_i² the
+// effective number of endpoints carrying the load; e.g. k endpoints sharing
+// all load evenly give r = sqrt((N/k − 1)/(N − 1)).
+func NormalisedCV(x []float64) float64 {
+	n := len(x)
+	if n < 2 {
+		return 0
+	}
+	mean, std := stat.PopMeanStdDev(x, nil)
+	if !(mean > zeroMean) {
+		return 0
+	}
+	return clamp01(std / mean / math.Sqrt(float64(n-1)))
+}
+
+// Run steps the detector every Config.Interval on Deps.Clock until ctx is
+// done, reading endpoints from Deps.Source and sending each signal on
+// Deps.Signals. It returns nil when ctx is done, or an error at once if
+// Deps.Source is nil. Run must not be called twice concurrently.
+func (d *Detector) Run(ctx context.Context) error {
+	if d.deps.Source == nil {
+		return errors.New("detector: Run needs Deps.Source")
+	}
+	t := d.deps.Clock.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	d.deps.Logger.Info("detector started", "interval", d.cfg.Interval, "combine", d.cfg.Combine,
+		"min_endpoints", d.cfg.MinEndpoints, "min_load", d.cfg.MinLoad, "smoothing", d.cfg.Smoothing)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C():
+			sig := d.Step(now, d.deps.Source())
+			if d.deps.Signals == nil {
+				continue
+			}
+			select {
+			case d.deps.Signals <- sig:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// count reads a scraped count: NaN, infinite or negative values become 0.
+func count(v float64) float64 {
+	if !(v >= 0) || math.IsInf(v, 1) {
+		return 0
+	}
+	return v
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case !(v >= 0): // also NaN
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}
