@@ -1,0 +1,582 @@
+// Package engine models one vLLM-like inference server on virtual time:
+// a paged KV cache of fixed-size blocks with automatic prefix caching
+// (blocks stay reusable after their sequence finishes until LRU eviction),
+// continuous batching with a sequence limit and a per-step token budget
+// (chunked prefill), a FIFO waiting queue, and preemption by recompute
+// when the KV cache runs out.
+//
+// The engine is a passive state machine: the caller adds sequences, starts
+// a step (which fixes the batch and returns its duration) and finishes it
+// at the virtual time the step ends. It never reads a clock, so the
+// simulator drives it on virtual time and the fake server on a scaled wall
+// clock. An Engine is not safe for concurrent use.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// EventKind says what happened to a sequence at the end of a step.
+type EventKind uint8
+
+const (
+	// EventFirstToken: the sequence produced its first output token.
+	EventFirstToken EventKind = iota
+	// EventToken: the sequence produced a further output token (only when
+	// the engine was built WithTokenEvents).
+	EventToken
+	// EventFinished: the sequence produced its last token and left the
+	// engine; its blocks are released (hashed ones stay cached).
+	EventFinished
+)
+
+// Event is one thing that happened at the end of a step.
+type Event struct {
+	Kind EventKind
+	Seq  *Seq
+}
+
+// ErrTooLong is returned by Add for a sequence that can never fit in the
+// KV cache (prompt + output blocks > num_blocks).
+var ErrTooLong = errors.New("engine: sequence longer than the KV cache")
+
+type seqState uint8
+
+const (
+	stateNew seqState = iota
+	stateWaiting
+	stateRunning
+	stateDone
+)
+
+// Seq is one request inside the engine. The caller fills the exported
+// input fields, keeps the Seq alive until it finished or was aborted, and
+// reads the result fields after the corresponding events. A Seq may be
+// reused after Reset.
+type Seq struct {
+	// ID is the caller's identifier; the engine does not interpret it.
+	ID uint64
+	// Hashes are the chained hashes of the sequence's full BlockSize-token
+	// blocks, prompt first, optionally followed by the blocks of the
+	// output the sequence will generate (so a later turn that repeats the
+	// answer hits the cache). Block i is cached under Hashes[i] once
+	// computed. Read-only while the sequence is in the engine.
+	Hashes []uint64
+	// PromptTokens ≥ 1 and OutputTokens ≥ 1 are the request's lengths.
+	PromptTokens, OutputTokens int
+	// Data is free for the caller.
+	Data any
+
+	// Generated is the number of output tokens produced so far.
+	Generated int
+	// CachedTokens is the number of prompt tokens found in the prefix
+	// cache when the sequence was first admitted.
+	CachedTokens int
+	// Preemptions counts how often the sequence was preempted.
+	Preemptions int
+	// FirstTokenAt and FinishedAt are the virtual times of the events.
+	FirstTokenAt, FinishedAt time.Duration
+
+	state    seqState
+	admitted bool
+	computed int     // tokens whose KV is computed
+	hashed   int     // leading blocks already registered in the cache
+	blocks   []int32 // block table
+}
+
+// Reset clears the sequence for reuse, keeping its buffers.
+func (s *Seq) Reset() {
+	blocks := s.blocks[:0]
+	*s = Seq{Hashes: s.Hashes[:0], blocks: blocks}
+}
+
+// Active reports whether the sequence is waiting or running in an engine.
+func (s *Seq) Active() bool { return s.state == stateWaiting || s.state == stateRunning }
+
+func (s *Seq) tokens() int { return s.PromptTokens + s.Generated }
+
+type block struct {
+	hash       uint64
+	hasHash    bool
+	ref        int32
+	prev, next int32 // free-list links, -1 terminated
+}
+
+type scheduled struct {
+	s *Seq
+	n int
+}
+
+// Stats is the engine's observable state and its cumulative counters.
+type Stats struct {
+	// Waiting and Running are the current queue and batch sizes.
+	Waiting, Running int
+	// KVUtil is the fraction of blocks in use by sequences, in [0,1]
+	// (cached blocks nobody uses count as free, as in vLLM).
+	KVUtil float64
+	// BlockSize and NumBlocks echo the cache configuration.
+	BlockSize, NumBlocks int
+	// PrefixQueries and PrefixHits are prompt tokens looked up in and
+	// found in the prefix cache, at first admission.
+	PrefixQueries, PrefixHits int64
+	// PromptTokens and GenerationTokens are tokens processed (prefill,
+	// including recompute) and produced.
+	PromptTokens, GenerationTokens int64
+	// Preemptions and Finished count those events.
+	Preemptions, Finished int64
+	// Steps counts finished steps; BusyTime sums their durations.
+	Steps    int64
+	BusyTime time.Duration
+}
+
+// Engine is one simulated server.
+type Engine struct {
+	cfg         Config
+	tokenEvents bool
+
+	blocks             []block
+	freeHead, freeTail int32
+	free               int
+	cache              map[uint64]int32
+
+	waiting deque
+	running []*Seq
+	batch   []scheduled
+	busy    bool
+	stepDur time.Duration
+
+	st Stats
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithTokenEvents makes FinishStep report every output token, for
+// streaming servers. Off by default (the simulator only needs the first
+// and the last).
+func WithTokenEvents() Option { return func(e *Engine) { e.tokenEvents = true } }
+
+// New builds an idle engine with an empty cache.
+func New(cfg Config, opts ...Option) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:    cfg,
+		blocks: make([]block, cfg.NumBlocks),
+		cache:  make(map[uint64]int32, cfg.NumBlocks),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	// All blocks start on the free list, in index order.
+	for i := range e.blocks {
+		e.blocks[i].prev = int32(i - 1)
+		e.blocks[i].next = int32(i + 1)
+	}
+	e.blocks[len(e.blocks)-1].next = -1
+	e.freeHead, e.freeTail, e.free = 0, int32(len(e.blocks)-1), len(e.blocks)
+	e.st.BlockSize, e.st.NumBlocks = cfg.BlockSize, cfg.NumBlocks
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Busy reports whether a step is in progress (between StartStep and
+// FinishStep).
+func (e *Engine) Busy() bool { return e.busy }
+
+// Idle reports whether the engine has nothing to do.
+func (e *Engine) Idle() bool { return len(e.running) == 0 && e.waiting.len() == 0 }
+
+// Stats returns the current state and counters.
+func (e *Engine) Stats() Stats {
+	st := e.st
+	st.Waiting, st.Running = e.waiting.len(), len(e.running)
+	st.KVUtil = float64(e.cfg.NumBlocks-e.free) / float64(e.cfg.NumBlocks)
+	return st
+}
+
+// Add queues s at the tail of the waiting queue. It fails for a sequence
+// without prompt or output tokens, one already in an engine, and one that
+// could never fit in the KV cache (ErrTooLong).
+func (e *Engine) Add(s *Seq) error {
+	if s.PromptTokens < 1 || s.OutputTokens < 1 {
+		return fmt.Errorf("engine: sequence %d: prompt %d and output %d tokens, want ≥ 1", s.ID, s.PromptTokens, s.OutputTokens)
+	}
+	if s.state == stateWaiting || s.state == stateRunning {
+		return fmt.Errorf("engine: sequence %d already queued", s.ID)
+	}
+	if need := ceilDiv(s.PromptTokens+s.OutputTokens, e.cfg.BlockSize); need > e.cfg.NumBlocks {
+		return fmt.Errorf("sequence %d needs %d blocks of %d: %w", s.ID, need, e.cfg.NumBlocks, ErrTooLong)
+	}
+	s.state = stateWaiting
+	e.waiting.pushBack(s)
+	return nil
+}
+
+// Abort removes s from the engine (a client gave up) and releases its
+// blocks. If s is part of the step in progress, that step ignores it.
+// Aborting a sequence that is not in the engine does nothing.
+func (e *Engine) Abort(s *Seq) {
+	switch s.state {
+	case stateWaiting:
+		e.waiting.remove(s)
+		e.releaseBlocks(s)
+	case stateRunning:
+		for i, r := range e.running {
+			if r == s {
+				e.running = append(e.running[:i], e.running[i+1:]...)
+				break
+			}
+		}
+		e.releaseBlocks(s)
+	default:
+		return
+	}
+	s.state = stateDone
+}
+
+// StartStep forms the next batch — running sequences first, in admission
+// order, each taking its next chunk (a decode is one token), then waiting
+// sequences in FIFO order while the sequence limit, the token budget and
+// the KV cache allow — and returns the step's duration. When a running
+// sequence cannot get a block, the most recently admitted running
+// sequence is preempted (recompute: its blocks are released and it goes
+// back to the head of the queue), and no new sequence is admitted in that
+// step. ok is false when there is nothing to run; the engine then stays
+// idle. StartStep panics if a step is already in progress.
+func (e *Engine) StartStep() (d time.Duration, ok bool) {
+	if e.busy {
+		panic("engine: StartStep during a step")
+	}
+	budget := e.cfg.MaxBatchedTokens
+	e.batch = e.batch[:0]
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := min(s.tokens()-s.computed, budget)
+		for !e.ensure(s, s.computed+n) {
+			victim := e.running[len(e.running)-1]
+			e.preempt(victim)
+			preempted = true
+			if victim == s {
+				s = nil
+				break
+			}
+		}
+		if s == nil {
+			break
+		}
+		e.batch = append(e.batch, scheduled{s, n})
+		budget -= n
+	}
+	for !preempted && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.len() > 0 {
+		s := e.waiting.front()
+		if s.computed == 0 && len(s.blocks) == 0 {
+			e.lookup(s)
+		}
+		n := min(s.tokens()-s.computed, budget)
+		if !e.ensure(s, s.computed+n) {
+			// Not enough KV for even this chunk: leave it at the head.
+			e.releaseBlocks(s)
+			break
+		}
+		if !s.admitted {
+			s.admitted = true
+			e.st.PrefixQueries += int64(s.PromptTokens)
+			e.st.PrefixHits += int64(s.CachedTokens)
+		}
+		e.waiting.popFront()
+		s.state = stateRunning
+		e.running = append(e.running, s)
+		e.batch = append(e.batch, scheduled{s, n})
+		budget -= n
+	}
+	if len(e.batch) == 0 {
+		return 0, false
+	}
+	var prefill, decodes, ctx int
+	for _, b := range e.batch {
+		if b.n == 1 && b.s.Generated > 0 {
+			decodes++
+			ctx += b.s.computed
+		} else {
+			prefill += b.n
+		}
+	}
+	d = e.cfg.StepFixed +
+		time.Duration(prefill)*e.cfg.StepPerPrefillToken +
+		time.Duration(decodes)*e.cfg.StepPerDecodeSeq +
+		time.Duration(ctx)*e.cfg.StepPerContextToken
+	e.st.PromptTokens += int64(prefill)
+	e.busy, e.stepDur = true, d
+	return d, true
+}
+
+// FinishStep applies the step in progress at virtual time now: computed
+// tokens are recorded, newly full blocks enter the prefix cache, and
+// sequences that completed a chunk produce a token. emit is called for
+// every event, in batch order; it must not call back into the engine.
+func (e *Engine) FinishStep(now time.Duration, emit func(Event)) {
+	if !e.busy {
+		panic("engine: FinishStep without a step")
+	}
+	e.busy = false
+	e.st.Steps++
+	e.st.BusyTime += e.stepDur
+	finished := 0
+	for _, b := range e.batch {
+		s := b.s
+		if s.state != stateRunning {
+			continue // aborted or preempted during the step
+		}
+		s.computed += b.n
+		e.register(s)
+		if s.computed < s.tokens() {
+			continue // a prefill chunk that did not reach the end
+		}
+		s.Generated++
+		e.st.GenerationTokens++
+		switch {
+		case s.Generated == 1:
+			s.FirstTokenAt = now
+			emit(Event{EventFirstToken, s})
+		case e.tokenEvents && s.Generated < s.OutputTokens:
+			emit(Event{EventToken, s})
+		}
+		if s.Generated >= s.OutputTokens {
+			s.FinishedAt = now
+			s.state = stateDone
+			e.releaseBlocks(s)
+			e.st.Finished++
+			finished++
+			emit(Event{EventFinished, s})
+		}
+	}
+	if finished > 0 {
+		j := 0
+		for _, s := range e.running {
+			if s.state == stateRunning {
+				e.running[j] = s
+				j++
+			}
+		}
+		clear(e.running[j:])
+		e.running = e.running[:j]
+	}
+	clear(e.batch)
+	e.batch = e.batch[:0]
+}
+
+// lookup attaches the longest cached prefix of s's blocks, leaving at least
+// one token to compute (as vLLM does, so the last position gets logits).
+func (e *Engine) lookup(s *Seq) {
+	if !e.cfg.PrefixCaching {
+		return
+	}
+	limit := min(len(s.Hashes), (s.tokens()-1)/e.cfg.BlockSize)
+	hits := 0
+	for hits < limit {
+		id, ok := e.cache[s.Hashes[hits]]
+		if !ok {
+			break
+		}
+		e.touch(id)
+		s.blocks = append(s.blocks, id)
+		hits++
+	}
+	s.computed = hits * e.cfg.BlockSize
+	s.hashed = hits
+	if !s.admitted {
+		s.CachedTokens = min(s.computed, s.PromptTokens)
+	}
+}
+
+// ensure gives s enough blocks for tokens tokens; false (and no change)
+// when the free list is too short.
+func (e *Engine) ensure(s *Seq, tokens int) bool {
+	need := ceilDiv(tokens, e.cfg.BlockSize) - len(s.blocks)
+	if need <= 0 {
+		return true
+	}
+	if need > e.free {
+		return false
+	}
+	for range need {
+		s.blocks = append(s.blocks, e.allocate())
+	}
+	return true
+}
+
+// register puts s's newly full blocks into the prefix cache.
+func (e *Engine) register(s *Seq) {
+	if !e.cfg.PrefixCaching {
+		return
+	}
+	full := min(s.computed/e.cfg.BlockSize, len(s.Hashes), len(s.blocks))
+	for ; s.hashed < full; s.hashed++ {
+		h := s.Hashes[s.hashed]
+		b := &e.blocks[s.blocks[s.hashed]]
+		if b.hasHash {
+			continue
+		}
+		if _, dup := e.cache[h]; dup {
+			continue // another sequence computed the same block first
+		}
+		b.hash, b.hasHash = h, true
+		e.cache[h] = s.blocks[s.hashed]
+	}
+}
+
+func (e *Engine) preempt(s *Seq) {
+	e.running = e.running[:len(e.running)-1]
+	e.releaseBlocks(s)
+	s.state = stateWaiting
+	s.Preemptions++
+	e.st.Preemptions++
+	e.waiting.pushFront(s)
+}
+
+// releaseBlocks drops s's references. Blocks nobody references go back to
+// the free list: hashed ones to the tail, last block first, so a prefix's
+// tail is evicted before its head; unhashed ones to the head.
+func (e *Engine) releaseBlocks(s *Seq) {
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		id := s.blocks[i]
+		b := &e.blocks[id]
+		b.ref--
+		if b.ref > 0 {
+			continue
+		}
+		if b.hasHash {
+			e.pushFree(id, false)
+		} else {
+			e.pushFree(id, true)
+		}
+	}
+	s.blocks = s.blocks[:0]
+	s.computed, s.hashed = 0, 0
+}
+
+// allocate takes the least recently freed block, evicting its cached
+// contents.
+func (e *Engine) allocate() int32 {
+	id := e.freeHead
+	e.unlinkFree(id)
+	b := &e.blocks[id]
+	if b.hasHash {
+		if cur, ok := e.cache[b.hash]; ok && cur == id {
+			delete(e.cache, b.hash)
+		}
+		b.hasHash = false
+	}
+	b.ref = 1
+	return id
+}
+
+// touch takes a reference on a cached block, removing it from the free
+// list if nobody held it.
+func (e *Engine) touch(id int32) {
+	b := &e.blocks[id]
+	if b.ref == 0 {
+		e.unlinkFree(id)
+	}
+	b.ref++
+}
+
+func (e *Engine) unlinkFree(id int32) {
+	b := &e.blocks[id]
+	if b.prev >= 0 {
+		e.blocks[b.prev].next = b.next
+	} else {
+		e.freeHead = b.next
+	}
+	if b.next >= 0 {
+		e.blocks[b.next].prev = b.prev
+	} else {
+		e.freeTail = b.prev
+	}
+	b.prev, b.next = -1, -1
+	e.free--
+}
+
+func (e *Engine) pushFree(id int32, head bool) {
+	b := &e.blocks[id]
+	if e.free == 0 {
+		b.prev, b.next = -1, -1
+		e.freeHead, e.freeTail = id, id
+	} else if head {
+		b.prev, b.next = -1, e.freeHead
+		e.blocks[e.freeHead].prev = id
+		e.freeHead = id
+	} else {
+		b.prev, b.next = e.freeTail, -1
+		e.blocks[e.freeTail].next = id
+		e.freeTail = id
+	}
+	e.free++
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// deque is a FIFO with push-front for preempted sequences.
+type deque struct {
+	buf        []*Seq
+	head, size int
+}
+
+func (q *deque) len() int { return q.size }
+
+func (q *deque) grow() {
+	n := max(16, 2*len(q.buf))
+	buf := make([]*Seq, n)
+	for i := range q.size {
+		buf[i] = q.buf[(q.head+i)%len(q.buf)]
+	}
+	q.buf, q.head = buf, 0
+}
+
+func (q *deque) pushBack(s *Seq) {
+	if q.size == len(q.buf) {
+		q.grow()
+	}
+	q.buf[(q.head+q.size)%len(q.buf)] = s
+	q.size++
+}
+
+func (q *deque) pushFront(s *Seq) {
+	if q.size == len(q.buf) {
+		q.grow()
+	}
+	q.head = (q.head - 1 + len(q.buf)) % len(q.buf)
+	q.buf[q.head] = s
+	q.size++
+}
+
+func (q *deque) front() *Seq { return q.buf[q.head] }
+
+func (q *deque) popFront() *Seq {
+	s := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) % len(q.buf)
+	q.size--
+	return s
+}
+
+func (q *deque) remove(s *Seq) {
+	for i := range q.size {
+		if q.buf[(q.head+i)%len(q.buf)] != s {
+			continue
+		}
+		for j := i; j < q.size-1; j++ {
+			q.buf[(q.head+j)%len(q.buf)] = q.buf[(q.head+j+1)%len(q.buf)]
+		}
+		q.buf[(q.head+q.size-1)%len(q.buf)] = nil
+		q.size--
+		return
+	}
+}

@@ -1,0 +1,140 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers"
+)
+
+// Controller is the adaptive control loop as the simulator drives it: a
+// step every Interval on virtual time, given the installed pool, returning
+// the weights to publish (nil or the current ones: no change).
+type Controller interface {
+	Interval() time.Duration
+	Step(now time.Time, eps []*scheduler.Endpoint) (*scheduler.Weights, ControlState)
+}
+
+// ControlState is what the simulator records about the loop at a step.
+type ControlState struct {
+	Signal float64
+}
+
+// Policy is one routing policy: it builds a real scheduler (and, when
+// adaptive, a control loop) for a run.
+type Policy struct {
+	// Name identifies the policy in reports and --policies.
+	Name string
+	// Description is one line for the report.
+	Description string
+	// Build returns a fresh scheduler seeded with seed, and a controller
+	// or nil for static policies.
+	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error)
+}
+
+// Policy names.
+const (
+	PolicyRoundRobin = "round-robin"
+	PolicyLeastQueue = "least-queue"
+	PolicyPrefixOnly = "prefix-only"
+	PolicyStatic322  = "static-3-2-2"
+	PolicySGLang     = "sglang-switch"
+	PolicyAdaptive   = "adaptive"
+)
+
+// prefixParams are the default profile's prefix settings, shared by every
+// policy that uses the prefix scorer so they differ only in weights.
+const prefixParams = `
+    params:
+      block_size: 64
+      max_blocks: 256`
+
+func profilePolicy(name, desc, yaml string) Policy {
+	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+		f, err := configs.Parse([]byte(yaml))
+		if err != nil {
+			return nil, nil, err
+		}
+		f.Scheduler.Seed = seed
+		s, err := f.BuildScheduler(scorers.InTree(), scheduler.Deps{})
+		return s, nil, err
+	}}
+}
+
+func builtinPolicies() []Policy {
+	return []Policy{
+		{Name: PolicyRoundRobin, Description: "a plain Kubernetes Service: every pod in turn", Build: buildRoundRobin},
+		profilePolicy(PolicyLeastQueue, "queue scorer alone (fewest waiting requests)", `
+scorers:
+  - type: queue
+    weight: 1
+`),
+		profilePolicy(PolicyPrefixOnly, "prefix scorer alone (longest routed prefix)", `
+scorers:
+  - type: prefix
+    weight: 1`+prefixParams+`
+`),
+		profilePolicy(PolicyStatic322, "static prefix 3 : queue 2 : kvcache 2 (the GIE default)", `
+scorers:
+  - type: prefix
+    weight: 3`+prefixParams+`
+  - type: queue
+    weight: 2
+  - type: kvcache
+    weight: 2
+`),
+		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
+		{Name: PolicyAdaptive, Description: "trimtab: default profile with adaptive weights", Build: buildAdaptive},
+	}
+}
+
+// PolicyNames lists the built-in policies in report order.
+func PolicyNames() []string {
+	var out []string
+	for _, p := range builtinPolicies() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func builtinPolicy(name string) (Policy, bool) {
+	for _, p := range builtinPolicies() {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Policy{}, false
+}
+
+// Policies resolves names (empty: all built-ins) in report order.
+func Policies(names []string) ([]Policy, error) {
+	if len(names) == 0 {
+		return builtinPolicies(), nil
+	}
+	out := make([]Policy, 0, len(names))
+	seen := map[string]bool{}
+	for _, n := range names {
+		p, ok := builtinPolicy(n)
+		if !ok {
+			known := PolicyNames()
+			sort.Strings(known)
+			return nil, fmt.Errorf("unknown policy %q (known: %v)", n, known)
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// newPrefixScorer builds the in-tree prefix scorer with the default
+// profile's parameters.
+func newPrefixScorer(name string) (scheduler.Scorer, error) {
+	f := scorers.InTree()[scorers.TypePrefix]
+	params := map[string]any{"block_size": 64, "max_blocks": 256}
+	return f(name, func(into any) error { return configs.Decode(params, into) }, scorers.Deps{})
+}

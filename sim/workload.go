@@ -1,0 +1,272 @@
+package sim
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+)
+
+// reqSpec is one synthesised request before it is rendered to bytes.
+type reqSpec struct {
+	segs      []segment // prompt, in order
+	out       segment   // the output the server will generate
+	sessionID string
+	arrival   time.Duration // trace only
+}
+
+func (r *reqSpec) promptTokens() int {
+	n := 0
+	for _, s := range r.segs {
+		n += s.tokens
+	}
+	return n
+}
+
+// generator produces requests. client is the closed-loop client issuing
+// it, or the arrival index in open-loop mode. Generators are deterministic
+// given rng and the call sequence.
+type generator interface {
+	next(rng *rand.Rand, client int, r *reqSpec)
+}
+
+func newGenerator(s *Scenario, seed uint64, traceOverride string) (generator, error) {
+	w := &s.Workload
+	switch w.Kind {
+	case KindSharedPrefix:
+		return &sharedPrefixGen{w: w, seed: seed}, nil
+	case KindChat:
+		return &chatGen{w: w, seed: seed}, nil
+	case KindUniform:
+		return &uniformGen{w: w, seed: seed}, nil
+	case KindTrace:
+		entries, err := loadTrace(s.TracePath(traceOverride), w.TraceMaxRequests)
+		if err != nil {
+			return nil, err
+		}
+		return &traceGen{w: w, seed: seed, entries: entries}, nil
+	}
+	return nil, fmt.Errorf("workload.kind: %q unknown", w.Kind)
+}
+
+// jitter draws mean·[1−j, 1+j], at least 1.
+func jitter(rng *rand.Rand, mean int, j float64) int {
+	if j == 0 {
+		return max(1, mean)
+	}
+	v := float64(mean) * (1 - j + 2*j*rng.Float64())
+	return max(1, int(v+0.5))
+}
+
+func capPrompt(w *Workload, r *reqSpec) {
+	if w.MaxPromptTokens <= 0 {
+		return
+	}
+	left := w.MaxPromptTokens
+	for i := range r.segs {
+		if r.segs[i].tokens >= left {
+			r.segs[i].tokens = left
+			r.segs = r.segs[:i+1]
+			return
+		}
+		left -= r.segs[i].tokens
+	}
+}
+
+// sharedPrefixGen: groups of prompts sharing a system prompt; optionally
+// a hot group taking a fixed fraction of the traffic.
+type sharedPrefixGen struct {
+	w    *Workload
+	seed uint64
+	n    uint64
+}
+
+func (g *sharedPrefixGen) next(rng *rand.Rand, _ int, r *reqSpec) {
+	w := g.w
+	g.n++
+	r.segs = r.segs[:0]
+	var group uint64
+	sys := w.SystemTokens
+	if w.HotFraction > 0 && rng.Float64() < w.HotFraction {
+		group = 1 << 62 // the hot group
+		sys = w.HotSystemTokens
+	} else {
+		group = uint64(rng.IntN(w.Groups))
+	}
+	q := uint64(rng.IntN(w.PromptsPerGroup))
+	if sys > 0 {
+		r.segs = append(r.segs, segment{mixKey(g.seed, 1, group), sys})
+	}
+	// The question's length is a function of the question so a repeated
+	// question is a repeated prompt.
+	qrng := rand.New(rand.NewPCG(mixKey(g.seed, 2, group, q), 0))
+	r.segs = append(r.segs, segment{mixKey(g.seed, 3, group, q), jitter(qrng, w.QuestionTokens, w.Jitter)})
+	r.out = segment{mixKey(g.seed, 4, g.n), jitter(rng, w.OutputTokens, w.Jitter)}
+	r.sessionID = ""
+	capPrompt(w, r)
+}
+
+// chatGen: multi-turn sessions. Each client (or, open loop, each arrival
+// slot) runs sessions of Turns turns; turn t's prompt is the system prompt,
+// then every earlier question and answer, then the new question.
+type chatGen struct {
+	w        *Workload
+	seed     uint64
+	sessions []chatSession // by client
+	nextID   uint64
+}
+
+type chatSession struct {
+	id   uint64
+	sid  string
+	turn int
+	hist []segment // system prompt + earlier questions and answers
+}
+
+func (g *chatGen) next(rng *rand.Rand, client int, r *reqSpec) {
+	w := g.w
+	for len(g.sessions) <= client {
+		g.sessions = append(g.sessions, chatSession{turn: w.Turns})
+	}
+	cs := &g.sessions[client]
+	if cs.turn >= w.Turns {
+		g.nextID++
+		cs.id, cs.turn = g.nextID, 0
+		cs.sid = "s-" + strconv.FormatUint(cs.id, 10)
+		cs.hist = cs.hist[:0]
+		if w.SystemTokens > 0 {
+			group := uint64(rng.IntN(w.Groups))
+			cs.hist = append(cs.hist, segment{mixKey(g.seed, 11, group), w.SystemTokens})
+		}
+	}
+	q := segment{mixKey(g.seed, 12, cs.id, uint64(cs.turn)), jitter(rng, w.QuestionTokens, w.Jitter)}
+	a := segment{mixKey(g.seed, 13, cs.id, uint64(cs.turn)), jitter(rng, w.OutputTokens, w.Jitter)}
+	r.segs = append(r.segs[:0], cs.hist...)
+	r.segs = append(r.segs, q)
+	r.out = a
+	r.sessionID = cs.sid
+	cs.hist = append(cs.hist, q, a)
+	cs.turn++
+	capPrompt(w, r)
+}
+
+// uniformGen: unique prompts, nothing shared.
+type uniformGen struct {
+	w    *Workload
+	seed uint64
+	n    uint64
+}
+
+func (g *uniformGen) next(rng *rand.Rand, _ int, r *reqSpec) {
+	g.n++
+	r.segs = append(r.segs[:0], segment{mixKey(g.seed, 21, g.n), jitter(rng, g.w.QuestionTokens, g.w.Jitter)})
+	r.out = segment{mixKey(g.seed, 22, g.n), jitter(rng, g.w.OutputTokens, g.w.Jitter)}
+	r.sessionID = ""
+	capPrompt(g.w, r)
+}
+
+// TraceEntry is one line of a Mooncake-format trace.
+type TraceEntry struct {
+	Timestamp    int64    `json:"timestamp"` // ms from the start
+	InputLength  int      `json:"input_length"`
+	OutputLength int      `json:"output_length"`
+	HashIDs      []uint64 `json:"hash_ids"`
+}
+
+// ParseTrace reads Mooncake JSONL: one object per line with timestamp
+// (ms), input_length, output_length and hash_ids. Blank lines are
+// skipped; max > 0 stops after max entries. Entries must be in timestamp
+// order.
+func ParseTrace(sc *bufio.Scanner, max int) ([]TraceEntry, error) {
+	var out []TraceEntry
+	line := 0
+	var last int64
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(trimSpace(b)) == 0 {
+			continue
+		}
+		var e TraceEntry
+		if err := json.Unmarshal(b, &e); err != nil {
+			return nil, fmt.Errorf("trace line %d: %w", line, err)
+		}
+		if e.InputLength < 1 || e.OutputLength < 1 || e.Timestamp < 0 {
+			return nil, fmt.Errorf("trace line %d: input_length and output_length must be ≥ 1, timestamp ≥ 0", line)
+		}
+		if e.Timestamp < last {
+			return nil, fmt.Errorf("trace line %d: timestamp %d before %d", line, e.Timestamp, last)
+		}
+		last = e.Timestamp
+		out = append(out, e)
+		if max > 0 && len(out) >= max {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("trace: no entries")
+	}
+	return out, nil
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func loadTrace(path string, max int) ([]TraceEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("workload.trace: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<24)
+	return ParseTrace(sc, max)
+}
+
+// traceGen replays trace entries in order; the i-th call returns entry i.
+// Hash id h becomes a segment keyed by h (so equal ids mean equal bytes);
+// the last block is partial when input_length is not a multiple.
+type traceGen struct {
+	w       *Workload
+	seed    uint64
+	entries []TraceEntry
+	i       int
+}
+
+func (g *traceGen) next(_ *rand.Rand, _ int, r *reqSpec) {
+	e := &g.entries[g.i]
+	g.i++
+	r.segs = r.segs[:0]
+	left := e.InputLength
+	per := g.w.TraceTokensPerID
+	for _, h := range e.HashIDs {
+		if left <= 0 {
+			break
+		}
+		n := min(per, left)
+		r.segs = append(r.segs, segment{mixKey(31, h), n})
+		left -= n
+	}
+	if left > 0 { // more tokens than ids cover: a unique tail
+		r.segs = append(r.segs, segment{mixKey(g.seed, 32, uint64(g.i)), left})
+	}
+	r.out = segment{mixKey(g.seed, 33, uint64(g.i)), e.OutputLength}
+	r.arrival = time.Duration(e.Timestamp) * time.Millisecond
+	r.sessionID = ""
+	capPrompt(g.w, r)
+}
+
+func (g *traceGen) remaining() int { return len(g.entries) - g.i }
