@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -178,11 +179,13 @@ type prefixScratch struct {
 	n       int                // blocks hashed (0: nothing to record)
 	buf     []byte             // h_{i-1} ‖ block_i
 	hashes  []uint64
-	byShard []uint16 // block indexes grouped by shard, ascending within one
-	start   []int32  // byShard[start[s]:start[s+1]] are shard s's blocks
-	held    []uint64 // per candidate, a bitmap of blocks it holds
-	ids     []uint32 // per candidate, its id
-	candOf  []int32  // by id, candidate index + 1 (0: not a candidate)
+	byShard []uint16              // block indexes grouped by shard, ascending within one
+	start   []int32               // byShard[start[s]:start[s+1]] are shard s's blocks
+	held    []uint64              // per candidate, a bitmap of blocks it holds
+	ids     []uint32              // per candidate, its id
+	idsTab  *prefixEndpoints      // table ids was resolved with
+	idsFor  []*scheduler.Endpoint // candidates ids was resolved for
+	candOf  []int32               // by id, candidate index + 1 (0: not a candidate)
 }
 
 func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
@@ -269,14 +272,12 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	words := (n + 63) / 64
 	sc.held = growUint64(sc.held, len(eps)*words)
 	clear(sc.held)
-	sc.ids = growUint32(sc.ids, len(eps))
 	if need := int(tab.maxID) + 1; len(sc.candOf) < need {
 		sc.candOf = make([]int32, need)
 	}
 	candOf := sc.candOf
-	for i, e := range eps {
-		id := tab.id(e)
-		sc.ids[i] = id
+	p.resolveIDs(sc, tab, eps)
+	for i, id := range sc.ids {
 		if id == 0 {
 			p.unknown.Inc()
 			continue
@@ -329,6 +330,22 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	for _, id := range sc.ids[:len(eps)] {
 		candOf[id] = 0 // candOf[0] is never read as a candidate
 	}
+}
+
+// resolveIDs fills sc.ids with the candidates' ids. Candidates are usually
+// the same pool pointers in the same order from one decision to the next,
+// so the previous answer is reused after a pointer comparison instead of a
+// map lookup per candidate.
+func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*scheduler.Endpoint) {
+	if sc.idsTab == tab && slices.Equal(sc.idsFor, eps) {
+		return
+	}
+	sc.ids = growUint32(sc.ids, len(eps))
+	for i, e := range eps {
+		sc.ids[i] = tab.id(e)
+	}
+	sc.idsTab = tab
+	sc.idsFor = append(sc.idsFor[:0], eps...)
 }
 
 // Picked implements scheduler.PickObserver: it records the request's blocks

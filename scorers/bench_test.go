@@ -1,0 +1,258 @@
+package scorers
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// benchBase is the fixed request time of benchmark workloads.
+var benchBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// benchEndpoints returns n fresh endpoints serving model "m" with varied
+// load and LoRA state, deterministic for a seed.
+func benchEndpoints(n int, seed uint64) []scheduler.Endpoint {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	eps := make([]scheduler.Endpoint, n)
+	for i := range eps {
+		eps[i] = scheduler.Endpoint{
+			Address:   fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
+			Models:    []string{"m"},
+			Waiting:   float64(rng.IntN(10)),
+			Running:   float64(rng.IntN(20)),
+			KVUtil:    rng.Float64(),
+			LoRA:      scheduler.LoRAState{Active: []string{fmt.Sprintf("a%d", i%4)}, Max: 1 + i%2},
+			ScrapedAt: benchBase,
+		}
+	}
+	return eps
+}
+
+// benchWorkload returns nReq requests drawn from families × variants
+// prompts of tokens tokens (4 bytes each): within a family the first half
+// of the prompt is shared (a system prompt), the second half differs.
+func benchWorkload(tokens, families, variants, nReq int, seed uint64) []scheduler.Request {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	size := tokens * 4
+	prompts := make([][]byte, 0, families*variants)
+	for range families {
+		sys := make([]byte, size/2)
+		fill(rng, sys)
+		for range variants {
+			p := make([]byte, size)
+			copy(p, sys)
+			fill(rng, p[size/2:])
+			prompts = append(prompts, p)
+		}
+	}
+	loras := []string{"", "a1", "a2"}
+	reqs := make([]scheduler.Request, nReq)
+	for i := range reqs {
+		reqs[i] = scheduler.Request{
+			ID:        fmt.Sprintf("r-%d", i),
+			Model:     "m",
+			LoRA:      loras[i%len(loras)],
+			Prompt:    prompts[rng.IntN(len(prompts))],
+			SessionID: fmt.Sprintf("s-%d", i%512),
+			Arrival:   benchBase.Add(time.Duration(i) * time.Millisecond),
+		}
+	}
+	return reqs
+}
+
+func fill(rng *rand.Rand, b []byte) {
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
+// benchScheduler builds a scheduler with all six in-tree scorers at
+// default-ish weights (prefix 3, queue 2, kvcache 2, inflight 1, session 1,
+// lora 1), the model and health filters and the max-score picker.
+func benchScheduler(tb testing.TB, eps []scheduler.Endpoint) (*scheduler.Scheduler, *Prefix) {
+	tb.Helper()
+	reg := InTree()
+	weights := []struct {
+		typ string
+		w   float64
+	}{{TypePrefix, 3}, {TypeQueue, 2}, {TypeKVCache, 2}, {TypeInFlight, 1}, {TypeSession, 1}, {TypeLoRA, 1}}
+	var entries []scheduler.ScorerEntry
+	var prefix *Prefix
+	for _, w := range weights {
+		sc, err := reg[w.typ](w.typ, nil, Deps{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if p, ok := sc.(*Prefix); ok {
+			prefix = p
+		}
+		entries = append(entries, scheduler.ScorerEntry{Name: w.typ, Type: w.typ, Scorer: sc, Weight: w.w})
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), entries,
+		[]scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.SetEndpoints(eps)
+	return s, prefix
+}
+
+func pickDone(tb testing.TB, s *scheduler.Scheduler, req *scheduler.Request) {
+	d, err := s.Pick(context.Background(), req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.Done(scheduler.Outcome{})
+}
+
+// warm runs every request through the scheduler twice, so the prefix index,
+// the session table and every pooled buffer are at steady state.
+func warm(tb testing.TB, s *scheduler.Scheduler, reqs []scheduler.Request) {
+	for range 2 {
+		for i := range reqs {
+			pickDone(tb, s, &reqs[i])
+		}
+	}
+}
+
+var benchSizes = struct {
+	endpoints, tokens []int
+}{[]int{8, 64, 256}, []int{1 << 10, 8 << 10, 32 << 10}}
+
+func BenchmarkPick(b *testing.B) {
+	for _, n := range benchSizes.endpoints {
+		for _, tok := range benchSizes.tokens {
+			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
+				s, _ := benchScheduler(b, benchEndpoints(n, 1))
+				reqs := benchWorkload(tok, 16, 8, 1024, 1)
+				warm(b, s, reqs)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				for i := range b.N {
+					pickDone(b, s, &reqs[i%len(reqs)])
+				}
+				reportCPU(b, cpu)
+			})
+		}
+	}
+}
+
+func BenchmarkPickParallel(b *testing.B) {
+	for _, n := range benchSizes.endpoints {
+		for _, tok := range benchSizes.tokens {
+			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
+				s, _ := benchScheduler(b, benchEndpoints(n, 1))
+				reqs := benchWorkload(tok, 16, 8, 1024, 1)
+				warm(b, s, reqs)
+				var next atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := next.Add(1 << 20)
+					for pb.Next() {
+						i++
+						pickDone(b, s, &reqs[i%uint64(len(reqs))])
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPrefixIndex measures the prefix index alone: insert records a
+// fresh 8k-token prompt (128 blocks) on one of 64 endpoints, evicting at
+// capacity; match scores a prompt against 64 candidates. Both report the
+// index's bytes per cached (block, endpoint) entry, from its own
+// accounting (B/block) and from runtime.MemStats (heap-B/block).
+func BenchmarkPrefixIndex(b *testing.B) {
+	const nEps, tokens = 64, 8 << 10
+	for _, capacity := range []int{1 << 12, 1 << 15} {
+		b.Run(fmt.Sprintf("insert/capacity=%d", capacity), func(b *testing.B) {
+			cfg := DefaultPrefixConfig()
+			cfg.Capacity = capacity
+			h := newHarness(b, mustPrefix(b, cfg), benchEndpoints(nEps, 1))
+			rng := rand.New(rand.NewPCG(3, 4))
+			prompt := make([]byte, tokens*4)
+			req := &scheduler.Request{Model: "m", Prompt: prompt}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				// A new random first block makes the whole chain new.
+				for j := range 8 {
+					prompt[j] = byte(rng.Uint32())
+				}
+				h.pickDone(b, req)
+			}
+			b.StopTimer()
+			reportBytesPerBlock(b, h.prefix(b))
+		})
+	}
+	b.Run("match", func(b *testing.B) {
+		p := mustPrefix(b, DefaultPrefixConfig())
+		h := newHarness(b, p, benchEndpoints(nEps, 1))
+		reqs := benchWorkload(tokens, 16, 8, 512, 1)
+		for i := range reqs {
+			h.pickDone(b, &reqs[i])
+		}
+		cs, eps := h.cycleState(b), h.s.Pool().Pointers()
+		out := make([]float64, len(eps))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			p.Score(cs, &reqs[i%len(reqs)], eps, out)
+		}
+	})
+	b.Run("memstats", func(b *testing.B) {
+		// Fills a fresh index with b.N × 128 entries and compares the
+		// heap growth with the index's own accounting.
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		p := mustPrefix(b, DefaultPrefixConfig())
+		h := newHarness(b, p, benchEndpoints(nEps, 1))
+		rng := rand.New(rand.NewPCG(5, 6))
+		prompt := make([]byte, tokens*4)
+		req := &scheduler.Request{Model: "m", Prompt: prompt}
+		b.ResetTimer()
+		for range b.N {
+			for j := range 8 {
+				prompt[j] = byte(rng.Uint32())
+			}
+			h.pickDone(b, req)
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		st := p.Stats()
+		if st.Blocks > 0 {
+			b.ReportMetric(float64(st.Bytes)/float64(st.Blocks), "B/block")
+			heap := float64(after.HeapAlloc) - float64(before.HeapAlloc) - float64(len(prompt))
+			b.ReportMetric(heap/float64(st.Blocks), "heap-B/block")
+		}
+		runtime.KeepAlive(h)
+	})
+}
+
+// reportCPU reports the process CPU time per op since cpu (from
+// processCPU): on a shared machine ns/op includes time spent waiting for a
+// core, cpu-ns/op does not (it does include GC work).
+func reportCPU(b *testing.B, cpu int64) {
+	if cpu > 0 && b.N > 0 {
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func reportBytesPerBlock(b *testing.B, p *Prefix) {
+	st := p.Stats()
+	if st.Blocks > 0 {
+		b.ReportMetric(float64(st.Bytes)/float64(st.Blocks), "B/block")
+		b.ReportMetric(float64(st.Blocks), "blocks")
+	}
+}

@@ -1,0 +1,217 @@
+package scorers
+
+import (
+	"math"
+	"testing"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+const eps9 = 1e-9
+
+func near(a, b float64) bool { return math.Abs(a-b) < eps9 }
+
+func checkScores(t *testing.T, got, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d scores %v, want %d %v", len(got), got, len(want), want)
+	}
+	for i := range want {
+		if !near(got[i], want[i]) {
+			t.Errorf("score[%d] = %v, want %v (all: %v)", i, got[i], want[i], got)
+		}
+	}
+}
+
+func mustQueue(t *testing.T) *Queue {
+	q, err := NewQueue("queue", DefaultQueueConfig(), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func mustKV(t *testing.T) *KVCache {
+	k, err := NewKVCache("kvcache", DefaultKVCacheConfig(), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// ep is a shorthand endpoint for table tests.
+type ep struct {
+	waiting, kv, capacity float64
+	state                 scheduler.State
+}
+
+func toEndpoints(in []ep) []scheduler.Endpoint {
+	out := eps(addrs(len(in))...)
+	for i, e := range in {
+		out[i].Waiting, out[i].KVUtil, out[i].Capacity, out[i].State = e.waiting, e.kv, e.capacity, e.state
+	}
+	return out
+}
+
+func addrs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = string(rune('a'+i)) + ":1"
+	}
+	return out
+}
+
+var (
+	stale     = scheduler.StateStale
+	unhealthy = scheduler.StateUnhealthy
+)
+
+func TestQueue(t *testing.T) {
+	tests := []struct {
+		name string
+		eps  []ep
+		want []float64
+	}{
+		// max 10, min 0, span 10: (10−0)/10 = 1, (10−5)/10 = 0.5, (10−10)/10 = 0.
+		{"spread", []ep{{waiting: 0}, {waiting: 5}, {waiting: 10}}, []float64{1, 0.5, 0}},
+		// min 2, max 6, span 4: (6−2)/4 = 1, (6−3)/4 = 0.75, (6−6)/4 = 0.
+		{"offset", []ep{{waiting: 2}, {waiting: 3}, {waiting: 6}}, []float64{1, 0.75, 0}},
+		// all equal → 1 for everyone.
+		{"all equal", []ep{{waiting: 4}, {waiting: 4}}, []float64{1, 1}},
+		{"all idle", []ep{{}, {}, {}}, []float64{1, 1, 1}},
+		{"single", []ep{{waiting: 7}}, []float64{1}},
+		// capacity 2 halves the load: 8/2 = 4 vs 4/1 = 4 → equal → 1, 1.
+		{"capacity", []ep{{waiting: 8, capacity: 2}, {waiting: 4}}, []float64{1, 1}},
+		// stale endpoint scores 0 (treated as most loaded); fresh 1 and 3:
+		// (3−1)/2 = 1, (3−3)/2 = 0.
+		{"stale is worst", []ep{{waiting: 1}, {waiting: 0, state: stale}, {waiting: 3}}, []float64{1, 0, 0}},
+		// one fresh endpoint alone → 1; the unhealthy one 0.
+		{"unhealthy", []ep{{waiting: 9}, {waiting: 0, state: unhealthy}}, []float64{1, 0}},
+		// no fresh candidate → neutral 1 everywhere.
+		{"none fresh", []ep{{waiting: 1, state: stale}, {waiting: 5, state: unhealthy}}, []float64{1, 1}},
+		// NaN is unusable → 0; the other alone → 1.
+		{"nan", []ep{{waiting: math.NaN()}, {waiting: 2}}, []float64{0, 1}},
+		// negative counts are invalid → 0.
+		{"negative", []ep{{waiting: -1}, {waiting: 2}, {waiting: 4}}, []float64{0, 1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, mustQueue(t), toEndpoints(tt.eps))
+			got, _ := h.pick(t, &scheduler.Request{})
+			checkScores(t, got, tt.want)
+		})
+	}
+}
+
+func TestKVCache(t *testing.T) {
+	tests := []struct {
+		name string
+		eps  []ep
+		want []float64
+	}{
+		// 1 − 0 = 1, 1 − 0.25 = 0.75, 1 − 1 = 0.
+		{"linear", []ep{{kv: 0}, {kv: 0.25}, {kv: 1}}, []float64{1, 0.75, 0}},
+		// clamped: 1 − clamp(1.5) = 0, 1 − clamp(−0.5) = 1.
+		{"clamped", []ep{{kv: 1.5}, {kv: -0.5}}, []float64{0, 1}},
+		// absolute, not min-max: 1 − 0.6 = 0.4, 1 − 0.8 = 0.2 (approximately).
+		{"absolute", []ep{{kv: 0.6}, {kv: 0.8}}, []float64{0.4, 0.2}},
+		// stale → 0 while another is fresh: 1 − 0.5 = 0.5.
+		{"stale", []ep{{kv: 0.5}, {kv: 0, state: stale}}, []float64{0.5, 0}},
+		// NaN → 0.
+		{"nan", []ep{{kv: math.NaN()}, {kv: 0.1}}, []float64{0, 0.9}},
+		// none fresh → neutral 1.
+		{"none fresh", []ep{{kv: 0.9, state: stale}, {kv: 0.1, state: unhealthy}}, []float64{1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, mustKV(t), toEndpoints(tt.eps))
+			got, _ := h.pick(t, &scheduler.Request{})
+			checkScores(t, got, tt.want)
+		})
+	}
+}
+
+func TestInFlight(t *testing.T) {
+	tests := []struct {
+		name     string
+		inflight []int // decisions left open per endpoint
+		capacity []float64
+		want     []float64
+	}{
+		// max 2, min 0: (2−2)/2 = 0, (2−1)/2 = 0.5, (2−0)/2 = 1.
+		{"spread", []int{2, 1, 0}, nil, []float64{0, 0.5, 1}},
+		// all idle → 1.
+		{"idle", []int{0, 0, 0}, nil, []float64{1, 1, 1}},
+		// all equal busy → 1.
+		{"equal", []int{3, 3}, nil, []float64{1, 1}},
+		// capacity: 4/2 = 2 vs 1/1 = 1 vs 0: (2−2)/2 = 0, (2−1)/2 = 0.5, 1.
+		{"capacity", []int{4, 1, 0}, []float64{2, 1, 1}, []float64{0, 0.5, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in, err := NewInFlight("inflight", DefaultInFlightConfig(), Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := eps(addrs(len(tt.inflight))...)
+			for i := range es {
+				if tt.capacity != nil {
+					es[i].Capacity = tt.capacity[i]
+				}
+			}
+			h := newHarness(t, in, es)
+			var open []*scheduler.Decision
+			for i, n := range tt.inflight {
+				for range n {
+					// The subset hint forces the pick onto endpoint i.
+					d, err := h.s.Pick(t.Context(), &scheduler.Request{Subset: []string{es[i].Address}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					open = append(open, d)
+				}
+			}
+			got, _ := h.pick(t, &scheduler.Request{})
+			checkScores(t, got, tt.want)
+			for _, d := range open {
+				d.Done(scheduler.Outcome{})
+			}
+		})
+	}
+}
+
+func TestLoRA(t *testing.T) {
+	st := func(max int, active ...string) scheduler.LoRAState {
+		return scheduler.LoRAState{Active: active, Max: max}
+	}
+	tests := []struct {
+		name  string
+		lora  string
+		state []scheduler.LoRAState
+		want  []float64
+	}{
+		// active → 1; free slot (1 < 2) → 0.8; full (2 == 2) → 0.
+		{"active, free, full", "x", []scheduler.LoRAState{st(2, "x"), st(2, "y"), st(2, "y", "z")}, []float64{1, 0.8, 0}},
+		// Max 0 is unknown: no known free slot → 0 unless active.
+		{"unknown max", "x", []scheduler.LoRAState{st(0), st(0, "x")}, []float64{0, 1}},
+		// base-model request: neutral 1 for all.
+		{"base model", "", []scheduler.LoRAState{st(1, "y"), st(0)}, []float64{1, 1}},
+		// active wins even when the slots are full.
+		{"active and full", "x", []scheduler.LoRAState{st(1, "x"), st(4)}, []float64{1, 0.8}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := NewLoRA("lora", DefaultLoRAConfig(), Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := eps(addrs(len(tt.state))...)
+			for i := range es {
+				es[i].LoRA = tt.state[i]
+			}
+			h := newHarness(t, l, es)
+			got, _ := h.pick(t, &scheduler.Request{LoRA: tt.lora})
+			checkScores(t, got, tt.want)
+		})
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package scorers
+
+const raceEnabled = false

@@ -1,0 +1,121 @@
+package scorers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+func TestInTreeBuildsEveryScorer(t *testing.T) {
+	want := map[string]scheduler.Category{
+		TypePrefix:   scheduler.CategoryAffinity,
+		TypeSession:  scheduler.CategoryAffinity,
+		TypeLoRA:     scheduler.CategoryAffinity,
+		TypeQueue:    scheduler.CategoryDistribution,
+		TypeKVCache:  scheduler.CategoryDistribution,
+		TypeInFlight: scheduler.CategoryDistribution,
+	}
+	reg := InTree()
+	if len(reg) != len(want) {
+		t.Errorf("InTree has %d factories, want %d", len(reg), len(want))
+	}
+	// One registry for all: every scorer's metrics must coexist.
+	pr := prometheus.NewPedanticRegistry()
+	for typ, cat := range want {
+		f, ok := reg[typ]
+		if !ok {
+			t.Errorf("InTree lacks %q", typ)
+			continue
+		}
+		for _, name := range []string{typ, typ + "-2"} {
+			sc, err := f(name, decoder(nil), Deps{Registerer: pr})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if sc.Category() != cat {
+				t.Errorf("%s: category %v, want %v", name, sc.Category(), cat)
+			}
+		}
+	}
+	if _, err := pr.Gather(); err != nil {
+		t.Errorf("gather: %v", err)
+	}
+}
+
+func TestInTreeDecodesParams(t *testing.T) {
+	reg := InTree()
+	sc, err := reg[TypePrefix]("p", decoder(map[string]any{"block_size": 16, "max_blocks": 8, "capacity": 100, "shards": 4}), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sc.(*Prefix)
+	// Unset fields keep their defaults (bytes_per_token 4).
+	if want := (PrefixConfig{BlockSize: 16, BytesPerToken: 4, MaxBlocks: 8, Capacity: 100, Shards: 4}); p.cfg != want {
+		t.Errorf("prefix config %+v, want %+v", p.cfg, want)
+	}
+	sc, err = reg[TypeSession]("s", decoder(map[string]any{"idle_timeout": "90s", "load_factor": 2.0}), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := sc.(*Session); s.cfg.IdleTimeout != 90*time.Second || s.cfg.LoadFactor != 2 || s.cfg.MaxSessions != 1<<16 {
+		t.Errorf("session config %+v", s.cfg)
+	}
+}
+
+func TestInTreeRejectsBadParams(t *testing.T) {
+	tests := []struct {
+		typ    string
+		params map[string]any
+		want   string // substring of the error
+	}{
+		{TypePrefix, map[string]any{"block_size": 0}, "prefix.block_size: must be > 0"},
+		{TypePrefix, map[string]any{"bytes_per_token": -1}, "prefix.bytes_per_token"},
+		{TypePrefix, map[string]any{"max_blocks": 0}, "prefix.max_blocks"},
+		{TypePrefix, map[string]any{"capacity": 0}, "prefix.capacity"},
+		{TypePrefix, map[string]any{"shards": 3}, "prefix.shards: must be a power of two"},
+		{TypePrefix, map[string]any{"block_sise": 64}, "block_sise"}, // unknown key
+		{TypeSession, map[string]any{"load_factor": 0.5}, "session.load_factor"},
+		{TypeSession, map[string]any{"max_sessions": 0}, "session.max_sessions"},
+		{TypeSession, map[string]any{"idle_timeout": "-1s"}, "session.idle_timeout"},
+		{TypeSession, map[string]any{"virtual_nodes": 0}, "session.virtual_nodes"},
+		{TypeSession, map[string]any{"shards": 0}, "session.shards"},
+		{TypeQueue, map[string]any{"anything": 1}, "anything"},
+		{TypeKVCache, map[string]any{"anything": 1}, "anything"},
+		{TypeInFlight, map[string]any{"anything": 1}, "anything"},
+		{TypeLoRA, map[string]any{"anything": 1}, "anything"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typ+"/"+tt.want, func(t *testing.T) {
+			_, err := InTree()[tt.typ]("x", decoder(tt.params), Deps{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), `scorer "x"`) {
+				t.Errorf("error %q does not name the scorer", err)
+			}
+		})
+	}
+}
+
+func TestDecodeErrorIsWrapped(t *testing.T) {
+	sentinel := errors.New("boom")
+	_, err := InTree()[TypeQueue]("q", func(any) error { return sentinel }, Deps{})
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("error %v does not wrap the decode error", err)
+	}
+}
+
+func TestDuplicateMetricsRegistrationFails(t *testing.T) {
+	pr := prometheus.NewRegistry()
+	if _, err := NewPrefix("same", DefaultPrefixConfig(), Deps{Registerer: pr}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewPrefix("same", DefaultPrefixConfig(), Deps{Registerer: pr}); err == nil {
+		t.Fatal("second prefix scorer with the same name registered its metrics")
+	}
+}
