@@ -1,0 +1,488 @@
+package configurator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Modes, as written to Weights.Mode and the mode metric.
+const (
+	// ModeStatic: adaptive mode is off; the profile weights are in force.
+	ModeStatic = "static"
+	// ModeCalm: D = DMin, affinity wins.
+	ModeCalm = "calm"
+	// ModeRebalance: D follows the sigmoid of the signal.
+	ModeRebalance = "rebalance"
+	// ModeFrozen: the flap watchdog holds D at or above the distributive
+	// weights of the oscillation until the cool-down ends.
+	ModeFrozen = "frozen"
+)
+
+// Publisher installs weights for the request path. *scheduler.Scheduler
+// implements it.
+type Publisher interface {
+	Publish(*scheduler.Weights) error
+}
+
+// Deps are the configurator's collaborators; all are optional.
+type Deps struct {
+	// Start is the weights in force when the configurator starts
+	// (Scheduler.Weights()). Versions continue from it and D starts from
+	// its distribution budget. Nil means the profile weights as version 1,
+	// which is what scheduler.New publishes.
+	Start *scheduler.Weights
+	// Publisher receives every new weights version from Run; nil: Run
+	// computes weights without publishing them.
+	Publisher Publisher
+	// Clock stamps the single step Run takes in static mode; nil means
+	// clock.RealClock{}. Step itself never reads a clock.
+	Clock clock.PassiveClock
+	// Registerer receives the configurator's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger receives one line per new weights version; nil discards.
+	Logger *slog.Logger
+}
+
+// Configurator turns detector signals into weights. See the package
+// documentation for the exact behaviour and the concurrency model.
+type Configurator struct {
+	cfg   Config
+	names []string
+	cats  []scheduler.Category
+	base  []float64
+	// sa, sd: Σ base weights of the affinity and distribution scorers;
+	// total = sa + sd, kept constant by every published version.
+	sa, sd, total float64
+
+	pub   Publisher
+	clock clock.PassiveClock
+	log   *slog.Logger
+	m     *metrics
+
+	// Step state, owned by the goroutine calling Step.
+	started     bool
+	mode        string
+	lastSwitch  time.Time   // last mode transition; zero: none yet
+	last        time.Time   // latest now seen by Step
+	d           float64     // distribution budget after the latest step
+	dPub        float64     // distribution budget of cur
+	dHold       float64     // frozen mode's lower bound on D
+	frozenUntil time.Time   // end of the cool-down
+	flips       []time.Time // calm↔rebalance transitions inside the flap window
+
+	cur atomic.Pointer[scheduler.Weights]
+}
+
+// New builds a configurator for a profile's scorers (names, categories
+// from Scorer.Category, base weights). In adaptive mode the profile must
+// have a scorer with weight > 0 in both the affinity and the distribution
+// category. It fails if cfg is invalid.
+func New(cfg Config, profile []scheduler.ScorerEntry, deps Deps) (*Configurator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(profile) == 0 {
+		return nil, errors.New("configurator: profile has no scorers")
+	}
+	c := &Configurator{
+		cfg:   cfg,
+		pub:   deps.Publisher,
+		clock: deps.Clock,
+		log:   deps.Logger,
+		mode:  ModeStatic,
+		flips: make([]time.Time, 0, cfg.FlapMaxTransitions),
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	for i, e := range profile {
+		if e.Scorer == nil {
+			return nil, fmt.Errorf("configurator: scorer %d (%q) has no implementation", i, e.Name)
+		}
+		if !(e.Weight >= 0) || math.IsInf(e.Weight, 0) {
+			return nil, fmt.Errorf("configurator: scorer %q has weight %v, want a finite number ≥ 0", e.Name, e.Weight)
+		}
+		cat := e.Scorer.Category()
+		c.names = append(c.names, e.Name)
+		c.cats = append(c.cats, cat)
+		c.base = append(c.base, e.Weight)
+		switch cat {
+		case scheduler.CategoryAffinity:
+			c.sa += e.Weight
+		case scheduler.CategoryDistribution:
+			c.sd += e.Weight
+		}
+	}
+	c.total = c.sa + c.sd
+	if cfg.Enabled && (c.sa <= 0 || c.sd <= 0) {
+		return nil, fmt.Errorf("adaptive.enabled: adaptive mode needs affinity and distribution scorers with weight > 0; the profile's sums are affinity %v, distribution %v", c.sa, c.sd)
+	}
+	start := deps.Start
+	if start == nil || len(start.Values) != len(c.base) {
+		start = &scheduler.Weights{Version: 1, Values: append([]float64(nil), c.base...), Mode: ModeStatic, Reason: "profile weights"}
+	}
+	c.cur.Store(start)
+	c.d = c.budget(start.Values)
+	c.dPub = c.d
+	c.m = newMetrics(c, deps.Registerer)
+	c.m.published(c, start, start.Mode)
+	return c, nil
+}
+
+// Config returns the configurator's configuration.
+func (c *Configurator) Config() Config { return c.cfg }
+
+// Weights returns the latest weights Step produced (Deps.Start, or the
+// profile weights, before the first Step). Safe for concurrent use.
+func (c *Configurator) Weights() *scheduler.Weights { return c.cur.Load() }
+
+// Budget returns the distribution budget D of w: the distribution
+// scorers' share of the categorised weights, Σ_dist w / (Σ_aff w + Σ_dist w).
+// It returns the profile's share when w has no categorised weight (or the
+// wrong length). Safe for concurrent use.
+func (c *Configurator) Budget(w *scheduler.Weights) float64 {
+	if w == nil || len(w.Values) != len(c.base) {
+		return c.budget(c.base)
+	}
+	return c.budget(w.Values)
+}
+
+func (c *Configurator) budget(v []float64) float64 {
+	var a, d float64
+	for i, x := range v {
+		switch c.cats[i] {
+		case scheduler.CategoryAffinity:
+			a += x
+		case scheduler.CategoryDistribution:
+			d += x
+		}
+	}
+	if a+d > 0 {
+		return d / (a + d)
+	}
+	if c.total > 0 {
+		return c.sd / c.total
+	}
+	return 0
+}
+
+// Sigmoid is the generalised logistic σ(r) = (1 + e^(−k(r − s0)))^(−1/ν),
+// increasing from σ(−∞) = 0 to σ(∞) = 1; σ(s0) = 2^(−1/ν).
+func Sigmoid(r, k, s0, nu float64) float64 {
+	return math.Pow(1+math.Exp(-k*(r-s0)), -1/nu)
+}
+
+// Target returns the distribution budget mode aims at for signal r and
+// pressure p, before the slew limit:
+//
+//	calm:      DMin
+//	rebalance: DMin + σ(r)·(DMax − DMin)·(1 − PressureCut·p)
+//	frozen:    max(hold, the rebalance target)
+//	static:    the profile's budget
+//
+// capped at 1 − AffinityFloor. r and p are clamped to [0,1] (NaN → 0).
+// hold is only used in frozen mode.
+func (c *Configurator) Target(mode string, r, p, hold float64) float64 {
+	r, p = clamp01(r), clamp01(p)
+	var d float64
+	switch mode {
+	case ModeCalm:
+		d = c.cfg.DMin
+	case ModeRebalance:
+		d = c.rebalance(r, p)
+	case ModeFrozen:
+		d = max(hold, c.rebalance(r, p))
+	default:
+		d = c.budget(c.base)
+	}
+	return min(d, 1-c.cfg.AffinityFloor)
+}
+
+func (c *Configurator) rebalance(r, p float64) float64 {
+	cfg := &c.cfg
+	return cfg.DMin + Sigmoid(r, cfg.K, cfg.S0, cfg.Nu)*(cfg.DMax-cfg.DMin)*(1-cfg.PressureCut*p)
+}
+
+// values maps a distribution budget to weights: scorers without a
+// category keep their base weight; affinity scorer j gets T·(1−D)·a_j/Σa
+// and distribution scorer j gets T·D·d_j/Σd, so ratios inside a category
+// are the profile's and the categorised weights always sum to T, the
+// profile's categorised sum (a profile run in static mode and in adaptive
+// mode has the same scale).
+func (c *Configurator) values(d float64) []float64 {
+	v := make([]float64, len(c.base))
+	for i, b := range c.base {
+		switch c.cats[i] {
+		case scheduler.CategoryAffinity:
+			v[i] = c.total * (1 - d) * b / c.sa
+		case scheduler.CategoryDistribution:
+			v[i] = c.total * d * b / c.sd
+		default:
+			v[i] = b
+		}
+	}
+	return v
+}
+
+// Step advances the configurator to now with signal sig and returns the
+// weights in force afterwards: a new *Weights (Version+1) when anything
+// changed, otherwise the same pointer as before — publish when the pointer
+// differs. Only sig.Value (the signal r) and sig.Pressure are used; the
+// rest is logged.
+//
+// Static mode (Enabled false): the first Step returns the profile weights,
+// as a new version if Deps.Start differed from them; later steps change
+// nothing.
+//
+// Adaptive mode, in this order on each step:
+//
+//  1. The first Step enters calm (a new version with mode "calm") and
+//     keeps D where Deps.Start put it (capped at 1 − AffinityFloor);
+//     later steps move D from there.
+//  2. Mode machine. calm → rebalance when r ≥ ThetaOn; rebalance → calm
+//     when r ≤ ThetaOff; both only once MinDwell has passed since the last
+//     transition (the first transition needs no dwell). Such a transition
+//     that would be the (FlapMaxTransitions+1)-th within FlapWindow
+//     (counting itself) goes to frozen instead: D's target is then at or
+//     above hold = max(current D, the rebalance target at r = ThetaOn,
+//     p = 0) for FlapCooldown; when it ends the mode becomes rebalance if r >
+//     ThetaOff, else calm, and the watchdog's count starts afresh.
+//  3. Slew: D moves toward Target(mode, r, pressure, hold) by at most
+//     SlewRate × (now − previous step) and is capped at 1 − AffinityFloor
+//     (the floor is hard; a start above it is cut at once).
+//  4. A new version is made when the mode changed, when D moved by ≥
+//     MinChange since the last version, or when D reached its target
+//     exactly. Its values are values(D); Signal is r; At is now.
+//
+// If now is before the previous step's time the step counts as taking no
+// time. Step is deterministic: two configurators with the same config,
+// profile and start fed the same sequence of (now, sig) return equal
+// weights (Values, Mode, Reason, Version, At) and modes. It logs one line
+// per new version (Info when the mode changed, Debug otherwise) and
+// updates the metrics. It is not safe for concurrent use.
+func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weights {
+	cur := c.cur.Load()
+	if !c.cfg.Enabled {
+		if !c.started {
+			c.started = true
+			if cur.Mode != ModeStatic || !equal(cur.Values, c.base) {
+				c.publish(now, sig, ModeStatic, c.budget(c.base), "adaptive mode off: profile weights")
+			}
+		}
+		return c.cur.Load()
+	}
+	r := clamp01(sig.Value)
+	from := c.mode
+	var reason string
+	if !c.started {
+		c.started = true
+		c.last = now
+		c.mode = ModeCalm
+		reason = "adaptive mode on"
+	}
+	dt := now.Sub(c.last)
+	if dt < 0 {
+		dt = 0
+	} else {
+		c.last = now
+	}
+
+	switch c.mode {
+	case ModeCalm:
+		if r >= c.cfg.ThetaOn && c.dwelled(now) {
+			reason = c.transition(now, ModeRebalance, fmt.Sprintf("signal %.3f ≥ theta_on %.3f", r, c.cfg.ThetaOn))
+		}
+	case ModeRebalance:
+		if r <= c.cfg.ThetaOff && c.dwelled(now) {
+			reason = c.transition(now, ModeCalm, fmt.Sprintf("signal %.3f ≤ theta_off %.3f", r, c.cfg.ThetaOff))
+		}
+	case ModeFrozen:
+		if !now.Before(c.frozenUntil) {
+			to := ModeCalm
+			if r > c.cfg.ThetaOff {
+				to = ModeRebalance
+			}
+			c.setMode(now, to)
+			reason = fmt.Sprintf("cool-down over, signal %.3f: %s", r, to)
+		}
+	}
+
+	target := c.Target(c.mode, r, sig.Pressure, c.dHold)
+	step := c.cfg.SlewRate * dt.Seconds()
+	d := c.d
+	switch {
+	case math.Abs(target-d) <= step*(1+1e-9)+1e-12: // within reach: land exactly
+		d = target
+	case target > d:
+		d += step
+	default:
+		d -= step
+	}
+	d = min(d, 1-c.cfg.AffinityFloor)
+	c.d = d
+
+	moved := math.Abs(d-c.dPub) >= c.cfg.MinChange && d != c.dPub
+	landed := d == target && d != c.dPub
+	if c.mode == from && !moved && !landed && reason == "" {
+		return cur
+	}
+	if reason == "" {
+		reason = fmt.Sprintf("%s: signal %.3f, D %.3f → %.3f (target %.3f)", c.mode, r, c.dPub, d, target)
+	}
+	c.publish(now, sig, from, d, reason)
+	return c.cur.Load()
+}
+
+// dwelled reports whether MinDwell has passed since the last transition.
+func (c *Configurator) dwelled(now time.Time) bool {
+	return c.lastSwitch.IsZero() || now.Sub(c.lastSwitch) >= c.cfg.MinDwell
+}
+
+// transition switches between calm and rebalance, or to frozen when the
+// flap watchdog trips, and returns the reason.
+func (c *Configurator) transition(now time.Time, to, why string) string {
+	if k := c.cfg.FlapMaxTransitions; k > 0 {
+		kept := c.flips[:0]
+		for _, t := range c.flips {
+			if now.Sub(t) < c.cfg.FlapWindow {
+				kept = append(kept, t)
+			}
+		}
+		c.flips = kept
+		if len(c.flips)+1 > k {
+			c.flips = c.flips[:0]
+			c.dHold = min(max(c.d, c.rebalance(c.cfg.ThetaOn, 0)), 1-c.cfg.AffinityFloor)
+			c.frozenUntil = now.Add(c.cfg.FlapCooldown)
+			c.setMode(now, ModeFrozen)
+			c.m.freezes.Inc()
+			return fmt.Sprintf("%s, but %d transitions within %v > flap_max_transitions %d: frozen at D ≥ %.3f until %s",
+				why, k+1, c.cfg.FlapWindow, k, c.dHold, c.frozenUntil.UTC().Format(time.RFC3339Nano))
+		}
+		c.flips = append(c.flips, now)
+	}
+	c.setMode(now, to)
+	return why + ": " + to
+}
+
+func (c *Configurator) setMode(now time.Time, to string) {
+	c.m.transition(c.mode, to)
+	c.mode = to
+	c.lastSwitch = now
+}
+
+// publish makes a new version with budget d, logs it and updates metrics.
+func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, d float64, reason string) {
+	old := c.cur.Load()
+	mode := c.mode
+	if !c.cfg.Enabled {
+		mode = ModeStatic
+	}
+	var vals []float64
+	if mode == ModeStatic {
+		vals = append([]float64(nil), c.base...)
+	} else {
+		vals = c.values(d)
+	}
+	w := &scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: clamp01(sig.Value), At: now}
+	c.cur.Store(w)
+	c.dPub = d
+	level := slog.LevelDebug
+	if from != mode || old.Mode != mode {
+		level = slog.LevelInfo
+	}
+	c.log.Log(context.Background(), level, "weights",
+		"version", w.Version, "mode", mode, "from_mode", old.Mode, "reason", reason,
+		"distribution_budget", d,
+		slog.Group("old", c.attrs(old.Values)...), slog.Group("new", c.attrs(vals)...),
+		slog.Group("signal", "value", sig.Value, "request_cv", sig.RequestCV, "kv_cv", sig.KVCV, "kv_used", sig.KVUsed,
+			"raw", sig.Raw, "smoothed", sig.Smoothed, "pressure", sig.Pressure, "endpoints", sig.Endpoints,
+			"total_load", sig.TotalLoad, "gate", string(sig.Gate)))
+	c.m.published(c, w, mode)
+}
+
+func (c *Configurator) attrs(v []float64) []any {
+	out := make([]any, 0, len(v))
+	for i, x := range v {
+		if i < len(c.names) {
+			out = append(out, slog.Float64(c.names[i], x))
+		}
+	}
+	return out
+}
+
+// Run consumes signals until ctx is done or in is closed, steps on each
+// (with now = sig.At) and publishes every new version through
+// Deps.Publisher. In static mode it first takes one step stamped with
+// Deps.Clock, so the profile weights are in force even if no signal ever
+// arrives. A rejected publish is logged and the loop goes on (the
+// scheduler keeps its previous weights). It returns nil. Run must not be
+// called twice concurrently, nor alongside Step.
+func (c *Configurator) Run(ctx context.Context, in <-chan detector.Signal) error {
+	c.log.Info("configurator started", "enabled", c.cfg.Enabled, "d_min", c.cfg.DMin, "d_max", c.cfg.DMax,
+		"theta_on", c.cfg.ThetaOn, "theta_off", c.cfg.ThetaOff, "k", c.cfg.K, "s0", c.cfg.S0, "nu", c.cfg.Nu)
+	if !c.cfg.Enabled {
+		prev := c.Weights()
+		if w := c.Step(c.clock.Now(), detector.Signal{}); w != prev {
+			c.publishTo(w)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case sig, ok := <-in:
+			if !ok {
+				return nil
+			}
+			prev := c.Weights()
+			if w := c.Step(sig.At, sig); w != prev {
+				c.publishTo(w)
+			}
+		}
+	}
+}
+
+func (c *Configurator) publishTo(w *scheduler.Weights) {
+	if c.pub == nil {
+		return
+	}
+	if err := c.pub.Publish(w); err != nil {
+		c.log.Error("publishing weights failed; the previous weights stay in force", "version", w.Version, "err", err)
+	}
+}
+
+func equal(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case !(v >= 0):
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}

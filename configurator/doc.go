@@ -1,0 +1,61 @@
+// Package configurator turns the detector's imbalance signal into scoring
+// weights: affinity (prefix cache, session, LoRA) while the pool is calm,
+// more and more distribution (queue, KV, in-flight) as load piles up on a
+// few endpoints.
+//
+// # Budgets
+//
+// The signal r ∈ [0,1] sets the distribution budget D; the affinity budget
+// is A = 1 − D. By mode:
+//
+//	calm:      D = DMin                                   (affinity wins)
+//	rebalance: D = DMin + σ(r)·(DMax − DMin)·(1 − PressureCut·pressure)
+//	           σ(r) = (1 + e^(−K(r − S0)))^(−1/ν)         (generalised logistic)
+//	frozen:    D = max(hold, the rebalance value)
+//
+// and always D ≤ 1 − AffinityFloor, so affinity never drops below the
+// floor. Budgets become weights keeping the profile's scale: with T the sum
+// of the profile weights of the categorised scorers,
+//
+//	affinity scorer j:     w_j = T·A·a_j / Σa
+//	distribution scorer j: w_j = T·D·d_j / Σd
+//	uncategorised:         w_j = its profile weight
+//
+// so ratios inside a category are the profile's, the categorised weights
+// always sum to T, and D is exactly the distribution share of them.
+//
+// # Modes
+//
+// calm → rebalance when r ≥ ThetaOn, rebalance → calm when r ≤ ThetaOff <
+// ThetaOn, each only after MinDwell in the current mode: the asymmetric
+// thresholds give hysteresis (between them the mode does not change), the
+// dwell bounds the switching rate to one per MinDwell. D never jumps: it
+// moves toward its target at most SlewRate per second. If the mode machine
+// would make more than FlapMaxTransitions transitions within FlapWindow,
+// the flap watchdog freezes it at the more distributive weights of the
+// oscillation for FlapCooldown (mode "frozen"). With Enabled false the
+// configurator is in static mode and publishes the profile weights
+// unchanged. Step documents the exact order of these rules.
+//
+// # Replicas
+//
+// Step is a deterministic function of the sequence of (now, signal) and of
+// the starting weights, and the detector is a deterministic function of
+// the endpoint views. Replicas that see the same scraped metrics at the
+// same ticks therefore compute the same weights and modes without talking
+// to each other; replicas whose views differ slightly converge on nearby
+// weights, because the whole loop is continuous apart from the hysteresis
+// switches.
+//
+// # Concurrency
+//
+// Step is not safe for concurrent use: one goroutine (Run, or the
+// simulator's event loop) owns the Configurator. Weights and Budget, and
+// the metrics, may be read concurrently; the latest weights sit behind an
+// atomic pointer and are immutable.
+//
+// Run is the live shell: it consumes signals from a channel (the
+// detector's Deps.Signals), steps, and publishes every new version through
+// the Publisher. It starts no goroutine and returns when ctx is done or
+// the channel is closed.
+package configurator
