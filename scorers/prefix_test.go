@@ -1,0 +1,500 @@
+package scorers
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// smallPrefix is a prefix config with 16-byte blocks (4 tokens × 4 bytes)
+// so tests can spell prompts block by block: prompt("ABC") is three blocks.
+func smallPrefix() PrefixConfig {
+	cfg := DefaultPrefixConfig()
+	cfg.BlockSize = 4
+	cfg.MaxBlocks = 8
+	return cfg
+}
+
+// prompt returns one 16-byte block per letter of blocks.
+func prompt(blocks string) []byte {
+	var b strings.Builder
+	for _, c := range blocks {
+		b.WriteString(strings.Repeat(string(c), 16))
+	}
+	return []byte(b.String())
+}
+
+// route sends a request to the endpoint at addr (the subset hint forces
+// it), so the index records the prompt there.
+func (h *harness) route(t *testing.T, req scheduler.Request, addr string) {
+	t.Helper()
+	req.Subset = []string{addr}
+	if _, chosen := h.pick(t, &req); chosen != addr {
+		t.Fatalf("routed to %s, want %s", chosen, addr)
+	}
+}
+
+func TestPrefixScore(t *testing.T) {
+	type routed struct {
+		prompt, model, salt, to string
+	}
+	tests := []struct {
+		name    string
+		cfg     func(*PrefixConfig)
+		history []routed
+		query   scheduler.Request
+		want    []float64 // for a, b, c
+	}{
+		{
+			name:    "exact match",
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABCD")},
+			want:    []float64{1, 0, 0}, // a: 4 of 4 blocks
+		},
+		{
+			name:    "shared prefix",
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABXY")},
+			want:    []float64{0.5, 0, 0}, // a: A, B match, X misses → 2/4
+		},
+		{
+			name:    "request longer than history",
+			history: []routed{{prompt: "AB", to: "b:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABCDE")},
+			want:    []float64{0, 0.4, 0}, // b: 2 of 5 blocks
+		},
+		{
+			name:    "two endpoints",
+			history: []routed{{prompt: "AB", to: "a:1"}, {prompt: "ABCD", to: "b:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABCE")},
+			want:    []float64{0.5, 0.75, 0}, // a: 2/4, b: A B C → 3/4
+		},
+		{
+			name:    "chained: first block differs",
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: prompt("XBCD")},
+			want:    []float64{0, 0, 0}, // B C D hash differently after X
+		},
+		{
+			name:    "trailing partial block ignored",
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: append(prompt("ABCD"), "fifteen bytes.."...)},
+			want:    []float64{1, 0, 0}, // 4 full blocks + 15 bytes: 4/4
+		},
+		{
+			name:    "no full block is neutral 0",
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: []byte("fifteen bytes..")},
+			want:    []float64{0, 0, 0},
+		},
+		{
+			name:    "different model never shares",
+			history: []routed{{prompt: "ABCD", model: "m1", to: "a:1"}},
+			query:   scheduler.Request{Model: "m2", Prompt: prompt("ABCD")},
+			want:    []float64{0, 0, 0},
+		},
+		{
+			name:    "different cache salt never shares",
+			history: []routed{{prompt: "ABCD", salt: "tenant-1", to: "a:1"}},
+			query:   scheduler.Request{CacheSalt: "tenant-2", Prompt: prompt("ABCD")},
+			want:    []float64{0, 0, 0},
+		},
+		{
+			name:    "same cache salt shares",
+			history: []routed{{prompt: "ABCD", salt: "tenant-1", to: "c:1"}},
+			query:   scheduler.Request{CacheSalt: "tenant-1", Prompt: prompt("ABCD")},
+			want:    []float64{0, 0, 1},
+		},
+		{
+			name:    "max blocks caps the request",
+			cfg:     func(c *PrefixConfig) { c.MaxBlocks = 3 },
+			history: []routed{{prompt: "ABC", to: "a:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABCDEF")},
+			want:    []float64{1, 0, 0}, // only A B C are counted: 3/3
+		},
+		{
+			name:    "bigger blocks",
+			cfg:     func(c *PrefixConfig) { c.BlockSize = 8 }, // 32-byte blocks: AB is one block
+			history: []routed{{prompt: "ABCD", to: "a:1"}},
+			query:   scheduler.Request{Prompt: prompt("ABCX")},
+			want:    []float64{0.5, 0, 0}, // blocks AB, CX: AB matches → 1/2
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := smallPrefix()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			h := newHarness(t, mustPrefix(t, cfg), eps("a:1", "b:1", "c:1"))
+			for _, r := range tt.history {
+				h.route(t, scheduler.Request{Model: r.model, CacheSalt: r.salt, Prompt: prompt(r.prompt)}, r.to)
+			}
+			got, _ := h.pick(t, &tt.query)
+			checkScores(t, got, tt.want)
+		})
+	}
+}
+
+// TestPrefixStopsAtFirstMiss removes one block from the middle of a cached
+// prompt: the blocks after the hole no longer count.
+func TestPrefixStopsAtFirstMiss(t *testing.T) {
+	p := mustPrefix(t, smallPrefix())
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	// Find block B's hash through a scoring pass, then delete its entry.
+	cs := h.cycleState(t)
+	out := make([]float64, 2)
+	req := &scheduler.Request{Prompt: prompt("ABCD")}
+	p.Score(cs, req, h.s.Pool().Pointers(), out)
+	hb := (*cs.Slot()).(*prefixScratch).hashes[1]
+	sh := &p.shards[hb&p.shardMask]
+	removed := false
+	for pos, id := range sh.ids {
+		if id != 0 && sh.hashes[pos] == hb {
+			sh.remove(uint32(pos))
+			removed = true
+			break
+		}
+	}
+	if !removed {
+		t.Fatal("block B not in the index")
+	}
+	got, _ := h.pick(t, req)
+	checkScores(t, got, []float64{0.25, 0}) // A found, B missing: 1/4 though C and D are cached
+}
+
+func TestPrefixEvictsTailFirst(t *testing.T) {
+	cfg := smallPrefix()
+	cfg.Shards, cfg.Capacity = 1, 6
+	p := mustPrefix(t, cfg)
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1") // LRU, newest first: A B C D
+	h.route(t, scheduler.Request{Prompt: prompt("XY")}, "a:1")   // X Y A B C D (6: full)
+	h.route(t, scheduler.Request{Prompt: prompt("PQ")}, "a:1")   // P Q X Y A B; C, D evicted
+	if st := p.Stats(); st.Blocks != 6 || st.Evictions != 2 {
+		t.Errorf("stats %+v, want 6 blocks, 2 evictions", st)
+	}
+	got, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	checkScores(t, got, []float64{0.5, 0}) // A B kept, C D gone: 2/4
+}
+
+func TestPrefixLRUBoundsMemory(t *testing.T) {
+	cfg := smallPrefix()
+	cfg.Capacity = 64 // 16 shards × 4 blocks per endpoint
+	p := mustPrefix(t, cfg)
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	rng := rand.New(rand.NewPCG(1, 2))
+	var last []byte
+	var maxBytes int
+	for i := range 2000 {
+		pr := make([]byte, 8*16)
+		fill(rng, pr)
+		h.route(t, scheduler.Request{Prompt: pr}, "a:1")
+		last = pr
+		st := p.Stats()
+		if st.Blocks > 64 {
+			t.Fatalf("after %d prompts: %d blocks cached, capacity 64", i+1, st.Blocks)
+		}
+		if i == 100 {
+			maxBytes = st.Bytes
+		}
+		if i > 100 && st.Bytes > maxBytes {
+			t.Fatalf("after %d prompts index grew to %d bytes (was %d at 100): memory not bounded", i+1, st.Bytes, maxBytes)
+		}
+	}
+	st := p.Stats()
+	// 2000 × 8 = 16000 inserts into 64 places.
+	if st.Evictions != 16000-uint64(st.Blocks) {
+		t.Errorf("evictions %d, want %d", st.Evictions, 16000-st.Blocks)
+	}
+	// The latest prompt has its first blocks: block 0 was touched last in
+	// every shard, so at least it survives.
+	got, _ := h.pick(t, &scheduler.Request{Prompt: last})
+	if got[0] == 0 {
+		t.Errorf("latest prompt lost entirely: %v", got)
+	}
+	checkIndex(t, p)
+}
+
+func TestPrefixCapacityFromServerCache(t *testing.T) {
+	p := mustPrefix(t, DefaultPrefixConfig())
+	es := eps("a:1", "b:1")
+	// 100 blocks × 16 tokens / 64 tokens per index block = 25 blocks.
+	es[0].CacheBlocks, es[0].CacheBlockSize = 100, 16
+	newHarness(t, p, es)
+	if st := p.Stats(); st.Capacity != 25+32768 || st.Endpoints != 2 {
+		t.Errorf("stats %+v, want capacity 25 + 32768 (default) over 2 endpoints", st)
+	}
+}
+
+func TestPrefixPurgesEndpointsThatLeave(t *testing.T) {
+	p := mustPrefix(t, smallPrefix())
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	h.route(t, scheduler.Request{Prompt: prompt("ABC")}, "b:1")
+	if st := p.Stats(); st.Blocks != 7 {
+		t.Fatalf("blocks %d, want 4 + 3", st.Blocks)
+	}
+	h.s.SetEndpoints(eps("b:1"))
+	if st := p.Stats(); st.Blocks != 3 || st.Endpoints != 1 {
+		t.Fatalf("after a left: %+v, want b's 3 blocks", st)
+	}
+	// A new endpoint may get a's recycled id: it must start empty, and a
+	// returning a must too.
+	h.s.SetEndpoints(eps("b:1", "d:1"))
+	h.s.SetEndpoints(eps("a:1", "b:1", "d:1"))
+	got, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	checkScores(t, got, []float64{0, 0.75, 0}) // a: forgotten; b: 3/4; d: new
+	// Refreshing the pool with the same addresses keeps everything.
+	h.s.SetEndpoints(eps("a:1", "b:1", "d:1"))
+	got, _ = h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	// The previous pick sent ABCD to b (best score), so b now has all 4.
+	checkScores(t, got, []float64{0, 1, 0})
+	checkIndex(t, p)
+}
+
+func TestPrefixMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	p, err := NewPrefix("prefix", smallPrefix(), Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	st := p.Stats()
+	// Bytes is asserted against the index's own accounting; the benchmark
+	// checks that accounting against runtime.MemStats.
+	want := fmt.Sprintf(`
+# HELP trimtab_prefix_index_blocks Cached (block, endpoint) entries in the prefix scorer's index.
+# TYPE trimtab_prefix_index_blocks gauge
+trimtab_prefix_index_blocks{scorer="prefix"} 4
+# HELP trimtab_prefix_index_bytes Memory held by the prefix scorer's index, in bytes.
+# TYPE trimtab_prefix_index_bytes gauge
+trimtab_prefix_index_bytes{scorer="prefix"} %d
+# HELP trimtab_prefix_index_capacity_blocks Most entries the prefix index may hold: the sum of its endpoints' capacities.
+# TYPE trimtab_prefix_index_capacity_blocks gauge
+trimtab_prefix_index_capacity_blocks{scorer="prefix"} 65536
+# HELP trimtab_prefix_index_evictions_total Prefix index entries evicted because an endpoint reached its capacity.
+# TYPE trimtab_prefix_index_evictions_total counter
+trimtab_prefix_index_evictions_total{scorer="prefix"} 0
+`, st.Bytes)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"trimtab_prefix_index_blocks", "trimtab_prefix_index_bytes",
+		"trimtab_prefix_index_capacity_blocks", "trimtab_prefix_index_evictions_total"); err != nil {
+		t.Error(err)
+	}
+	// 64 slots × 20 bytes in each of the (at most 4) shards holding a block.
+	if st.Bytes < 64*bytesPerSlot || st.Bytes > 1<<16 {
+		t.Errorf("bytes %d out of the plausible range", st.Bytes)
+	}
+}
+
+// TestPrefixShardMatchesModel runs random inserts and purges on one shard
+// with a tiny table (so probe runs wrap around and backward shifts cross
+// the end) and compares it after every step with a plain reference LRU.
+func TestPrefixShardMatchesModel(t *testing.T) {
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		var sh prefixShard
+		sh.ensureIDs(6)
+		const capacity = 12
+		model := map[uint32][]uint64{} // id → hashes, newest first
+		// A small universe of hashes, so entries repeat across endpoints
+		// and runs collide in the small table.
+		universe := make([]uint64, 40)
+		for i := range universe {
+			universe[i] = rng.Uint64()
+		}
+		hash := func() uint64 { return universe[rng.IntN(len(universe))] }
+		for step := range 1500 {
+			id := uint32(1 + rng.IntN(5))
+			if rng.IntN(50) == 0 {
+				sh.purge(id)
+				delete(model, id)
+			} else {
+				h := hash()
+				sh.insert(h, id, capacity)
+				l := model[id]
+				if i := slices.Index(l, h); i >= 0 {
+					l = slices.Delete(l, i, i+1)
+				}
+				l = append([]uint64{h}, l...)
+				if len(l) > capacity {
+					l = l[:capacity]
+				}
+				model[id] = l
+			}
+			if err := shardMatches(&sh, model); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+		}
+	}
+}
+
+// shardMatches checks a shard's structure and that each endpoint's LRU
+// list equals the model's, newest first.
+func shardMatches(sh *prefixShard, model map[uint32][]uint64) error {
+	if err := shardConsistent(sh); err != nil {
+		return err
+	}
+	for id := range sh.lists {
+		var got []uint64
+		for pos := sh.lists[id].head; pos != nilIdx; pos = sh.next[pos] {
+			got = append(got, sh.hashes[pos])
+		}
+		if want := model[uint32(id)]; !slices.Equal(got, want) {
+			return fmt.Errorf("id %d: LRU %x, want %x", id, got, want)
+		}
+	}
+	return nil
+}
+
+// shardConsistent checks the invariants of a shard: every entry is
+// reachable from its home slot without crossing an empty slot, links are
+// symmetric, counts agree.
+func shardConsistent(sh *prefixShard) error {
+	size := len(sh.ids)
+	used := 0
+	for pos, id := range sh.ids {
+		if id == 0 {
+			continue
+		}
+		used++
+		for q := home(sh.hashes[pos], size); q != pos; q = (q + 1) % size {
+			if sh.ids[q] == 0 {
+				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, home(sh.hashes[pos], size), q)
+			}
+		}
+	}
+	if used != sh.used {
+		return fmt.Errorf("used %d, counted %d", sh.used, used)
+	}
+	if size > 0 && used*growDen > size*growNum {
+		return fmt.Errorf("load %d/%d over the limit", used, size)
+	}
+	total := 0
+	for id, l := range sh.lists {
+		n := uint32(0)
+		prev := nilIdx
+		for pos := l.head; pos != nilIdx; pos = sh.next[pos] {
+			if sh.ids[pos] != uint32(id) {
+				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, sh.ids[pos])
+			}
+			if sh.prev[pos] != prev {
+				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, sh.prev[pos], prev)
+			}
+			prev = pos
+			if n++; int(n) > size {
+				return fmt.Errorf("list %d has a cycle", id)
+			}
+		}
+		if l.tail != prev || l.n != n {
+			return fmt.Errorf("list %d: tail %d n %d, walked tail %d n %d", id, l.tail, l.n, prev, n)
+		}
+		total += int(n)
+	}
+	if total != used {
+		return fmt.Errorf("lists hold %d entries, table %d", total, used)
+	}
+	return nil
+}
+
+// checkIndex checks every shard of p and that no endpoint exceeds its
+// capacity.
+func checkIndex(t *testing.T, p *Prefix) {
+	t.Helper()
+	tab := p.tab.Load()
+	for s := range p.shards {
+		sh := &p.shards[s]
+		sh.mu.RLock()
+		err := shardConsistent(sh)
+		for id, l := range sh.lists {
+			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.n > tab.perShard[id] {
+				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.n, tab.perShard[id])
+			}
+		}
+		sh.mu.RUnlock()
+		if err != nil {
+			t.Fatalf("shard %d: %v", s, err)
+		}
+	}
+}
+
+// TestPrefixConcurrent races picks (scoring and recording), pool changes
+// and metric scrapes; run it with -race.
+func TestPrefixConcurrent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := smallPrefix()
+	cfg.Capacity = 256
+	p, err := NewPrefix("prefix", cfg, Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := NewSession("session", DefaultSessionConfig(), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+		{Name: "prefix", Scorer: p, Weight: 3},
+		{Name: "session", Scorer: sess, Weight: 1},
+	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := [][]scheduler.Endpoint{
+		eps("a:1", "b:1", "c:1", "d:1"),
+		eps("a:1", "c:1", "e:1"),
+		eps("b:1", "d:1", "e:1", "f:1", "g:1"),
+	}
+	s.SetEndpoints(pools[0])
+	var pickers, changer sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		pickers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := range 400 {
+				pr := prompt(strings.Repeat(string(rune('A'+rng.IntN(4))), 1+rng.IntN(8)))
+				req := &scheduler.Request{Prompt: pr, SessionID: fmt.Sprint("s", rng.IntN(50))}
+				d, err := s.Pick(t.Context(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%3 == 0 {
+					d.Advance()
+				}
+				d.Done(scheduler.Outcome{})
+			}
+		})
+	}
+	changer.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s.SetEndpoints(pools[i%len(pools)])
+			_ = p.Stats()
+			if _, err := reg.Gather(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	pickers.Wait()
+	close(stop)
+	changer.Wait()
+	checkIndex(t, p)
+	if st := p.Stats(); st.Blocks > st.Capacity {
+		t.Errorf("%d blocks over capacity %d", st.Blocks, st.Capacity)
+	}
+}
