@@ -1,0 +1,386 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// chromium is Debian's headless-capable browser; CI installs it with
+// `apt-get install -y chromium`.
+const chromium = "/usr/bin/chromium"
+
+// fixedScorer scores candidates from a per-address table; the browser test
+// needs real decisions with varied per-scorer scores, not a specific policy.
+type fixedScorer struct {
+	cat    scheduler.Category
+	scores map[string]float64
+}
+
+func (f *fixedScorer) Category() scheduler.Category { return f.cat }
+func (f *fixedScorer) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	for i, e := range eps {
+		out[i] = f.scores[e.Address]
+	}
+}
+
+// pageFixture is a real scheduler, a Recorder fed a synthetic burst, and an
+// admin-like HTTP server serving the Recorder's handlers next to
+// /debug/endpoints, /debug/decisions and /debug/weights in the proxy's
+// shape.
+type pageFixture struct {
+	rec   *Recorder
+	sched *scheduler.Scheduler
+	names []string
+	srv   *httptest.Server
+
+	mu        sync.Mutex
+	decisions []scheduler.Explanation // newest first, like proxy.Recorder.Recent
+}
+
+var fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
+
+func newPageFixture(t *testing.T, end time.Time) *pageFixture {
+	t.Helper()
+	f := &pageFixture{rec: mustNew(t, DefaultConfig())}
+	prefix := map[string]float64{fixtureAddrs[0]: 0.92, fixtureAddrs[1]: 0.15, fixtureAddrs[2]: 0, fixtureAddrs[3]: 0.4}
+	queue := map[string]float64{fixtureAddrs[0]: 0.1, fixtureAddrs[1]: 0.8, fixtureAddrs[2]: 1, fixtureAddrs[3]: 0.55}
+	kv := map[string]float64{fixtureAddrs[0]: 0.2, fixtureAddrs[1]: 0.65, fixtureAddrs[2]: 0.9, fixtureAddrs[3]: 0.5}
+	entries := []scheduler.ScorerEntry{
+		{Name: "prefix", Type: "prefix", Scorer: &fixedScorer{scheduler.CategoryAffinity, prefix}, Weight: 3},
+		{Name: "queue", Type: "queue", Scorer: &fixedScorer{scheduler.CategoryDistribution, queue}, Weight: 2},
+		{Name: "kvcache", Type: "kvcache", Scorer: &fixedScorer{scheduler.CategoryDistribution, kv}, Weight: 2},
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), entries, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sched = s
+	for _, e := range entries {
+		f.names = append(f.names, e.Name)
+	}
+	f.rec.SetScorers(s.Scorers())
+	eps := make([]scheduler.Endpoint, len(fixtureAddrs))
+	for i, a := range fixtureAddrs {
+		eps[i] = scheduler.Endpoint{
+			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
+			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
+			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1,
+			ScrapedAt: end.Add(-time.Duration(20+200*i) * time.Millisecond), State: scheduler.StateFresh,
+		}
+	}
+	eps[3].State = scheduler.StateStale
+	eps[3].ScrapedAt = end.Add(-1500 * time.Millisecond)
+	s.SetEndpoints(eps)
+
+	f.feedHistory(end)
+
+	mux := http.NewServeMux()
+	f.rec.Register(mux)
+	mux.HandleFunc("GET /debug/endpoints", f.serveEndpoints)
+	mux.HandleFunc("GET /debug/decisions", f.serveDecisions)
+	mux.HandleFunc("GET /debug/weights", f.serveWeights)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// signalAt is a synthetic hot-prefix burst over 60 s: calm, a rise to
+// about 0.8 from 20 s to 40 s, calm again; plus a small wobble.
+func signalAt(sec float64) float64 {
+	burst := 0.8 / (1 + math.Exp(-(sec-22)/1.5)) * (1 - 1/(1+math.Exp(-(sec-40)/2)))
+	return math.Max(0, math.Min(1, 0.08+burst+0.03*math.Sin(sec*1.7)))
+}
+
+// tick records one control tick at time at (sec seconds into the run),
+// switching mode with hysteresis (enter ≥ 0.5, leave ≤ 0.3) and
+// publishing new weights on each switch, as the configurator would.
+func (f *pageFixture) tick(at time.Time, sec float64) {
+	sig := signalAt(sec)
+	w := f.sched.Weights()
+	mode := w.Mode
+	switch {
+	case mode != "rebalance" && sig >= 0.5:
+		mode = "rebalance"
+	case mode == "rebalance" && sig <= 0.3:
+		mode = "calm"
+	}
+	if mode != w.Mode {
+		values := []float64{2.6, 2.2, 2.2} // calm: affinity leads
+		reason := fmt.Sprintf("signal %.2f ≤ theta_off 0.30: back to calm", sig)
+		if mode == "rebalance" {
+			values = []float64{0.9, 3.05, 3.05} // D = 6.1/7 ≈ 0.87
+			reason = fmt.Sprintf("signal %.2f ≥ theta_on 0.50: rebalance", sig)
+		}
+		nw := &scheduler.Weights{Version: w.Version + 1, Values: values, Mode: mode, Reason: reason, Signal: sig, At: at}
+		if err := f.sched.Publish(nw); err == nil {
+			f.rec.RecordChange(w, nw, f.names)
+			w = nw
+		}
+	}
+	s := Sample{At: at, Signal: sig, Components: map[string]float64{
+		"request_cv": math.Min(1, sig*1.05), "kv_cv": sig * 0.7, "raw": math.Min(1, sig*1.05),
+		"smoothed": sig, "pressure": 0.1 + 0.3*sig, "endpoints": 4, "total_load": 80 + 120*sig,
+	}}
+	s.SetWeights(w, f.names)
+	f.rec.Record(s)
+}
+
+func (f *pageFixture) feedHistory(end time.Time) {
+	start := end.Add(-60 * time.Second)
+	f.sched.Publish(&scheduler.Weights{Version: 2, Values: []float64{2.6, 2.2, 2.2}, Mode: "calm", Reason: "adaptive on", At: start})
+	for i := 0; i <= 1200; i++ { // 60 s of 50 ms ticks
+		f.tick(start.Add(time.Duration(i)*50*time.Millisecond), float64(i)*0.05)
+	}
+	for i := 0; i < 40; i++ {
+		f.pick(fmt.Sprintf("req-%04d", i))
+	}
+}
+
+// pick runs a real decision and keeps its explanation, as the proxy's
+// recorder does.
+func (f *pageFixture) pick(id string) {
+	d, err := f.sched.Pick(context.Background(), &scheduler.Request{ID: id, Model: "llama-3.1-8b"})
+	if err != nil {
+		return
+	}
+	x := d.Explain()
+	d.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200})
+	f.mu.Lock()
+	f.decisions = append([]scheduler.Explanation{x}, f.decisions...)
+	if len(f.decisions) > 64 {
+		f.decisions = f.decisions[:64]
+	}
+	f.mu.Unlock()
+}
+
+func (f *pageFixture) serveEndpoints(w http.ResponseWriter, _ *http.Request) {
+	type ep struct {
+		Address           string   `json:"address"`
+		Name              string   `json:"name,omitempty"`
+		Models            []string `json:"models,omitempty"`
+		State             string   `json:"state"`
+		Waiting           float64  `json:"waiting"`
+		Running           float64  `json:"running"`
+		KVUtil            float64  `json:"kv_util"`
+		Capacity          float64  `json:"capacity"`
+		InFlight          int64    `json:"in_flight"`
+		MetricsAgeSeconds float64  `json:"metrics_age_seconds"`
+	}
+	p := f.sched.Pool()
+	now := time.Now()
+	out := struct {
+		Version   uint64 `json:"version"`
+		Endpoints []ep   `json:"endpoints"`
+	}{Version: p.Version}
+	for _, e := range p.Pointers() {
+		out.Endpoints = append(out.Endpoints, ep{e.Address, e.Name, e.Models, e.State.String(), e.Waiting, e.Running,
+			e.KVUtil, e.Capacity, e.InFlight() + int64(len(e.Address)%3), e.MetricsAge(now).Seconds()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (f *pageFixture) serveDecisions(w http.ResponseWriter, _ *http.Request) {
+	f.mu.Lock()
+	out := append([]scheduler.Explanation(nil), f.decisions...)
+	f.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (f *pageFixture) serveWeights(w http.ResponseWriter, _ *http.Request) {
+	cur := f.sched.Weights()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"version": cur.Version, "mode": cur.Mode, "reason": cur.Reason, "signal": cur.Signal, "at": cur.At,
+		"weights": weightMap(cur, f.names),
+	})
+}
+
+// TestStatusPageInBrowser loads /ui in a real headless Chromium against a
+// Recorder that is being fed live samples and checks that the page polls,
+// draws the charts and fills every table, with no console error (a CSP
+// violation or a script exception fails the test). Screenshots go to
+// $TRIMTAB_SCREENSHOT_DIR when set.
+func TestStatusPageInBrowser(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
+	}
+	shots := os.Getenv("TRIMTAB_SCREENSHOT_DIR")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	f := newPageFixture(t, start)
+
+	// Live feed: keep ticking (and picking) while the browser watches.
+	liveCtx, stopLive := context.WithCancel(context.Background())
+	var live sync.WaitGroup
+	live.Add(1)
+	go func() {
+		defer live.Done()
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-liveCtx.Done():
+				return
+			case now := <-tk.C:
+				f.tick(now, 60+now.Sub(start).Seconds())
+				if i%10 == 0 {
+					f.pick(fmt.Sprintf("live-%04d", i))
+				}
+			}
+		}
+	}()
+	defer live.Wait()
+	defer stopLive()
+
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1600),
+	)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	// Backstop: whatever hangs, the browser goes away after two minutes.
+	backstop := time.AfterFunc(2*time.Minute, cancel)
+	defer backstop.Stop()
+
+	var (
+		console  sync.WaitGroup
+		mu       sync.Mutex
+		problems []string
+	)
+	msgs := chromedp.Console(ctx)
+	console.Add(1)
+	go func() {
+		defer console.Done()
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s %s:%d %s", m.Type, m.URL, m.Line+1, m.Text))
+				mu.Unlock()
+			}
+		}
+	}()
+	defer console.Wait()
+	defer cancel()
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(f.srv.URL+"/ui")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	wait := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+
+	wait("two polls", `Number(document.body.dataset.polls || 0) >= 2`)
+	// 60 s of history at 500 ms is ~120 samples, all inside the 5 min view.
+	wait("the signal chart", `Number(document.getElementById("signal-chart").dataset.points || 0) >= 100`)
+	wait("the weights chart", `Number(document.getElementById("weights-chart").dataset.points || 0) >= 100`)
+	wait("endpoint rows", `document.querySelectorAll("#endpoints tbody tr[data-address]").length === 4`)
+	wait("weight changes", `document.querySelectorAll("#changes tbody tr[data-seq]").length >= 2`)
+	wait("decisions", `document.querySelectorAll("#decisions tbody tr.dec").length >= 10`)
+	wait("weight bars", `document.querySelectorAll("#weights .bar-row").length === 3`)
+
+	// Live data keeps arriving: the chart grows by a point per 500 ms slot.
+	before := eval(`document.getElementById("signal-chart").dataset.points`)
+	wait("new live samples", fmt.Sprintf(`Number(document.getElementById("signal-chart").dataset.points) > %s`, before))
+
+	if mode := eval(`document.getElementById("kpi-mode").textContent`); mode != "calm" && mode != "rebalance" {
+		t.Errorf("mode KPI = %q, want calm or rebalance", mode)
+	}
+	// The signal plus request_cv, kv_cv, raw and pressure (smoothed is
+	// hidden by default): 5 lines.
+	if lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#signal-chart path.line").length`)); err != nil || lines != 5 {
+		t.Errorf("signal chart draws %d lines (%v), want 5", lines, err)
+	}
+	row := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.11:8000"]').innerText`)
+	// Endpoint 0: waiting 14, running 48, KV 0.93 → 93%.
+	for _, want := range []string{"10.0.0.11:8000", "vllm-0", "fresh", "14", "48", "93%"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("endpoint row %q lacks %q", row, want)
+		}
+	}
+	if stale := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.14:8000"] .pill').textContent`); stale != "stale" {
+		t.Errorf("endpoint 3 state pill = %q, want stale", stale)
+	}
+	// Every decision chose endpoint 0 or another with a share; at least one
+	// share cell shows a percentage.
+	if shares := eval(`Array.from(document.querySelectorAll("#endpoints tbody tr[data-address] td:nth-child(8)")).map(td => td.innerText).join("|")`); !strings.Contains(shares, "%") {
+		t.Errorf("share-of-picks cells %q show no percentage", shares)
+	}
+	if reason := eval(`document.querySelector("#changes tbody tr[data-seq] td:nth-child(5)").innerText`); !strings.Contains(reason, "theta_") {
+		t.Errorf("newest change reason %q, want the configurator's reason", reason)
+	}
+
+	// Open the newest decision: a candidate table with all four endpoints.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#decisions tbody tr.dec"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the candidate table", `document.querySelectorAll("#decisions tr.cands tbody tr").length === 4`)
+
+	shot := func(name string) {
+		t.Helper()
+		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		p := filepath.Join(shots, name)
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", p)
+	}
+	shot("status-ui-light.png")
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	polls := eval(`document.body.dataset.polls`)
+	wait("a redraw in dark mode", fmt.Sprintf(`Number(document.body.dataset.polls) > %s`, polls))
+	shot("status-ui-dark.png")
+
+	cancel()
+	console.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("browser console: %s", p)
+	}
+}
