@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Admin is the admin HTTP server: /metrics, /healthz, /readyz and the JSON
+// debug views /debug/weights, /debug/endpoints, /debug/decisions. More
+// handlers (a UI) can be added with Handle before Run.
+type Admin struct {
+	cfg  Config
+	deps Deps
+	mux  *http.ServeMux
+	srv  httpServer
+}
+
+// NewAdmin builds the admin server. deps.View is required; deps.Gatherer
+// is exposed on /metrics; deps.Recorder feeds /debug/decisions.
+func NewAdmin(cfg Config, deps Deps) (*Admin, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.View == nil {
+		return nil, errors.New("proxy: NewAdmin needs Deps.View")
+	}
+	deps.defaults()
+	g := deps.Gatherer
+	if g == nil {
+		g = prometheus.NewRegistry()
+	}
+	a := &Admin{cfg: cfg, deps: deps, mux: http.NewServeMux(),
+		srv: httpServer{name: "admin", drain: min(cfg.DrainTimeout, 5*time.Second), ln: deps.Listener, addr: cfg.Admin.Addr}}
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	a.mux.HandleFunc("GET /debug/weights", a.weights)
+	a.mux.HandleFunc("GET /debug/endpoints", a.endpoints)
+	a.mux.HandleFunc("GET /debug/decisions", a.decisions)
+	return a, nil
+}
+
+// Handle adds a handler to the admin mux (http.ServeMux patterns). Call it
+// before Run.
+func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
+// ServeHTTP serves the admin mux.
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Listen binds the listen address (or adopts Deps.Listener) and returns
+// the bound address. Run calls it if needed.
+func (a *Admin) Listen() (net.Addr, error) { return a.srv.bind() }
+
+// Run serves until ctx is cancelled, then shuts down (up to 5 s or
+// Config.DrainTimeout, whichever is shorter).
+func (a *Admin) Run(ctx context.Context) error { return a.srv.run(ctx, a.mux) }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// readyz is 200 when at least one endpoint has fresh metrics, else 503.
+func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
+	var fresh, total int
+	for _, e := range a.deps.View.Pool().Endpoints {
+		total++
+		if e.State == scheduler.StateFresh {
+			fresh++
+		}
+	}
+	code := http.StatusOK
+	if fresh == 0 {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]int{"fresh_endpoints": fresh, "endpoints": total})
+}
+
+// WeightsView is the JSON shape of /debug/weights.
+type WeightsView struct {
+	Version uint64       `json:"version"`
+	Mode    string       `json:"mode"`
+	Reason  string       `json:"reason"`
+	Signal  float64      `json:"signal"`
+	At      time.Time    `json:"at"`
+	Scorers []ScorerView `json:"scorers"`
+}
+
+// ScorerView is one scorer in WeightsView.
+type ScorerView struct {
+	Name       string  `json:"name"`
+	Type       string  `json:"type"`
+	Category   string  `json:"category"`
+	Weight     float64 `json:"weight"`
+	BaseWeight float64 `json:"base_weight"`
+}
+
+func (a *Admin) weights(w http.ResponseWriter, _ *http.Request) {
+	wt := a.deps.View.Weights()
+	v := WeightsView{Version: wt.Version, Mode: wt.Mode, Reason: wt.Reason, Signal: wt.Signal, At: wt.At}
+	for i, s := range a.deps.View.Scorers() {
+		sv := ScorerView{Name: s.Name, Type: s.Type, BaseWeight: s.Weight}
+		if s.Scorer != nil {
+			sv.Category = s.Scorer.Category().String()
+		}
+		if i < len(wt.Values) {
+			sv.Weight = wt.Values[i]
+		}
+		v.Scorers = append(v.Scorers, sv)
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// EndpointView is one endpoint on /debug/endpoints.
+type EndpointView struct {
+	Address        string            `json:"address"`
+	Name           string            `json:"name,omitempty"`
+	Models         []string          `json:"models,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	State          string            `json:"state"`
+	Waiting        float64           `json:"waiting"`
+	Running        float64           `json:"running"`
+	KVUtil         float64           `json:"kv_util"`
+	Capacity       float64           `json:"capacity"`
+	InFlight       int64             `json:"in_flight"`
+	LoRAActive     []string          `json:"lora_active,omitempty"`
+	LoRAWaiting    []string          `json:"lora_waiting,omitempty"`
+	ScrapedAt      time.Time         `json:"scraped_at"`
+	CacheBlockSize int               `json:"cache_block_size,omitempty"`
+	CacheBlocks    int               `json:"cache_blocks,omitempty"`
+}
+
+func (a *Admin) endpoints(w http.ResponseWriter, _ *http.Request) {
+	pool := a.deps.View.Pool()
+	out := struct {
+		Version   uint64         `json:"version"`
+		Endpoints []EndpointView `json:"endpoints"`
+	}{Version: pool.Version, Endpoints: []EndpointView{}}
+	for _, e := range pool.Pointers() {
+		out.Endpoints = append(out.Endpoints, EndpointView{
+			Address: e.Address, Name: e.Name, Models: e.Models, Labels: e.Labels, State: e.State.String(),
+			Waiting: e.Waiting, Running: e.Running, KVUtil: e.KVUtil, Capacity: e.CapacityOrOne(),
+			InFlight: e.InFlight(), LoRAActive: e.LoRA.Active, LoRAWaiting: e.LoRA.Waiting,
+			ScrapedAt: e.ScrapedAt, CacheBlockSize: e.CacheBlockSize, CacheBlocks: e.CacheBlocks,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Admin) decisions(w http.ResponseWriter, _ *http.Request) {
+	d := a.deps.Recorder.Recent()
+	if d == nil {
+		d = []scheduler.Explanation{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"decisions": d})
+}

@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Body send modes of the Envoy ext_proc filter that the server supports.
+// They are used when Envoy does not announce its mode in protocol_config.
+const (
+	// BodyModeFullDuplex is FULL_DUPLEX_STREAMED: the EPP answers the
+	// request headers only after the whole body, then streams the body back.
+	BodyModeFullDuplex = "full-duplex-streamed"
+	// BodyModeBuffered is BUFFERED: headers are answered at once, the
+	// destination travels in the body response's header mutation.
+	BodyModeBuffered = "buffered"
+	// BodyModeNone means Envoy sends no body (response side only).
+	BodyModeNone = "none"
+)
+
+// Config configures the three servers of the data path. The lead decodes it
+// from YAML with mapstructure; durations are Go duration strings ("30s").
+type Config struct {
+	// HTTP is the OpenAI-compatible reverse proxy.
+	HTTP HTTPConfig `mapstructure:"http"`
+	// ExtProc is the Envoy ext_proc endpoint picker.
+	ExtProc ExtProcConfig `mapstructure:"ext_proc"`
+	// Admin serves metrics, health and debug endpoints.
+	Admin AdminConfig `mapstructure:"admin"`
+	// MaxBodyBytes bounds a request body on both paths; larger bodies get
+	// 413. Default 16 MiB.
+	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// DrainTimeout is how long in-flight requests (SSE streams included)
+	// may run after shutdown begins before they are cut. Default 30s.
+	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+	// RetryAfter is the Retry-After sent with 429 and 503 answers, rounded
+	// up to whole seconds. Default 1s.
+	RetryAfter time.Duration `mapstructure:"retry_after"`
+	// LoRAAdapters maps an adapter name, as clients put it in "model", to
+	// the base model that serves it. A request naming an adapter is
+	// scheduled for the base model with Request.LoRA set.
+	LoRAAdapters map[string]string `mapstructure:"lora_adapters"`
+}
+
+// HTTPConfig configures the reverse proxy.
+type HTTPConfig struct {
+	// Enabled says whether cmd runs the proxy. Default true.
+	Enabled bool `mapstructure:"enabled"`
+	// Addr is the listen address. Default ":8080".
+	Addr string `mapstructure:"addr"`
+	// Retries is how many times a request that failed before any byte
+	// reached the client (connect error, 502, 503) is retried on the next
+	// fallback endpoint. Default 2; 0 disables retries.
+	Retries int `mapstructure:"retries"`
+	// ScoresHeader adds x-trimtab-scores with the per-scorer breakdown of
+	// the chosen endpoint to every response. Default false (it allocates).
+	ScoresHeader bool `mapstructure:"scores_header"`
+	// ConnectTimeout bounds dialing an endpoint. Default 5s.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	// ResponseHeaderTimeout bounds the wait for an endpoint's response
+	// headers; 0 (default) waits as long as the client does, since prefill
+	// of a long prompt can take a while.
+	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
+	// MaxIdleConnsPerHost is the keep-alive pool size per endpoint.
+	// Default 256.
+	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
+	// MaxInFlight caps concurrent scheduled requests; more get 429.
+	// 0 (default) means unlimited.
+	MaxInFlight int `mapstructure:"max_in_flight"`
+}
+
+// ExtProcConfig configures the Envoy ext_proc server.
+type ExtProcConfig struct {
+	// Enabled says whether cmd runs the server. Default true.
+	Enabled bool `mapstructure:"enabled"`
+	// Addr is the gRPC listen address. Default ":9002".
+	Addr string `mapstructure:"addr"`
+	// RequestBodyMode is Envoy's request_body_mode, used when Envoy does
+	// not send protocol_config: "full-duplex-streamed" (default) or
+	// "buffered".
+	RequestBodyMode string `mapstructure:"request_body_mode"`
+	// ResponseBodyMode is Envoy's response_body_mode, used when Envoy does
+	// not send protocol_config: "full-duplex-streamed" (default),
+	// "buffered" or "none".
+	ResponseBodyMode string `mapstructure:"response_body_mode"`
+	// ScoresHeader adds x-trimtab-scores to responses (via a response
+	// header mutation). Default false.
+	ScoresHeader bool `mapstructure:"scores_header"`
+	// MaxInFlight caps concurrent scheduled requests; more get 429.
+	// 0 (default) means unlimited.
+	MaxInFlight int `mapstructure:"max_in_flight"`
+}
+
+// AdminConfig configures the admin server.
+type AdminConfig struct {
+	// Enabled says whether cmd runs the server. Default true.
+	Enabled bool `mapstructure:"enabled"`
+	// Addr is the listen address. Default ":9090".
+	Addr string `mapstructure:"addr"`
+	// Decisions is how many recent decisions /debug/decisions keeps.
+	// Default 256; 0 keeps none.
+	Decisions int `mapstructure:"decisions"`
+	// DecisionsEvery records one decision in every N (1 records all).
+	// Recording copies the decision's scores, so the default, 16, keeps it
+	// off the hot path.
+	DecisionsEvery int `mapstructure:"decisions_every"`
+}
+
+// DefaultConfig returns the defaults documented on each field.
+func DefaultConfig() Config {
+	return Config{
+		HTTP: HTTPConfig{
+			Enabled:             true,
+			Addr:                ":8080",
+			Retries:             2,
+			ConnectTimeout:      5 * time.Second,
+			MaxIdleConnsPerHost: 256,
+		},
+		ExtProc: ExtProcConfig{
+			Enabled:          true,
+			Addr:             ":9002",
+			RequestBodyMode:  BodyModeFullDuplex,
+			ResponseBodyMode: BodyModeFullDuplex,
+		},
+		Admin: AdminConfig{
+			Enabled:        true,
+			Addr:           ":9090",
+			Decisions:      256,
+			DecisionsEvery: 16,
+		},
+		MaxBodyBytes: 16 << 20,
+		DrainTimeout: 30 * time.Second,
+		RetryAfter:   time.Second,
+	}
+}
+
+// Validate checks every field and names the offending ones (YAML keys).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("proxy.%s: "+format, append([]any{field}, args...)...))
+	}
+	if c.MaxBodyBytes <= 0 {
+		bad("max_body_bytes", "%d, must be > 0", c.MaxBodyBytes)
+	}
+	if c.DrainTimeout < 0 {
+		bad("drain_timeout", "%v, must be ≥ 0", c.DrainTimeout)
+	}
+	if c.RetryAfter < 0 {
+		bad("retry_after", "%v, must be ≥ 0", c.RetryAfter)
+	}
+	for adapter, base := range c.LoRAAdapters {
+		if adapter == "" || base == "" {
+			bad("lora_adapters", "adapter %q → base %q: names must be non-empty", adapter, base)
+		} else if adapter == base {
+			bad("lora_adapters", "adapter %q maps to itself", adapter)
+		}
+	}
+	if c.HTTP.Enabled && c.HTTP.Addr == "" {
+		bad("http.addr", "must be set when http.enabled")
+	}
+	if c.HTTP.Retries < 0 || c.HTTP.Retries > 16 {
+		bad("http.retries", "%d, want 0…16", c.HTTP.Retries)
+	}
+	if c.HTTP.ConnectTimeout <= 0 {
+		bad("http.connect_timeout", "%v, must be > 0", c.HTTP.ConnectTimeout)
+	}
+	if c.HTTP.ResponseHeaderTimeout < 0 {
+		bad("http.response_header_timeout", "%v, must be ≥ 0", c.HTTP.ResponseHeaderTimeout)
+	}
+	if c.HTTP.MaxIdleConnsPerHost < 0 {
+		bad("http.max_idle_conns_per_host", "%d, must be ≥ 0", c.HTTP.MaxIdleConnsPerHost)
+	}
+	if c.HTTP.MaxInFlight < 0 {
+		bad("http.max_in_flight", "%d, must be ≥ 0", c.HTTP.MaxInFlight)
+	}
+	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
+		bad("ext_proc.addr", "must be set when ext_proc.enabled")
+	}
+	switch c.ExtProc.RequestBodyMode {
+	case BodyModeFullDuplex, BodyModeBuffered:
+	default:
+		bad("ext_proc.request_body_mode", "%q, want %q or %q", c.ExtProc.RequestBodyMode, BodyModeFullDuplex, BodyModeBuffered)
+	}
+	switch c.ExtProc.ResponseBodyMode {
+	case BodyModeFullDuplex, BodyModeBuffered, BodyModeNone:
+	default:
+		bad("ext_proc.response_body_mode", "%q, want %q, %q or %q", c.ExtProc.ResponseBodyMode, BodyModeFullDuplex, BodyModeBuffered, BodyModeNone)
+	}
+	if c.ExtProc.MaxInFlight < 0 {
+		bad("ext_proc.max_in_flight", "%d, must be ≥ 0", c.ExtProc.MaxInFlight)
+	}
+	if c.Admin.Enabled && c.Admin.Addr == "" {
+		bad("admin.addr", "must be set when admin.enabled")
+	}
+	if c.Admin.Decisions < 0 || c.Admin.Decisions > 1<<16 {
+		bad("admin.decisions", "%d, want 0…65536", c.Admin.Decisions)
+	}
+	if c.Admin.DecisionsEvery < 1 {
+		bad("admin.decisions_every", "%d, must be ≥ 1", c.Admin.DecisionsEvery)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,33 @@
+// Package proxy is trimtab's data path: the two ways requests reach the
+// scheduler, and the admin server.
+//
+//   - HTTP is an OpenAI-compatible reverse proxy (/v1/completions,
+//     /v1/chat/completions, /v1/models, other /v1/* passed through). It
+//     parses the body once (Parser), asks the scheduler for an endpoint,
+//     forwards the body byte for byte and streams the answer back, flushing
+//     every chunk so SSE events are never held. A connect error or a 502/503
+//     before any byte reached the client is retried on the decision's next
+//     fallback; never after.
+//   - ExtProc is an Envoy ext_proc gRPC server speaking the Gateway API
+//     Inference Extension endpoint-picker protocol: it buffers the request
+//     body, picks, and answers with the x-gateway-destination-endpoint
+//     header and envoy.lb dynamic metadata; it watches the response to
+//     finish the decision.
+//   - Admin serves /metrics, /healthz, /readyz and JSON debug views
+//     (/debug/weights, /debug/endpoints, /debug/decisions).
+//
+// Both request paths finish every scheduler.Decision exactly once (success,
+// error or cancellation), so in-flight counts cannot leak, and neither lets
+// a request name its own destination: x-gateway-destination-endpoint and
+// friends are stripped from inbound requests (HTTP) or overwritten (Envoy).
+//
+// Concurrency model: each server is a component with Run(ctx) that listens
+// (or uses the listener bound by Listen), serves until ctx is cancelled,
+// then drains: it stops accepting, lets in-flight requests (SSE streams
+// included) finish for up to Config.DrainTimeout, then cuts them and
+// returns once every handler goroutine has returned. net/http and grpc own
+// the per-connection and per-stream goroutines; Run waits for them. A
+// handler goroutine owns its request from parse to Done; the only shared
+// state is the scheduler (lock-free), the metrics, the Recorder (a mutex
+// held for a slice copy) and sync.Pools of per-request buffers.
+package proxy

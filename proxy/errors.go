@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Error is a request error with the HTTP status and OpenAI error type and
+// code it is answered with. Both paths (HTTP and ext_proc) render it as
+// {"error":{"message":…,"type":…,"param":null,"code":…}}.
+type Error struct {
+	// Status is the HTTP status (400, 404, 413, 429, 502, 503).
+	Status int
+	// Type is the OpenAI error type ("invalid_request_error", …).
+	Type string
+	// Code is a short machine-readable code ("model_not_found", …).
+	Code string
+	// Message is for humans.
+	Message string
+}
+
+// Error implements error.
+func (e *Error) Error() string { return e.Message }
+
+// Errors the proxy answers with. They are values so the error path does not
+// allocate either; compare with errors.Is or by pointer.
+var (
+	ErrBodyTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+		Code: "body_too_large", Message: "request body exceeds the size limit"}
+	ErrInvalidJSON = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_json", Message: "request body is not valid JSON"}
+	ErrNotObject = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_json", Message: "request body must be a JSON object"}
+	ErrMissingModel = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "missing_model", Message: "request must name a model (a non-empty string)"}
+	ErrBadField = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_field", Message: "a request field has the wrong type (stream must be a boolean; prompt a string, strings or token ids; messages objects with string or part-array content)"}
+	ErrTooDeep = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_json", Message: "request body nests too deeply"}
+	ErrUnknownModel = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
+		Code: "model_not_found", Message: "no endpoint serves the requested model"}
+	ErrNoEndpoints = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
+		Code: "no_endpoints", Message: "no endpoint is available; retry later"}
+	ErrOverloaded = &Error{Status: http.StatusTooManyRequests, Type: "server_error",
+		Code: "overloaded", Message: "too many requests in flight; retry later"}
+	ErrUpstream = &Error{Status: http.StatusBadGateway, Type: "server_error",
+		Code: "upstream_unreachable", Message: "the chosen endpoint could not be reached"}
+	ErrUpstreamBroken = &Error{Status: http.StatusBadGateway, Type: "server_error",
+		Code: "upstream_broken", Message: "the endpoint failed while streaming the response"}
+	ErrNotFound = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
+		Code: "not_found", Message: "unknown path"}
+	ErrMethod = &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Code: "method_not_allowed", Message: "method not allowed on this path"}
+)
+
+// asError maps any error from parsing or picking to an *Error; unknown
+// errors become 503 (the request could not be placed).
+func asError(err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, scheduler.ErrUnknownModel):
+		return ErrUnknownModel
+	case errors.Is(err, scheduler.ErrNoEndpoints):
+		return ErrNoEndpoints
+	default:
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "pick_failed", Message: err.Error()}
+	}
+}
+
+// errorBody is the OpenAI error envelope.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// JSON renders the OpenAI-style error body.
+func (e *Error) JSON() []byte {
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: e.Message, Type: e.Type, Code: e.Code}})
+	return b
+}
+
+// retryable reports whether an answer should carry Retry-After.
+func (e *Error) retryable() bool {
+	return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests
+}
+
+// retryAfterValue renders d as whole seconds, rounded up, at least 1.
+func retryAfterValue(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}
+
+// writeError answers an HTTP request with e.
+func writeError(w http.ResponseWriter, e *Error, retryAfter time.Duration) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.retryable() {
+		h.Set("Retry-After", retryAfterValue(retryAfter))
+	}
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(e.JSON())
+}

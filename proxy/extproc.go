@@ -1,0 +1,612 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Names of the endpoint-picker protocol (Gateway API Inference Extension,
+// proposal 004).
+const (
+	// DestinationHeader carries "ip:port[,fallback,…]" to Envoy.
+	DestinationHeader = "x-gateway-destination-endpoint"
+	// DestinationNamespace is the dynamic-metadata namespace of the pick.
+	DestinationNamespace = "envoy.lb"
+	// SubsetNamespace and SubsetKey locate the gateway's subset hint in
+	// the request's filter metadata: a list of "ip:port" strings.
+	SubsetNamespace = "envoy.lb.subset_hint"
+	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// bodyChunk bounds each body chunk streamed back to Envoy (the
+	// protocol asks for < 62,000 bytes).
+	bodyChunk = 62000
+)
+
+// ExtProc is the Envoy ext_proc endpoint-picker server. Create it with
+// NewExtProc and run it with Run.
+//
+// Per stream (one HTTP request): the request body is buffered until end
+// of stream, parsed and scheduled; the answer sets DestinationHeader and
+// DestinationNamespace metadata to the chosen endpoint followed by its
+// fallbacks. In FULL_DUPLEX_STREAMED mode the header answer waits for the
+// body and the body is streamed back in chunks under 62,000 bytes; in
+// BUFFERED mode headers are answered at once and the destination travels
+// in the body answer. The response is observed (status, first byte, end
+// of stream, trailers) to finish the decision; a stream that ends early
+// finishes it as cancelled. Errors end the stream with an
+// ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
+// JSON body. STREAMED and BUFFERED_PARTIAL body modes cannot carry a
+// destination decided from the body and are not supported.
+type ExtProc struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	cfg      Config
+	sched    Scheduler
+	parser   *Parser
+	deps     Deps
+	m        *pathMetrics
+	health   *health.Server
+	inflight atomic.Int64
+	mu       sync.Mutex
+	ln       net.Listener
+}
+
+// NewExtProc builds the server. cfg must be valid; deps.Scheduler is
+// required. It registers trimtab_extproc_* metrics on deps.Registerer.
+func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Scheduler == nil {
+		return nil, errors.New("proxy: NewExtProc needs Deps.Scheduler")
+	}
+	deps.defaults()
+	return &ExtProc{
+		cfg:    cfg,
+		sched:  deps.Scheduler,
+		parser: NewParser(cfg.LoRAAdapters),
+		deps:   deps,
+		m:      newPathMetrics("extproc", deps.Registerer),
+		health: health.NewServer(),
+		ln:     deps.Listener,
+	}, nil
+}
+
+// Listen binds the listen address (or adopts Deps.Listener) and returns
+// the bound address. Run calls it if needed.
+func (e *ExtProc) Listen() (net.Addr, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ln, err := listen(e.ln, e.cfg.ExtProc.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e.ln = ln
+	return ln.Addr(), nil
+}
+
+// Run serves ExternalProcessor and grpc.health.v1 until ctx is cancelled,
+// then reports NOT_SERVING, stops accepting streams, lets open ones finish
+// for up to Config.DrainTimeout, cancels the rest and returns once every
+// stream handler has returned.
+func (e *ExtProc) Run(ctx context.Context) error {
+	if _, err := e.Listen(); err != nil {
+		return err
+	}
+	gs := grpc.NewServer(
+		grpc.WaitForHandlers(true),
+		grpc.MaxRecvMsgSize(int(e.cfg.MaxBodyBytes)+1<<20),
+	)
+	extprocv3.RegisterExternalProcessorServer(gs, e)
+	healthpb.RegisterHealthServer(gs, e.health)
+	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	e.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(e.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("proxy: ext_proc server: %w", err)
+	case <-ctx.Done():
+	}
+	e.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	dctx, cancel := context.WithTimeout(context.Background(), e.cfg.DrainTimeout)
+	defer cancel()
+	select {
+	case <-stopped:
+	case <-dctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("proxy: ext_proc server: %w", err)
+	}
+	return nil
+}
+
+// Process implements ExternalProcessorServer: one stream per HTTP request.
+func (e *ExtProc) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	x := exchangePool.Get().(*exchange)
+	x.reset(e, srv)
+	defer x.release()
+	for {
+		req, err := srv.Recv()
+		if err != nil {
+			x.abandon()
+			if err == io.EOF || status.Code(err) == codes.Canceled || srv.Context().Err() != nil {
+				return nil
+			}
+			return err
+		}
+		end, err := x.handle(req)
+		if err != nil {
+			x.abandon()
+			return status.Errorf(codes.Unknown, "ext_proc: %v", err)
+		}
+		if end {
+			return nil
+		}
+	}
+}
+
+type bodyMode uint8
+
+const (
+	modeDuplex bodyMode = iota
+	modeBuffered
+	modeStreamed // STREAMED / BUFFERED_PARTIAL: acknowledged chunk by chunk
+	modeNone
+)
+
+func modeOf(s string) bodyMode {
+	switch s {
+	case BodyModeBuffered:
+		return modeBuffered
+	case BodyModeNone:
+		return modeNone
+	}
+	return modeDuplex
+}
+
+func modeFromProto(m filterv3.ProcessingMode_BodySendMode) bodyMode {
+	switch m {
+	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return modeDuplex
+	case filterv3.ProcessingMode_BUFFERED:
+		return modeBuffered
+	case filterv3.ProcessingMode_NONE:
+		return modeNone
+	}
+	return modeStreamed
+}
+
+// exchange is the state of one ext_proc stream; pooled.
+type exchange struct {
+	e          *ExtProc
+	srv        extprocv3.ExternalProcessor_ProcessServer
+	st         *reqState
+	reqMode    bodyMode
+	respMode   bodyMode
+	first      bool
+	session    string
+	requestID  string
+	subset     []string
+	subsetSet  bool
+	subsetBad  bool
+	arrival    time.Time
+	picked     time.Time
+	d          *scheduler.Decision
+	addr       string
+	scores     string
+	admitted   bool
+	status     int
+	ttfb       time.Duration
+	gotFirst   bool
+	headersOut bool // request headers answered
+}
+
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServer) {
+	subset := x.subset[:0]
+	*x = exchange{e: e, srv: srv, subset: subset, first: true,
+		reqMode: modeOf(e.cfg.ExtProc.RequestBodyMode), respMode: modeOf(e.cfg.ExtProc.ResponseBodyMode)}
+	x.st = statePool.Get().(*reqState)
+	x.st.body = x.st.body[:0]
+}
+
+func (x *exchange) release() {
+	putState(x.st)
+	clear(x.subset)
+	x.subset = x.subset[:0]
+	x.e, x.srv, x.st, x.d = nil, nil, nil, nil
+	exchangePool.Put(x)
+}
+
+// handle processes one message; end reports that the stream should close
+// (an immediate response was sent).
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error) {
+	if x.first {
+		x.first = false
+		if pc := req.GetProtocolConfig(); pc != nil {
+			x.reqMode = modeFromProto(pc.GetRequestBodyMode())
+			x.respMode = modeFromProto(pc.GetResponseBodyMode())
+		}
+	}
+	x.readSubset(req)
+	switch v := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if x.d == nil {
+			if end, err := x.pick(false, false); end || err != nil {
+				return end, err
+			}
+		}
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, x.responseHeaders(v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, x.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.finish()
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return false, nil
+}
+
+// readSubset takes the gateway's subset hint from the filter metadata.
+func (x *exchange) readSubset(req *extprocv3.ProcessingRequest) {
+	ns := req.GetMetadataContext().GetFilterMetadata()[SubsetNamespace]
+	if ns == nil {
+		return
+	}
+	v, ok := ns.GetFields()[SubsetKey]
+	if !ok {
+		return
+	}
+	x.subsetSet, x.subsetBad = true, false
+	clear(x.subset)
+	x.subset = x.subset[:0]
+	list := v.GetListValue()
+	if list == nil {
+		x.subsetBad = true
+		return
+	}
+	for _, item := range list.GetValues() {
+		s, ok := item.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			x.subsetBad = true
+			return
+		}
+		// An entry may itself be a comma-separated list.
+		for a := range strings.SplitSeq(s.StringValue, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				x.subset = append(x.subset, a)
+			}
+		}
+	}
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
+	x.arrival = x.e.deps.Clock.Now()
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch strings.ToLower(hv.GetKey()) {
+		case "x-session-id":
+			x.session = headerValue(hv)
+		case "x-request-id":
+			x.requestID = headerValue(hv)
+		}
+	}
+	if h.GetEndOfStream() { // no body (a GET): route without a model
+		return x.pick(true, true)
+	}
+	if x.reqMode != modeDuplex {
+		x.headersOut = true
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}})
+	}
+	return false, nil
+}
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
+	if x.d != nil { // body after the pick (should not happen): pass it on
+		return false, x.sendBodyChunk(b.GetBody(), b.GetEndOfStream())
+	}
+	if int64(len(x.st.body)+len(b.GetBody())) > x.e.cfg.MaxBodyBytes {
+		return x.immediate(ErrBodyTooLarge)
+	}
+	x.st.body = append(x.st.body, b.GetBody()...)
+	if !b.GetEndOfStream() {
+		if x.reqMode == modeStreamed {
+			return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
+		}
+		return false, nil
+	}
+	return x.pick(true, false)
+}
+
+// pick parses the buffered body, schedules and answers with the
+// destination. eos says whether the body ended (false when trailers
+// follow); noBody that the request has none (headers ended the stream).
+func (x *exchange) pick(eos, noBody bool) (bool, error) {
+	e := x.e
+	p := &x.st.p
+	if noBody {
+		p.Reset()
+		p.Request.SessionID = x.session
+	} else if err := e.parser.Parse(x.st.body, x.session, p); err != nil {
+		return x.immediate(asError(err))
+	}
+	if x.subsetBad {
+		return x.immediate(&Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_subset",
+			Message: "subset hint " + SubsetNamespace + "/" + SubsetKey + " must be a list of strings"})
+	}
+	if x.subsetSet && len(x.subset) == 0 {
+		return x.immediate(ErrNoEndpoints)
+	}
+	if max := e.cfg.ExtProc.MaxInFlight; max > 0 {
+		if e.inflight.Add(1) > int64(max) {
+			e.inflight.Add(-1)
+			return x.immediate(ErrOverloaded)
+		}
+		x.admitted = true
+	}
+	req := &p.Request
+	req.ID = x.requestID
+	req.Arrival = x.arrival
+	if x.subsetSet {
+		req.Subset = x.subset
+	}
+	d, err := e.sched.Pick(x.srv.Context(), req)
+	if err != nil {
+		return x.immediate(asError(err))
+	}
+	x.d = d
+	x.picked = e.deps.Clock.Now()
+	x.addr = d.Endpoint.Address
+	dest := d.Endpoint.Address
+	if d.Ranked() > 1 {
+		var b strings.Builder
+		for r := 0; r < d.Ranked(); r++ {
+			if r > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(d.RankedEndpoint(r).Address)
+		}
+		dest = b.String()
+	}
+	sampled := e.deps.Recorder.Sample()
+	if sampled || e.cfg.ExtProc.ScoresHeader {
+		xp := d.Explain()
+		if sampled {
+			e.deps.Recorder.Record(xp)
+		}
+		if e.cfg.ExtProc.ScoresHeader {
+			x.scores = scoresHeader(xp)
+		}
+	}
+	set := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			DestinationHeader: structpb.NewStringValue(dest),
+		}}),
+	}}
+	if x.headersOut { // BUFFERED: the destination rides on the body answer
+		return false, x.send(&extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}}},
+			DynamicMetadata: md,
+		})
+	}
+	if !noBody {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(x.st.body)))},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	x.headersOut = true
+	if err := x.send(&extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}}},
+		DynamicMetadata: md,
+	}); err != nil {
+		return false, err
+	}
+	if noBody {
+		return false, nil
+	}
+	// FULL_DUPLEX_STREAMED: give the body back, unchanged, in chunks.
+	body := x.st.body
+	for off := 0; ; off += bodyChunk {
+		end := min(off+bodyChunk, len(body))
+		if err := x.sendBodyChunk(body[off:end], eos && end == len(body)); err != nil {
+			return false, err
+		}
+		if end == len(body) {
+			return false, nil
+		}
+	}
+}
+
+func (x *exchange) sendBodyChunk(b []byte, eos bool) error {
+	if x.reqMode != modeDuplex {
+		return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
+	}
+	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos}}}}}}})
+}
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.GetKey() == ":status" {
+			x.status, _ = strconv.Atoi(headerValue(hv))
+		}
+	}
+	var set []*corev3.HeaderValueOption
+	if x.addr != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-endpoint", RawValue: []byte(x.addr)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	if x.scores != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-scores", RawValue: []byte(x.scores)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	cr := &extprocv3.CommonResponse{}
+	if set != nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+	}
+	if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		x.firstByte()
+		x.finish()
+	}
+	return nil
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	if len(b.GetBody()) > 0 {
+		x.firstByte()
+	}
+	var resp *extprocv3.ProcessingResponse
+	if x.respMode == modeDuplex {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}}}
+	} else {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}
+	}
+	if err := x.send(resp); err != nil {
+		return err
+	}
+	if b.GetEndOfStream() {
+		x.finish()
+	}
+	return nil
+}
+
+func (x *exchange) firstByte() {
+	if !x.gotFirst && x.d != nil {
+		x.gotFirst = true
+		x.ttfb = x.e.deps.Clock.Since(x.picked)
+	}
+}
+
+// finish completes the decision after the response ended.
+func (x *exchange) finish() {
+	if x.d == nil {
+		return
+	}
+	kind := scheduler.OutcomeSuccess
+	if x.status >= 500 || x.status == 0 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+// abandon completes the decision when the stream ended before the
+// response did (client gone, Envoy reset, upstream failure).
+func (x *exchange) abandon() {
+	if x.d == nil {
+		return
+	}
+	kind := scheduler.OutcomeCanceled
+	if x.status >= 500 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+func (x *exchange) done(kind scheduler.OutcomeKind) {
+	e := x.e
+	lat := e.deps.Clock.Since(x.picked)
+	em := e.m.endpoint(x.addr)
+	if x.gotFirst {
+		em.ttfb.Observe(x.ttfb.Seconds())
+	}
+	em.duration.Observe(lat.Seconds())
+	e.m.count(x.addr, x.status)
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
+	x.d = nil
+	if x.admitted {
+		e.inflight.Add(-1)
+		x.admitted = false
+	}
+}
+
+// immediate answers the request with an error and ends the stream.
+func (x *exchange) immediate(er *Error) (bool, error) {
+	x.e.m.count("none", er.Status)
+	set := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	if er.retryable() {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(retryAfterValue(x.e.cfg.RetryAfter))},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	return true, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(er.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+			Body:    er.JSON(),
+			Details: "trimtab_" + er.Code,
+		}}})
+}
+
+func (x *exchange) send(r *extprocv3.ProcessingResponse) error {
+	if err := x.srv.Send(r); err != nil {
+		return fmt.Errorf("send to envoy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Scheduler is what the data path needs from the scheduler;
+// *scheduler.Scheduler implements it. Pick's contract is the scheduler's:
+// the caller must finish a returned Decision with Done exactly once.
+type Scheduler interface {
+	Pick(ctx context.Context, req *scheduler.Request) (*scheduler.Decision, error)
+	// Pool returns the installed pool (for /v1/models, pass-through and
+	// readiness).
+	Pool() *scheduler.Pool
+}
+
+// AdminView is what the admin server shows; *scheduler.Scheduler
+// implements it.
+type AdminView interface {
+	Pool() *scheduler.Pool
+	Weights() *scheduler.Weights
+	Scorers() []scheduler.ScorerEntry
+}
+
+// Deps are the collaborators of the servers. Each constructor uses the
+// fields it needs; nil optional fields get harmless defaults.
+type Deps struct {
+	// Scheduler is required by NewHTTP and NewExtProc.
+	Scheduler Scheduler
+	// View is required by NewAdmin (usually the same *scheduler.Scheduler).
+	View AdminView
+	// Gatherer is what /metrics exposes; nil serves an empty registry.
+	Gatherer prometheus.Gatherer
+	// Registerer receives the server's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Clock stamps Request.Arrival and measures latency; nil is the real
+	// clock.
+	Clock clock.PassiveClock
+	// Recorder keeps recent decisions for /debug/decisions; nil records
+	// nothing. Share one between the servers and the admin server.
+	Recorder *Recorder
+	// Listener, when set, is used instead of listening on the configured
+	// address (tests pass 127.0.0.1:0). Run closes it.
+	Listener net.Listener
+}
+
+func (d *Deps) defaults() {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+}
