@@ -23,19 +23,33 @@ import (
 // `apt-get install -y chromium`.
 const chromium = "/usr/bin/chromium"
 
-// fixedScorer scores candidates from a per-address table; the browser test
-// needs real decisions with varied per-scorer scores, not a specific policy.
-type fixedScorer struct {
-	cat    scheduler.Category
-	scores map[string]float64
+// funcScorer scores with a func; the browser test needs real decisions
+// with varied per-scorer scores, not a particular policy.
+type funcScorer struct {
+	cat scheduler.Category
+	f   func(req *scheduler.Request, e *scheduler.Endpoint) float64
 }
 
-func (f *fixedScorer) Category() scheduler.Category { return f.cat }
-func (f *fixedScorer) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+func (f *funcScorer) Category() scheduler.Category { return f.cat }
+func (f *funcScorer) Score(_ *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	for i, e := range eps {
-		out[i] = f.scores[e.Address]
+		out[i] = f.f(req, e)
 	}
 }
+
+// prefixLike gives 0.9 to the endpoint a request's "system prompt" (its ID's
+// last digit) lives on and 0.1 elsewhere; the others read the endpoint.
+func prefixLike(req *scheduler.Request, e *scheduler.Endpoint) float64 {
+	home := fixtureAddrs[int(req.ID[len(req.ID)-1]-'0')%3] // three prompt groups over the first three endpoints
+	if e.Address == home {
+		return 0.9
+	}
+	return 0.1
+}
+func queueLike(_ *scheduler.Request, e *scheduler.Endpoint) float64 {
+	return 1 - math.Min(1, e.Waiting/20)
+}
+func kvLike(_ *scheduler.Request, e *scheduler.Endpoint) float64 { return 1 - e.KVUtil }
 
 // pageFixture is a real scheduler, a Recorder fed a synthetic burst, and an
 // admin-like HTTP server serving the Recorder's handlers next to
@@ -56,13 +70,10 @@ var fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000"
 func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	t.Helper()
 	f := &pageFixture{rec: mustNew(t, DefaultConfig())}
-	prefix := map[string]float64{fixtureAddrs[0]: 0.92, fixtureAddrs[1]: 0.15, fixtureAddrs[2]: 0, fixtureAddrs[3]: 0.4}
-	queue := map[string]float64{fixtureAddrs[0]: 0.1, fixtureAddrs[1]: 0.8, fixtureAddrs[2]: 1, fixtureAddrs[3]: 0.55}
-	kv := map[string]float64{fixtureAddrs[0]: 0.2, fixtureAddrs[1]: 0.65, fixtureAddrs[2]: 0.9, fixtureAddrs[3]: 0.5}
 	entries := []scheduler.ScorerEntry{
-		{Name: "prefix", Type: "prefix", Scorer: &fixedScorer{scheduler.CategoryAffinity, prefix}, Weight: 3},
-		{Name: "queue", Type: "queue", Scorer: &fixedScorer{scheduler.CategoryDistribution, queue}, Weight: 2},
-		{Name: "kvcache", Type: "kvcache", Scorer: &fixedScorer{scheduler.CategoryDistribution, kv}, Weight: 2},
+		{Name: "prefix", Type: "prefix", Scorer: &funcScorer{scheduler.CategoryAffinity, prefixLike}, Weight: 3},
+		{Name: "queue", Type: "queue", Scorer: &funcScorer{scheduler.CategoryDistribution, queueLike}, Weight: 2},
+		{Name: "kvcache", Type: "kvcache", Scorer: &funcScorer{scheduler.CategoryDistribution, kvLike}, Weight: 2},
 	}
 	s, err := scheduler.New(scheduler.DefaultConfig(), entries, nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
@@ -73,19 +84,7 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 		f.names = append(f.names, e.Name)
 	}
 	f.rec.SetScorers(s.Scorers())
-	eps := make([]scheduler.Endpoint, len(fixtureAddrs))
-	for i, a := range fixtureAddrs {
-		eps[i] = scheduler.Endpoint{
-			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
-			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
-			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1,
-			ScrapedAt: end.Add(-time.Duration(20+200*i) * time.Millisecond), State: scheduler.StateFresh,
-		}
-	}
-	eps[3].State = scheduler.StateStale
-	eps[3].ScrapedAt = end.Add(-1500 * time.Millisecond)
-	s.SetEndpoints(eps)
-
+	f.scrape(end)
 	f.feedHistory(end)
 
 	mux := http.NewServeMux()
@@ -96,6 +95,23 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// scrape installs the pool as a scrape at now would: endpoint 0 is hot
+// (waiting 14, KV 93 %), endpoint 3 is stale.
+func (f *pageFixture) scrape(now time.Time) {
+	eps := make([]scheduler.Endpoint, len(fixtureAddrs))
+	for i, a := range fixtureAddrs {
+		eps[i] = scheduler.Endpoint{
+			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
+			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
+			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1,
+			ScrapedAt: now.Add(-time.Duration(12+9*i) * time.Millisecond), State: scheduler.StateFresh,
+		}
+	}
+	eps[3].State = scheduler.StateStale
+	eps[3].ScrapedAt = now.Add(-1500 * time.Millisecond)
+	f.sched.SetEndpoints(eps)
 }
 
 // signalAt is a synthetic hot-prefix burst over 60 s: calm, a rise to
@@ -241,7 +257,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 				return
 			case now := <-tk.C:
 				f.tick(now, 60+now.Sub(start).Seconds())
-				if i%10 == 0 {
+				if i%4 == 0 {
+					f.scrape(now)
 					f.pick(fmt.Sprintf("live-%04d", i))
 				}
 			}
@@ -314,7 +331,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	wait("the weights chart", `Number(document.getElementById("weights-chart").dataset.points || 0) >= 100`)
 	wait("endpoint rows", `document.querySelectorAll("#endpoints tbody tr[data-address]").length === 4`)
 	wait("weight changes", `document.querySelectorAll("#changes tbody tr[data-seq]").length >= 2`)
-	wait("decisions", `document.querySelectorAll("#decisions tbody tr.dec").length >= 10`)
+	wait("decisions", `document.querySelectorAll("#decisions tbody tr.dec").length === 15`)
+	wait("the newest decision on top", `document.querySelector("#decisions tbody tr.dec").dataset.id.startsWith("live-")`)
 	wait("weight bars", `document.querySelectorAll("#weights .bar-row").length === 3`)
 
 	// Live data keeps arriving: the chart grows by a point per 500 ms slot.
@@ -339,8 +357,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if stale := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.14:8000"] .pill').textContent`); stale != "stale" {
 		t.Errorf("endpoint 3 state pill = %q, want stale", stale)
 	}
-	// Every decision chose endpoint 0 or another with a share; at least one
-	// share cell shows a percentage.
+	// Picks spread over the three prompt groups' endpoints: share cells
+	// show percentages.
 	if shares := eval(`Array.from(document.querySelectorAll("#endpoints tbody tr[data-address] td:nth-child(8)")).map(td => td.innerText).join("|")`); !strings.Contains(shares, "%") {
 		t.Errorf("share-of-picks cells %q show no percentage", shares)
 	}

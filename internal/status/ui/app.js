@@ -286,7 +286,7 @@
       const t = (d) => num(d.at_ms) || Date.parse(d.at || d.time) || 0;
       return list.slice().sort((a, b) => t(b) - t(a));
     }
-    return list.slice().reverse(); // ring order: oldest first
+    return list; // the proxy's recorder lists the newest first
   }
 
   function chosenOf(d) { return pick(d, "chosen", "endpoint", "Chosen"); }
@@ -410,8 +410,35 @@
       box.appendChild(h("div", { class: "budget" },
         h("span", null, "affinity ", h("b", { text: pct(bud.aff / (bud.aff + bud.dist), 1) })),
         h("span", null, "distribution ", h("b", { text: pct(bud.D, 1) })),
-        h("span", { class: "hint" }, "marker: profile weight")));
+        h("span", { class: "hint" }, "│ marks the profile weight")));
     }
+    box.appendChild(loopStats());
+  }
+
+  // loopStats summarises the kept history: what an operator checks for a
+  // loop that flaps or never calms down.
+  function loopStats() {
+    const a = S.samples;
+    let trans = 0, reb = 0, span = 0, sMax = null, sSum = 0, n = 0, gated = 0;
+    for (let i = 0; i < a.length; i++) {
+      const x = a[i];
+      if (i > 0) {
+        const dt = x.at_ms - a[i - 1].at_ms;
+        span += dt;
+        if (a[i - 1].mode === "rebalance" || a[i - 1].mode === "frozen") reb += dt;
+        if (x.mode !== a[i - 1].mode) trans++;
+      }
+      if (isNum(x.signal)) { sMax = sMax === null ? x.signal : Math.max(sMax, x.signal); sSum += x.signal; n++; }
+      if (x.gate) gated++;
+    }
+    const mins = span / 60000;
+    const cell = (label, value, title) => h("div", { class: "stat", title: title || "" }, h("span", { class: "label", text: label }), h("span", { class: "num", text: value }));
+    return h("div", { class: "stats" },
+      cell("history", a.length ? (mins >= 1 ? mins.toFixed(1) + " min" : (span / 1000).toFixed(0) + " s") : "—", a.length + " samples kept, one per " + S.resolution + " ms"),
+      cell("mode changes", a.length ? String(trans) : "—", "mode transitions in the kept history; many in a short time means the loop flaps"),
+      cell("rebalancing", span > 0 ? pct(reb / span, 0) : "—", "share of the kept history spent in rebalance or frozen mode"),
+      cell("signal mean / max", n ? fmt(sSum / n, 2) + " / " + fmt(sMax, 2) : "—"),
+      cell("gated", a.length ? pct(gated / a.length, 0) : "—", "share of samples whose signal was held at 0 (too few endpoints, low load)"));
   }
 
   // ---------- rendering: charts ----------
@@ -584,7 +611,8 @@
     }));
     let yMax = 0;
     for (const x of series) if (!x.hidden) for (const [, v] of x.points) if (isNum(v)) yMax = Math.max(yMax, v);
-    yMax = yMax <= 0 ? 1 : Math.min(1, Math.ceil((yMax * 1.1) * 10) / 10);
+    // A multiple of 0.2, so the quarter grid lines fall on round percentages.
+    yMax = yMax <= 0 ? 1 : Math.min(1, Math.ceil((yMax * 1.05) * 5) / 5);
     drawChart($("weights-chart"), { series, bands: bandsOf(list, tEnd), tEnd, yMax, yFmt: (v) => (v * 100).toFixed(0) + "%", tip: tipWeights });
   }
 
@@ -736,7 +764,7 @@
       placeholder(tbody, 5, S.decisionsErr ? "Decisions unavailable: " + S.decisionsErr : "No decisions recorded yet.");
       return;
     }
-    const list = decisionsList().slice(0, 25);
+    const list = decisionsList().slice(0, 15);
     let names = scorerList().map((x) => x.name);
     if (!names.length) {
       const set = new Set();
