@@ -1,0 +1,305 @@
+package configurator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// recorder is a Publisher that keeps every version it is given.
+type recorder struct {
+	mu  sync.Mutex
+	got []*scheduler.Weights
+	err error
+}
+
+func (r *recorder) Publish(w *scheduler.Weights) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.got = append(r.got, w)
+	return nil
+}
+
+func (r *recorder) all() []*scheduler.Weights {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*scheduler.Weights(nil), r.got...)
+}
+
+// twoPods returns two fresh endpoints carrying 20 requests whose
+// normalised CV is r: for N = 2 it is |p1 − p2|, so loads 10(1+r), 10(1−r).
+func twoPods(r float64) []*scheduler.Endpoint {
+	return []*scheduler.Endpoint{
+		{Address: "a:1", Running: 10 * (1 + r)},
+		{Address: "b:1", Running: 10 * (1 - r)},
+	}
+}
+
+// runLoop wires a detector and a configurator through their Run shells on
+// a fake clock, like cmd does, and advances the clock tick by tick for d.
+// signal(n) is the imbalance the pool shows at tick n. It returns every
+// version published.
+func runLoop(t *testing.T, cfg Config, d time.Duration, signal func(n int) float64) []*scheduler.Weights {
+	t.Helper()
+	fc := clocktesting.NewFakeClock(t0)
+	var mu sync.Mutex
+	calls := 0
+	source := func() []*scheduler.Endpoint {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return twoPods(signal(int(fc.Now().Sub(t0) / tick)))
+	}
+	dcfg := detector.DefaultConfig()
+	dcfg.Smoothing = 1 // the configurator sees the pattern as is
+	ch := make(chan detector.Signal)
+	det, err := detector.New(dcfg, detector.Deps{Clock: fc, Source: source, Signals: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	conf := mustNew(t, cfg, Deps{Publisher: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	go func() { errs <- det.Run(ctx) }()
+	go func() { errs <- conf.Run(ctx, ch) }()
+	waitFor(t, fc.HasWaiters) // the detector's ticker exists
+	for n := 1; n <= int(d/tick); n++ {
+		fc.Step(tick)
+		waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return calls == n })
+	}
+	// Let the last signal through: the next Source call happens only after
+	// the configurator took the previous signal.
+	fc.Step(tick)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return calls == int(d/tick)+1 })
+	cancel()
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	}
+	return rec.all()
+}
+
+// modeChanges returns the times at which the published mode changed.
+func modeChanges(ws []*scheduler.Weights) []time.Time {
+	var at []time.Time
+	mode := ModeStatic
+	for _, w := range ws {
+		if w.Mode != mode {
+			if mode != ModeStatic {
+				at = append(at, w.At)
+			}
+			mode = w.Mode
+		}
+	}
+	return at
+}
+
+// TestLoopDwell runs the real detector → configurator loop on a fake
+// clock with a signal oscillating every tick.
+func TestLoopDwell(t *testing.T) {
+	cfg := adaptive()
+	cfg.FlapMaxTransitions = 0 // watch the dwell alone
+	t.Run("around theta_on", func(t *testing.T) {
+		// 0.25 / 0.35 around theta_on 0.3: one switch to rebalance, then the
+		// signal never reaches theta_off 0.2 — hysteresis, no chatter.
+		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.35, 0.25}[n%2] })
+		if tr := modeChanges(ws); len(tr) != 1 {
+			t.Errorf("%d transitions %v, want 1", len(tr), tr)
+		}
+	})
+	t.Run("across both thresholds", func(t *testing.T) {
+		// 0.1 / 0.5 every tick crosses both thresholds all the time. A
+		// switch is due as soon as the dwell has passed and the signal
+		// is on the other side: 0.1 s (tick 2, 0.5), then 2.05 s later each
+		// time (the tick at exactly +2 s carries the wrong value): 0.1,
+		// 2.15, 4.2, 6.25, 8.3 s — five in 10 s, never two within 2 s.
+		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.5, 0.1}[n%2] })
+		tr := modeChanges(ws)
+		if len(tr) != 5 {
+			t.Errorf("%d transitions at %v, want 5", len(tr), tr)
+		}
+		for i := 1; i < len(tr); i++ {
+			if gap := tr[i].Sub(tr[i-1]); gap < cfg.MinDwell {
+				t.Errorf("transitions %v and %v only %v apart", tr[i-1], tr[i], gap)
+			}
+		}
+	})
+}
+
+// TestRunPublishErrors: a rejected publish is logged and the loop goes on.
+func TestRunPublishErrors(t *testing.T) {
+	rec := &recorder{err: errors.New("rejected")}
+	c := mustNew(t, adaptive(), Deps{Publisher: rec})
+	ch := make(chan detector.Signal, 3)
+	ch <- detector.Signal{At: t0}
+	ch <- detector.Signal{At: t0.Add(tick)}
+	ch <- detector.Signal{At: t0.Add(2 * tick)}
+	close(ch)
+	if err := c.Run(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Weights(); w.Version != 4 { // start, 0.45, 0.40
+		t.Errorf("version %d after three signals, want 4", w.Version)
+	}
+}
+
+// TestRunStatic: in static mode Run installs the profile weights without
+// waiting for a signal.
+func TestRunStatic(t *testing.T) {
+	rec := &recorder{}
+	start := &scheduler.Weights{Version: 5, Values: []float64{1, 1, 1, 1, 1}, Mode: ModeCalm}
+	c := mustNew(t, DefaultConfig(), Deps{Publisher: rec, Start: start, Clock: clocktesting.NewFakePassiveClock(t0)})
+	ch := make(chan detector.Signal)
+	close(ch)
+	if err := c.Run(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.all()
+	if len(got) != 1 || got[0].Version != 6 || got[0].Mode != ModeStatic || !got[0].At.Equal(t0) || !equal(got[0].Values, []float64{3, 2, 0.5, 2, 1}) {
+		t.Errorf("published %+v, want one static version 6 at t0 with the profile weights", got)
+	}
+}
+
+// TestReplicasAgree: two replicas — detector and configurator each — fed
+// the same endpoint views compute identical weights and modes, step by
+// step, through calm, rebalance and a watchdog freeze.
+func TestReplicasAgree(t *testing.T) {
+	type replica struct {
+		d *detector.Detector
+		c *Configurator
+	}
+	mk := func() replica {
+		d, err := detector.New(detector.DefaultConfig(), detector.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return replica{d, mustNew(t, adaptive(), Deps{})}
+	}
+	a, b := mk(), mk()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	modes := map[string]bool{}
+	for n := 0; n < 4000; n++ { // 200 s
+		eps := make([]*scheduler.Endpoint, 8)
+		hot := (n / 100) % 3 // bursts: every 5 s one pod in three phases is hot
+		for i := range eps {
+			eps[i] = &scheduler.Endpoint{Address: fmt.Sprint(i), Running: float64(rnd.IntN(6)), Waiting: float64(rnd.IntN(3)), KVUtil: rnd.Float64() / 2}
+			if hot == 1 && i == 0 {
+				eps[i].Waiting += 40
+			}
+			if hot == 2 && (n/10)%2 == 0 && i == 1 { // flapping phase
+				eps[i].Waiting += 60
+			}
+		}
+		now := t0.Add(time.Duration(n) * tick)
+		wa := a.c.Step(now, a.d.Step(now, eps))
+		wb := b.c.Step(now, b.d.Step(now, eps))
+		if !reflect.DeepEqual(*wa, *wb) {
+			t.Fatalf("tick %d: replicas disagree:\n%+v\n%+v", n, *wa, *wb)
+		}
+		modes[wa.Mode] = true
+	}
+	if !modes[ModeCalm] || !modes[ModeRebalance] {
+		t.Errorf("the input visited modes %v; it should exercise calm and rebalance", modes)
+	}
+}
+
+// FuzzWeights: for any valid config, profile and signal sequence, every
+// version is valid, finite and ≥ 0, affinity keeps its floor, ratios inside
+// each category are the profile's, uncategorised weights are untouched,
+// the categorised sum is the profile's, and a second instance agrees.
+func FuzzWeights(f *testing.F) {
+	f.Add(12.0, 0.35, 1.0, 0.3, 0.9, 0.1, 1.0, []byte{3, 2, 2, 1, 0, 5}, []byte{0, 10, 200, 250, 30, 0, 255, 128})
+	f.Add(50.0, 0.1, 0.2, 0.0, 1.0, 0.05, 20.0, []byte{1, 1, 1}, []byte{255, 0, 255, 0, 255, 0, 255, 0, 255})
+	f.Add(0.5, 0.9, 5.0, 0.6, 0.7, 0.3, 0.01, []byte{9, 0, 4, 7, 7}, []byte{100, 100, 101, 99})
+	f.Fuzz(func(t *testing.T, k, s0, nu, dmin, dmax, floor, slew float64, weights, signals []byte) {
+		cfg := adaptive()
+		cfg.K, cfg.S0, cfg.Nu, cfg.DMin, cfg.DMax, cfg.AffinityFloor, cfg.SlewRate = k, s0, nu, dmin, dmax, floor, slew
+		cfg.MinChange = 0
+		cfg.MinDwell = 3 * tick
+		cfg.FlapCooldown = time.Second
+		if cfg.Validate() != nil || len(weights) > 32 || len(signals) > 1024 {
+			t.Skip()
+		}
+		var prof []scheduler.ScorerEntry
+		for i, b := range weights {
+			prof = append(prof, scheduler.ScorerEntry{Name: fmt.Sprint("s", i), Scorer: catScorer(scheduler.Category(i % 3)), Weight: float64(b)})
+		}
+		a, err := New(cfg, prof, Deps{})
+		if err != nil {
+			t.Skip() // no affinity or no distribution weight
+		}
+		b, _ := New(cfg, prof, Deps{})
+		for n, s := range signals {
+			now := t0.Add(time.Duration(n) * tick)
+			sg := detector.Signal{Value: float64(s) / 255, Pressure: float64(s%7) / 7}
+			w := a.Step(now, sg)
+			if w2 := b.Step(now, sg); !reflect.DeepEqual(*w, *w2) {
+				t.Fatalf("step %d: instances disagree: %+v vs %+v", n, *w, *w2)
+			}
+			if err := w.Validate(len(prof)); err != nil {
+				t.Fatalf("step %d: %v", n, err)
+			}
+			var sa, sd float64
+			for i, v := range w.Values {
+				switch prof[i].Scorer.Category() {
+				case scheduler.CategoryAffinity:
+					sa += v
+				case scheduler.CategoryDistribution:
+					sd += v
+				default:
+					if v != prof[i].Weight {
+						t.Fatalf("uncategorised %s moved: %v → %v", prof[i].Name, prof[i].Weight, v)
+					}
+				}
+			}
+			T := a.total
+			if !closeTo(sa+sd, T, 1e-9*T) {
+				t.Fatalf("categorised sum %v, want %v", sa+sd, T)
+			}
+			if sa < cfg.AffinityFloor*T*(1-1e-9) {
+				t.Fatalf("affinity %v below floor %v·%v", sa, cfg.AffinityFloor, T)
+			}
+			for i := range w.Values {
+				for j := range w.Values {
+					ci, cj := prof[i].Scorer.Category(), prof[j].Scorer.Category()
+					if ci != cj || ci == scheduler.CategoryNone {
+						continue
+					}
+					// w_i / w_j = base_i / base_j ⇔ w_i·base_j = w_j·base_i
+					if l, r := w.Values[i]*prof[j].Weight, w.Values[j]*prof[i].Weight; !closeTo(l, r, 1e-9*max(math.Abs(l), math.Abs(r), 1e-300)) {
+						t.Fatalf("ratio of %s/%s broken: %v vs profile %v/%v", prof[i].Name, prof[j].Name, w.Values, prof[i].Weight, prof[j].Weight)
+					}
+				}
+			}
+		}
+	})
+}
+
+// waitFor polls cond with a bounded deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatal("condition not reached within 10s")
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
