@@ -154,6 +154,7 @@ func BenchmarkPickParallel(b *testing.B) {
 				var next atomic.Uint64
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := processCPU()
 				b.RunParallel(func(pb *testing.PB) {
 					i := next.Add(1 << 20)
 					for pb.Next() {
@@ -161,16 +162,20 @@ func BenchmarkPickParallel(b *testing.B) {
 						pickDone(b, s, &reqs[i%uint64(len(reqs))])
 					}
 				})
+				reportCPU(b, cpu)
 			})
 		}
 	}
 }
 
-// BenchmarkPrefixIndex measures the prefix index alone: insert records a
-// fresh 8k-token prompt (128 blocks) on one of 64 endpoints, evicting at
-// capacity; match scores a prompt against 64 candidates. Both report the
-// index's bytes per cached (block, endpoint) entry, from its own
-// accounting (B/block) and from runtime.MemStats (heap-B/block).
+// BenchmarkPrefixIndex measures the prefix index: insert is a Pick with
+// only the prefix scorer that hashes a never-seen 8k-token prompt (128
+// blocks), scores it against 64 endpoints and records it on the chosen one,
+// evicting at capacity once the index is full; match is Score alone for
+// prompts from a warm workload against 64 candidates. insert reports the
+// index's own bytes per cached (block, endpoint) entry (B/block); memstats
+// fills a fresh index and checks that accounting against runtime.MemStats
+// (heap-B/block).
 func BenchmarkPrefixIndex(b *testing.B) {
 	const nEps, tokens = 64, 8 << 10
 	for _, capacity := range []int{1 << 12, 1 << 15} {
@@ -183,6 +188,7 @@ func BenchmarkPrefixIndex(b *testing.B) {
 			req := &scheduler.Request{Model: "m", Prompt: prompt}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU()
 			for range b.N {
 				// A new random first block makes the whole chain new.
 				for j := range 8 {
@@ -191,6 +197,7 @@ func BenchmarkPrefixIndex(b *testing.B) {
 				h.pickDone(b, req)
 			}
 			b.StopTimer()
+			reportCPU(b, cpu)
 			reportBytesPerBlock(b, h.prefix(b))
 		})
 	}
@@ -205,9 +212,11 @@ func BenchmarkPrefixIndex(b *testing.B) {
 		out := make([]float64, len(eps))
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu := processCPU()
 		for i := range b.N {
 			p.Score(cs, &reqs[i%len(reqs)], eps, out)
 		}
+		reportCPU(b, cpu)
 	})
 	b.Run("memstats", func(b *testing.B) {
 		// Fills a fresh index with b.N × 128 entries and compares the

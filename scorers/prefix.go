@@ -293,14 +293,15 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 		}
 		sh := &p.shards[s]
 		sh.mu.RLock()
-		size := len(sh.ids)
-		if size > 0 {
+		slots := sh.slots
+		if size := len(slots); size > 0 {
 			for _, b := range sc.byShard[lo:hi] {
 				h := sc.hashes[b]
+				hlo, hhi := uint32(h), uint32(h>>32)
 				word, bit := int(b>>6), uint64(1)<<(b&63)
-				for pos := home(h, size); sh.ids[pos] != 0; {
-					if sh.hashes[pos] == h {
-						if id := sh.ids[pos]; int(id) < len(candOf) {
+				for pos := home(h, size); slots[pos].id != 0; {
+					if e := &slots[pos]; e.hlo == hlo && e.hhi == hhi {
+						if id := e.id; int(id) < len(candOf) {
 							if c := candOf[id]; c > 0 {
 								held[int(c-1)*words+word] |= bit
 							}
@@ -481,7 +482,7 @@ func (p *Prefix) Stats() PrefixStats {
 		sh := &p.shards[s]
 		sh.mu.RLock()
 		st.Blocks += sh.used
-		st.Slots += len(sh.ids)
+		st.Slots += len(sh.slots)
 		st.Bytes += sh.bytes()
 		st.Evictions += sh.evicts
 		sh.mu.RUnlock()

@@ -17,9 +17,23 @@ const (
 	growDen  = 4
 )
 
+// slot is one cached (block, endpoint) entry: the block hash (split in two
+// halves so the struct needs only 4-byte alignment and has no padding),
+// the endpoint id (0 marks an empty slot) and the endpoint's LRU links
+// (slot indexes, nilIdx at the ends). Keeping a slot's fields together
+// makes an insert or eviction touch one cache line per slot, not four.
+type slot struct {
+	hlo, hhi   uint32
+	id         uint32
+	prev, next uint32
+}
+
+func (e *slot) hash() uint64     { return uint64(e.hhi)<<32 | uint64(e.hlo) }
+func (e *slot) setHash(h uint64) { e.hlo, e.hhi = uint32(h), uint32(h>>32) }
+
 // bytesPerSlot is what one table slot costs: hash (8) + endpoint id (4) +
 // LRU prev and next links (4 + 4).
-const bytesPerSlot = 8 + 4 + 4 + 4
+const bytesPerSlot = int(unsafe.Sizeof(slot{}))
 
 // lruList is one endpoint's LRU list within a shard: head is the most
 // recently used slot, tail the least.
@@ -39,10 +53,7 @@ type lruList struct {
 type prefixShard struct {
 	mu sync.RWMutex
 
-	hashes []uint64
-	ids    []uint32 // endpoint id per slot; 0 = empty
-	prev   []uint32 // LRU links (slot indexes), nilIdx at the ends
-	next   []uint32
+	slots  []slot
 	used   int
 	lists  []lruList // by endpoint id
 	evicts uint64    // entries evicted by capacity (not by purge)
@@ -69,21 +80,23 @@ func (s *prefixShard) ensureIDs(n int) {
 // it holds more than capacity. Caller holds the write lock; id <
 // len(s.lists).
 func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
-	if (s.used+1)*growDen > len(s.ids)*growNum {
-		s.resize(max(minSlots, len(s.ids)+len(s.ids)/2))
+	if (s.used+1)*growDen > len(s.slots)*growNum {
+		s.resize(max(minSlots, len(s.slots)+len(s.slots)/2))
 	}
-	size := len(s.ids)
+	size := len(s.slots)
 	pos := home(h, size)
-	for s.ids[pos] != 0 {
-		if s.ids[pos] == id && s.hashes[pos] == h {
-			s.touch(pos)
+	for s.slots[pos].id != 0 {
+		if e := &s.slots[pos]; e.id == id && e.hash() == h {
+			s.touch(uint32(pos))
 			return
 		}
 		if pos++; pos == size {
 			pos = 0
 		}
 	}
-	s.hashes[pos], s.ids[pos] = h, id
+	e := &s.slots[pos]
+	e.setHash(h)
+	e.id = id
 	s.used++
 	s.linkFront(uint32(pos))
 	l := &s.lists[id]
@@ -94,11 +107,11 @@ func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
 }
 
 func (s *prefixShard) linkFront(pos uint32) {
-	l := &s.lists[s.ids[pos]]
-	s.prev[pos] = nilIdx
-	s.next[pos] = l.head
+	e := &s.slots[pos]
+	l := &s.lists[e.id]
+	e.prev, e.next = nilIdx, l.head
 	if l.head != nilIdx {
-		s.prev[l.head] = pos
+		s.slots[l.head].prev = pos
 	} else {
 		l.tail = pos
 	}
@@ -107,28 +120,27 @@ func (s *prefixShard) linkFront(pos uint32) {
 }
 
 func (s *prefixShard) unlink(pos uint32) {
-	l := &s.lists[s.ids[pos]]
-	p, n := s.prev[pos], s.next[pos]
-	if p != nilIdx {
-		s.next[p] = n
+	e := &s.slots[pos]
+	l := &s.lists[e.id]
+	if e.prev != nilIdx {
+		s.slots[e.prev].next = e.next
 	} else {
-		l.head = n
+		l.head = e.next
 	}
-	if n != nilIdx {
-		s.prev[n] = p
+	if e.next != nilIdx {
+		s.slots[e.next].prev = e.prev
 	} else {
-		l.tail = p
+		l.tail = e.prev
 	}
 	l.n--
 }
 
-func (s *prefixShard) touch(pos int) {
-	p := uint32(pos)
-	if s.lists[s.ids[p]].head == p {
+func (s *prefixShard) touch(pos uint32) {
+	if s.lists[s.slots[pos].id].head == pos {
 		return
 	}
-	s.unlink(p)
-	s.linkFront(p)
+	s.unlink(pos)
+	s.linkFront(pos)
 }
 
 // remove deletes the entry in slot pos (backward-shift deletion: later
@@ -137,17 +149,17 @@ func (s *prefixShard) touch(pos int) {
 func (s *prefixShard) remove(pos uint32) {
 	s.unlink(pos)
 	s.used--
-	size := len(s.ids)
+	size := len(s.slots)
 	i := int(pos)
 	j := i
 	for {
 		if j++; j == size {
 			j = 0
 		}
-		if s.ids[j] == 0 {
+		if s.slots[j].id == 0 {
 			break
 		}
-		k := home(s.hashes[j], size)
+		k := home(s.slots[j].hash(), size)
 		// The entry at j may move to i only if its home is not cyclically
 		// within (i, j].
 		if i <= j {
@@ -160,51 +172,49 @@ func (s *prefixShard) remove(pos uint32) {
 		s.move(uint32(j), uint32(i))
 		i = j
 	}
-	s.ids[i] = 0
+	s.slots[i] = slot{}
 }
 
 // move relocates the entry in slot from to the empty slot to.
 func (s *prefixShard) move(from, to uint32) {
-	s.hashes[to], s.ids[to] = s.hashes[from], s.ids[from]
-	p, n := s.prev[from], s.next[from]
-	s.prev[to], s.next[to] = p, n
-	l := &s.lists[s.ids[to]]
-	if p != nilIdx {
-		s.next[p] = to
+	e := s.slots[from]
+	s.slots[to] = e
+	l := &s.lists[e.id]
+	if e.prev != nilIdx {
+		s.slots[e.prev].next = to
 	} else {
 		l.head = to
 	}
-	if n != nilIdx {
-		s.prev[n] = to
+	if e.next != nilIdx {
+		s.slots[e.next].prev = to
 	} else {
 		l.tail = to
 	}
-	s.ids[from] = 0
+	s.slots[from].id = 0
 }
 
 // resize rebuilds the table with size slots, keeping every entry and each
 // endpoint's LRU order.
 func (s *prefixShard) resize(size int) {
-	oldHashes, oldPrev := s.hashes, s.prev
+	old := s.slots
 	oldLists := append([]lruList(nil), s.lists...)
-	s.hashes = make([]uint64, size)
-	s.ids = make([]uint32, size)
-	s.prev = make([]uint32, size)
-	s.next = make([]uint32, size)
+	s.slots = make([]slot, size)
 	for id := range s.lists {
 		s.lists[id] = lruList{head: nilIdx, tail: nilIdx}
 	}
 	for id, l := range oldLists {
 		// Oldest first, so the newest ends up at the head again.
-		for pos := l.tail; pos != nilIdx; pos = oldPrev[pos] {
-			h := oldHashes[pos]
+		for pos := l.tail; pos != nilIdx; pos = old[pos].prev {
+			h := old[pos].hash()
 			np := home(h, size)
-			for s.ids[np] != 0 {
+			for s.slots[np].id != 0 {
 				if np++; np == size {
 					np = 0
 				}
 			}
-			s.hashes[np], s.ids[np] = h, uint32(id)
+			e := &s.slots[np]
+			e.setHash(h)
+			e.id = uint32(id)
 			s.linkFront(uint32(np))
 		}
 	}
@@ -219,14 +229,13 @@ func (s *prefixShard) purge(id uint32) {
 	for s.lists[id].head != nilIdx {
 		s.remove(s.lists[id].head)
 	}
-	if len(s.ids) > minSlots && s.used*4 < len(s.ids) {
+	if len(s.slots) > minSlots && s.used*4 < len(s.slots) {
 		s.resize(max(minSlots, s.used*2))
 	}
 }
 
-// bytes is the shard's memory: the slot arrays at their allocated size
-// plus the per-endpoint list heads.
+// bytes is the shard's memory: the slot array at its allocated size plus
+// the per-endpoint list heads.
 func (s *prefixShard) bytes() int {
-	return cap(s.hashes)*8 + cap(s.ids)*4 + cap(s.prev)*4 + cap(s.next)*4 +
-		cap(s.lists)*int(unsafe.Sizeof(lruList{}))
+	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{}))
 }

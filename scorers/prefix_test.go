@@ -158,8 +158,8 @@ func TestPrefixStopsAtFirstMiss(t *testing.T) {
 	hb := (*cs.Slot()).(*prefixScratch).hashes[1]
 	sh := &p.shards[hb&p.shardMask]
 	removed := false
-	for pos, id := range sh.ids {
-		if id != 0 && sh.hashes[pos] == hb {
+	for pos := range sh.slots {
+		if e := &sh.slots[pos]; e.id != 0 && e.hash() == hb {
 			sh.remove(uint32(pos))
 			removed = true
 			break
@@ -348,8 +348,8 @@ func shardMatches(sh *prefixShard, model map[uint32][]uint64) error {
 	}
 	for id := range sh.lists {
 		var got []uint64
-		for pos := sh.lists[id].head; pos != nilIdx; pos = sh.next[pos] {
-			got = append(got, sh.hashes[pos])
+		for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
+			got = append(got, sh.slots[pos].hash())
 		}
 		if want := model[uint32(id)]; !slices.Equal(got, want) {
 			return fmt.Errorf("id %d: LRU %x, want %x", id, got, want)
@@ -362,16 +362,17 @@ func shardMatches(sh *prefixShard, model map[uint32][]uint64) error {
 // reachable from its home slot without crossing an empty slot, links are
 // symmetric, counts agree.
 func shardConsistent(sh *prefixShard) error {
-	size := len(sh.ids)
+	size := len(sh.slots)
 	used := 0
-	for pos, id := range sh.ids {
-		if id == 0 {
+	for pos := range sh.slots {
+		if sh.slots[pos].id == 0 {
 			continue
 		}
 		used++
-		for q := home(sh.hashes[pos], size); q != pos; q = (q + 1) % size {
-			if sh.ids[q] == 0 {
-				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, home(sh.hashes[pos], size), q)
+		hm := home(sh.slots[pos].hash(), size)
+		for q := hm; q != pos; q = (q + 1) % size {
+			if sh.slots[q].id == 0 {
+				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, hm, q)
 			}
 		}
 	}
@@ -385,12 +386,12 @@ func shardConsistent(sh *prefixShard) error {
 	for id, l := range sh.lists {
 		n := uint32(0)
 		prev := nilIdx
-		for pos := l.head; pos != nilIdx; pos = sh.next[pos] {
-			if sh.ids[pos] != uint32(id) {
-				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, sh.ids[pos])
+		for pos := l.head; pos != nilIdx; pos = sh.slots[pos].next {
+			if e := &sh.slots[pos]; e.id != uint32(id) {
+				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, e.id)
 			}
-			if sh.prev[pos] != prev {
-				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, sh.prev[pos], prev)
+			if e := &sh.slots[pos]; e.prev != prev {
+				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.prev, prev)
 			}
 			prev = pos
 			if n++; int(n) > size {
