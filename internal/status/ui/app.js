@@ -64,11 +64,12 @@
   }
 
   // pick returns the first present field among names, looking in o and
-  // then one level down in nested objects (e.g. {metrics: {waiting: 3}}).
+  // then in a nested metrics or stats object ({metrics: {waiting: 3}}).
   function pick(o, ...names) {
     if (!o || typeof o !== "object") return undefined;
     for (const n of names) if (o[n] !== undefined && o[n] !== null) return o[n];
-    for (const v of Object.values(o)) {
+    for (const k of ["metrics", "stats"]) {
+      const v = o[k];
       if (v && typeof v === "object" && !Array.isArray(v)) {
         for (const n of names) if (v[n] !== undefined && v[n] !== null) return v[n];
       }
@@ -95,8 +96,8 @@
   }
 
   function fmtDur(sec) {
+    if (sec === Infinity || (isNum(sec) && sec > 1e9)) return "never";
     if (!isNum(sec)) return "—";
-    if (sec > 1e9) return "never";
     if (sec < 1) return Math.round(sec * 1000) + " ms";
     if (sec < 60) return sec.toFixed(sec < 10 ? 2 : 1) + " s";
     if (sec < 3600) return (sec / 60).toFixed(1) + " min";
@@ -166,6 +167,10 @@
 
   function scorerList() {
     if (S.scorers.length) return S.scorers;
+    const scs = S.weights ? asList(S.weights.scorers) : [];
+    if (scs.length && scs.every((x) => x && typeof x === "object" && x.name)) {
+      return scs.map((x) => ({ name: x.name, type: x.type, category: x.category || "none", base: num(x.base_weight) }));
+    }
     const w = currentWeights().values;
     return Object.keys(w || {}).sort().map((n) => ({ name: n, category: "none", base: null }));
   }
@@ -220,7 +225,12 @@
     if (w && typeof w === "object") {
       let vals = pick(w, "weights", "by_scorer", "Weights");
       const arr = pick(w, "values", "Values");
-      if ((!vals || typeof vals !== "object" || Array.isArray(vals)) && Array.isArray(arr)) {
+      const scs = asList(w.scorers);
+      if ((!vals || typeof vals !== "object" || Array.isArray(vals)) && scs.length && scs.every((x) => x && typeof x === "object")) {
+        // /debug/weights: {scorers: [{name, type, category, weight, base_weight}]}
+        vals = {};
+        for (const x of scs) if (x.name && isNum(x.weight)) vals[x.name] = x.weight;
+      } else if ((!vals || typeof vals !== "object" || Array.isArray(vals)) && Array.isArray(arr)) {
         const names = asList(pick(w, "scorers", "names")).map((x) => (typeof x === "string" ? x : x && x.name));
         vals = {};
         arr.forEach((v, i) => { vals[names[i] || (S.scorers[i] && S.scorers[i].name) || "#" + i] = v; });
@@ -253,7 +263,8 @@
       if (m) return Number(m[1]) * { ns: 1e-9, "µs": 1e-6, us: 1e-6, ms: 1e-3, s: 1, m: 60, h: 3600 }[m[2]];
     }
     const at = pick(e, "scraped_at", "ScrapedAt");
-    if (typeof at === "string" && !at.startsWith("0001-")) {
+    if (typeof at === "string" && at.startsWith("0001-")) return Infinity; // never scraped
+    if (typeof at === "string") {
       const t = Date.parse(at);
       const now = serverNow || Date.now();
       if (isFinite(t)) return Math.max(0, (now - t) / 1000);
@@ -294,7 +305,7 @@
   function candidatesOf(d) { return asList(pick(d, "candidates", "Candidates")); }
 
   function prefixScorers() {
-    const names = S.scorers.filter((x) => x.type === "prefix" || /prefix/i.test(x.name)).map((x) => x.name);
+    const names = scorerList().filter((x) => x.type === "prefix" || /prefix/i.test(x.name)).map((x) => x.name);
     return names.length ? names : ["prefix"];
   }
 
@@ -370,7 +381,7 @@
     if (!values) return null;
     let aff = 0, dist = 0, none = 0;
     const cats = {};
-    for (const sc of S.scorers) cats[sc.name] = sc.category;
+    for (const sc of scorerList()) cats[sc.name] = sc.category;
     for (const [n, v] of Object.entries(values)) {
       if (!isNum(v)) continue;
       if (cats[n] === "affinity") aff += v; else if (cats[n] === "distribution") dist += v; else none += v;
@@ -703,7 +714,8 @@
     note.textContent = [eps.length + " endpoints", source].filter(Boolean).join(" · ");
     eps.sort((a, b) => String(a.address).localeCompare(String(b.address), undefined, { numeric: true }));
     tbody.replaceChildren(...eps.map((e) => {
-      const ageCls = e.age === null ? "" : e.age > 1 ? "age-dead" : e.age > 0.25 ? "age-old" : "";
+      // The scraper's defaults: 50 ms interval, stale after 4 × = 200 ms.
+      const ageCls = e.age === null ? "" : e.age > 1 ? "age-dead" : e.age > 0.2 ? "age-old" : "";
       const pre = e.prefix !== null ? e.prefix : est[e.address];
       const st = e.state || "—";
       return h("tr", { dataset: { address: e.address || "" } },
