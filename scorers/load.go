@@ -14,26 +14,47 @@ import (
 // ones. It reports false, leaving out untouched, when no entry is usable.
 func minMaxInPlace(out []float64) bool {
 	lo, hi := math.Inf(1), math.Inf(-1)
+	usable := 0
 	for _, v := range out {
-		if !math.IsNaN(v) {
+		if v == v { // not NaN
 			lo, hi = min(lo, v), max(hi, v)
+			usable++
 		}
 	}
-	if lo > hi {
+	if usable == 0 {
 		return false
 	}
 	span := hi - lo
-	for i, v := range out {
-		switch {
-		case math.IsNaN(v):
-			out[i] = 0
-		case span <= 0:
-			out[i] = 1
-		default:
-			out[i] = (hi - v) / span
+	switch {
+	case span <= 0:
+		for i, v := range out {
+			out[i] = boolScore(v == v)
+		}
+	case usable == len(out):
+		// Multiplying by the inverse may round span×(1/span) just above 1.
+		inv := 1 / span
+		for i, v := range out {
+			out[i] = min((hi-v)*inv, 1)
+		}
+	default:
+		inv := 1 / span
+		for i, v := range out {
+			if v == v {
+				out[i] = min((hi-v)*inv, 1)
+			} else {
+				out[i] = 0
+			}
 		}
 	}
 	return true
+}
+
+// boolScore is 1 for true, 0 for false.
+func boolScore(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fresh reports whether an endpoint's scraped load figures can be trusted.

@@ -52,7 +52,12 @@ func (*Queue) Category() scheduler.Category { return scheduler.CategoryDistribut
 // Score implements scheduler.Scorer.
 func (q *Queue) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	for i, e := range eps {
-		q.c.markScraped(e, e.Waiting/e.CapacityOrOne(), out, i)
+		v := e.Waiting / e.CapacityOrOne()
+		if fresh(e) && usableLoad(v) {
+			out[i] = v
+			continue
+		}
+		q.c.markScraped(e, v, out, i) // counts why, writes NaN
 	}
 	if !minMaxInPlace(out) {
 		q.c.noFresh.Inc()
