@@ -2,7 +2,11 @@ package scorers
 
 import (
 	"math"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -213,5 +217,27 @@ func TestLoRA(t *testing.T) {
 			got, _ := h.pick(t, &scheduler.Request{LoRA: tt.lora})
 			checkScores(t, got, tt.want)
 		})
+	}
+}
+
+func TestNeutralCounters(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	q, err := NewQueue("queue", DefaultQueueConfig(), Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, q, toEndpoints([]ep{{waiting: 1}, {state: stale}, {waiting: math.NaN()}}))
+	h.pick(t, &scheduler.Request{})                               // stale 1, invalid 1
+	h.pick(t, &scheduler.Request{Subset: []string{"b:1"}})        // stale 1, no_fresh 1
+	h.pick(t, &scheduler.Request{Subset: []string{"a:1", "b:1"}}) // stale 1
+	want := `
+# HELP trimtab_scorer_neutral_scores_total Scores a scorer replaced by its neutral value because data was missing or stale, by reason.
+# TYPE trimtab_scorer_neutral_scores_total counter
+trimtab_scorer_neutral_scores_total{reason="invalid",scorer="queue"} 1
+trimtab_scorer_neutral_scores_total{reason="no_fresh",scorer="queue"} 1
+trimtab_scorer_neutral_scores_total{reason="stale",scorer="queue"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), neutralMetricName); err != nil {
+		t.Error(err)
 	}
 }
