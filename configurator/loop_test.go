@@ -214,7 +214,7 @@ func TestReplicasAgree(t *testing.T) {
 		}
 		modes[wa.Mode] = true
 	}
-	if !modes[ModeCalm] || !modes[ModeRebalance] {
+	if !modes[ModeCalm] || !modes[ModeRebalance] || !modes[ModeFrozen] {
 		t.Errorf("the input visited modes %v; it should exercise calm and rebalance", modes)
 	}
 }
@@ -301,5 +301,74 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 10s")
 		case <-time.After(100 * time.Microsecond):
 		}
+	}
+}
+
+// TestPipelineSettles: detector and configurator with their defaults, 16
+// pods with 8 requests each, then one pod also queues 80 (loads 88 and 15×8:
+// raw r = sqrt((16·Σp² − 1)/15) = 0.3846). The EWMA (α 0.2) crosses
+// theta_on 0.3 on tick ceil(ln(1 − 0.3/0.3846)/ln 0.8) = 7, which enters
+// rebalance; D then follows the rising target at ≤ 0.05 per tick and is
+// within 0.01 of its final value 0.3 + 0.6·σ(0.3846) = 0.6597 by tick 20
+// (1 s after the step).
+func TestPipelineSettles(t *testing.T) {
+	det, err := detector.New(detector.DefaultConfig(), detector.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustNew(t, adaptive(), Deps{})
+	pool := func(hot bool) []*scheduler.Endpoint {
+		eps := make([]*scheduler.Endpoint, 16)
+		for i := range eps {
+			eps[i] = &scheduler.Endpoint{Running: 8}
+		}
+		if hot {
+			eps[0].Waiting = 80
+		}
+		return eps
+	}
+	now := t0
+	for i := 0; i < 20; i++ { // settle calm at D 0.3
+		c.Step(now, det.Step(now, pool(false)))
+		now = now.Add(tick)
+	}
+	final := 0.3 + 0.6*Sigmoid(0.38461538461538464, 12, 0.35, 1)
+	enter, settled := 0, 0
+	for n := 1; n <= 100; n++ {
+		w := c.Step(now, det.Step(now, pool(true)))
+		now = now.Add(tick)
+		if enter == 0 && w.Mode == ModeRebalance {
+			enter = n
+		}
+		if math.Abs(c.Budget(w)-final) > 0.01 {
+			settled = 0
+		} else if settled == 0 {
+			settled = n
+		}
+	}
+	if enter != 7 {
+		t.Errorf("entered rebalance on tick %d, want 7", enter)
+	}
+	if settled == 0 || settled > 20 {
+		t.Errorf("D within 0.01 of %.4f from tick %d, want ≤ 20", final, settled)
+	}
+	// The burst ends after 5 s (longer than the dwell). Raw r drops to 0;
+	// the EWMA 0.3846·0.8^n is ≤ theta_off 0.2 from n = 3 (0.197), which
+	// returns to calm. D falls from the first step on (the rebalance target
+	// follows the EWMA down faster than the slew), 0.05 per step: back at
+	// D_min after ceil((0.6597 − 0.3)/0.05) = 8 steps.
+	calm, back := 0, 0
+	for n := 1; n <= 40; n++ {
+		w := c.Step(now, det.Step(now, pool(false)))
+		now = now.Add(tick)
+		if calm == 0 && w.Mode == ModeCalm {
+			calm = n
+		}
+		if back == 0 && c.Budget(w) == 0.3 {
+			back = n
+		}
+	}
+	if calm != 3 || back != 8 {
+		t.Errorf("after the burst: calm on step %d, D_min on step %d; want 3 and 8", calm, back)
 	}
 }
