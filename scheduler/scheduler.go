@@ -36,10 +36,10 @@ type ScorerEntry struct {
 // Config holds the scheduler's own settings.
 type Config struct {
 	// Seed seeds tie-breaks and weighted-random draws.
-	Seed uint64
+	Seed uint64 `mapstructure:"seed"`
 	// MaxFallbacks is how many fallback endpoints a decision carries, after
 	// the chosen one (default 2).
-	MaxFallbacks int
+	MaxFallbacks int `mapstructure:"max_fallbacks"`
 }
 
 // DefaultConfig returns the defaults: seed 0, two fallbacks.
@@ -48,7 +48,7 @@ func DefaultConfig() Config { return Config{MaxFallbacks: 2} }
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.MaxFallbacks < 0 || c.MaxFallbacks > 16 {
-		return fmt.Errorf("scheduler: max_fallbacks %d, want 0…16", c.MaxFallbacks)
+		return fmt.Errorf("max_fallbacks: %d, want 0…16", c.MaxFallbacks)
 	}
 	return nil
 }

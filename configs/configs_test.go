@@ -1,0 +1,122 @@
+package configs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers"
+)
+
+func TestShippedProfilesValidate(t *testing.T) {
+	names := Shipped()
+	if len(names) < 3 {
+		t.Fatalf("shipped profiles %v, want at least default, prefix-heavy, load-only", names)
+	}
+	for _, name := range names {
+		f, err := LoadShipped(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if _, err := f.BuildScheduler(nil, scheduler.Deps{}); err == nil {
+			t.Errorf("%s: building with an empty registry succeeded", name)
+		}
+	}
+}
+
+func TestDefaultProfileWeights(t *testing.T) {
+	f, err := LoadShipped("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The field's validated default: prefix 3 : queue 2 : kvcache 2.
+	want := map[string]float64{"prefix": 3, "queue": 2, "kvcache": 2}
+	for _, sc := range f.Scorers {
+		if w, ok := want[sc.Type]; ok && *sc.Weight != w {
+			t.Errorf("%s weight %v, want %v", sc.Type, *sc.Weight, w)
+		}
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"not yaml", "scorers: [", "not valid YAML"},
+		{"unknown top-level field", "scorrers: []\n", "unknown field: scorrers"},
+		{"unknown scorer field", "scorers:\n  - type: queue\n    wieght: 1\n", "scorers[0]: unknown field: wieght"},
+		{"unknown type", "scorers:\n  - type: magic\n    weight: 1\n", `scorers[0].type: unknown scorer type "magic"`},
+		{"missing weight", "scorers:\n  - type: queue\n", "scorers[0] (queue).weight: required"},
+		{"negative weight", "scorers:\n  - type: queue\n    weight: -1\n", "scorers[0] (queue).weight: must be a finite number ≥ 0, got -1"},
+		{"NaN weight", "scorers:\n  - type: queue\n    weight: .nan\n", "scorers[0] (queue).weight: must be a finite number ≥ 0, got NaN"},
+		{"all zero", "scorers:\n  - type: queue\n    weight: 0\n  - type: kvcache\n    weight: 0\n", "all weights are zero"},
+		{"duplicate name", "scorers:\n  - type: queue\n    weight: 1\n  - type: queue\n    weight: 2\n", `scorers[1].name: "queue" is already used by scorers[0]`},
+		{"no scorers", "picker:\n  type: max-score\n", "at least one scorer"},
+		{"bad picker", "picker:\n  type: best\nscorers:\n  - type: queue\n    weight: 1\n", `picker.type: unknown picker "best"`},
+		{"bad temperature", "picker:\n  type: weighted-random\n  temperature: 0\nscorers:\n  - type: queue\n    weight: 1\n", "picker.temperature"},
+		{"bad filter", "filters: [model, sunny]\nscorers:\n  - type: queue\n    weight: 1\n", `filters[1]: unknown filter "sunny"`},
+		{"bad scheduler", "scheduler:\n  max_fallbacks: 99\nscorers:\n  - type: queue\n    weight: 1\n", "scheduler: max_fallbacks: 99"},
+		{"bad params field", "scorers:\n  - type: prefix\n    weight: 1\n    params:\n      blok_size: 64\n", "scorers[0] (prefix).params: scorer \"prefix\": params: unknown field: blok_size"},
+		{"bad params type", "scorers:\n  - type: prefix\n    weight: 1\n    params:\n      block_size: lots\n", "block_size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.yaml)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(path, []byte("scorers:\n  - type: queue\n    weight: -2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+": scorers[0]") {
+		t.Errorf("error %v does not start with the file and field", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestDefaultsSurviveAPartialFile(t *testing.T) {
+	f, err := Parse([]byte("scorers:\n  - type: queue\n    weight: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Picker.Type != "max-score" || len(f.Filters) != 2 || f.Scheduler.MaxFallbacks != 2 {
+		t.Errorf("defaults lost: %+v", f)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, name := range Shipped() {
+		data, err := shipped.ReadFile(name + ".yaml")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("scorers:\n  - type: prefix\n    weight: 1e308\n    params: {block_size: -1}\n"))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// Whatever parses must have validated: a scheduler builds from it.
+		if _, err := file.BuildScheduler(scorers.InTree(), scheduler.Deps{}); err != nil {
+			t.Fatalf("parsed profile does not build: %v\n%s", err, data)
+		}
+	})
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command (README "Test"): vet, the whole suite under the race
+# detector, then the zero-allocation tests, which need a build without
+# -race (the race detector makes sync.Pool drop items on purpose).
+set -euo pipefail
+cd "$(dirname "$0")"
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+go test -count=1 -run 'Alloc' ./...
