@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"sim":          {"scheduler", "scorers", "fleet", "detector", "configurator", "configs"},
 	"cmd":          {"scheduler", "scorers", "fleet", "detector", "configurator", "configs", "proxy", "sim", "internal"},
 	"internal":     {"scheduler", "scorers", "fleet", "detector", "configurator", "configs", "sim"},
+	"deploy":       {"configs"},
 }
 
 // top returns the top-level directory of a trimtab import path ("" for
