@@ -175,6 +175,7 @@ func (*Prefix) Category() scheduler.Category { return scheduler.CategoryAffinity
 // prefixScratch is the per-decision scratch kept in the CycleState slot:
 // the request's block hashes, computed once in Score and reused by Picked.
 type prefixScratch struct {
+	owner   *Prefix            // scorer the buffers are sized for
 	req     *scheduler.Request // request the hashes belong to
 	n       int                // blocks hashed (0: nothing to record)
 	buf     []byte             // h_{i-1} ‖ block_i
@@ -190,10 +191,11 @@ type prefixScratch struct {
 
 func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
 	slot := cs.Slot()
-	if sc, ok := (*slot).(*prefixScratch); ok {
+	if sc, ok := (*slot).(*prefixScratch); ok && sc.owner == p {
 		return sc
 	}
 	sc := &prefixScratch{
+		owner:   p,
 		buf:     make([]byte, 8+p.blockBytes),
 		hashes:  make([]uint64, 0, p.cfg.MaxBlocks),
 		byShard: make([]uint16, p.cfg.MaxBlocks),
@@ -353,7 +355,7 @@ func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*sche
 // on the chosen endpoint, reusing the hashes Score computed.
 func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
 	sc, ok := (*cs.Slot()).(*prefixScratch)
-	if !ok || sc.req != req || sc.n == 0 {
+	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
 		return
 	}
 	tab := p.tab.Load()

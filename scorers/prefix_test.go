@@ -499,3 +499,35 @@ func TestPrefixConcurrent(t *testing.T) {
 		t.Errorf("%d blocks over capacity %d", st.Blocks, st.Capacity)
 	}
 }
+
+// TestPrefixBytesPerBlock fills an index to capacity and checks the
+// memory target: at most 48 bytes per cached (block, endpoint) entry,
+// everything included.
+func TestPrefixBytesPerBlock(t *testing.T) {
+	cfg := DefaultPrefixConfig()
+	cfg.Capacity = 4096
+	p := mustPrefix(t, cfg)
+	h := newHarness(t, p, benchEndpoints(8, 1))
+	rng := rand.New(rand.NewPCG(9, 9))
+	pr := make([]byte, 128*256) // 128 blocks
+	addrs := h.s.Pool().Endpoints
+	for i := range 8 * 4096 / 128 * 2 { // twice the capacity: full and evicting
+		fill(rng, pr[:8])
+		h.route(t, scheduler.Request{Prompt: pr}, addrs[i%len(addrs)].Address)
+	}
+	st := p.Stats()
+	if st.Evictions == 0 {
+		t.Fatalf("index never filled: %+v", st)
+	}
+	// Per-shard capacity 4096/16 = 256 per endpoint; hashes spread unevenly
+	// over shards, so not every shard is full, but most are.
+	if st.Blocks < st.Capacity*3/4 || st.Blocks > st.Capacity {
+		t.Fatalf("blocks %d, want most of capacity %d", st.Blocks, st.Capacity)
+	}
+	if per := float64(st.Bytes) / float64(st.Blocks); per > 48 {
+		t.Errorf("%.1f bytes per cached block (%+v), target ≤ 48", per, st)
+	} else {
+		t.Logf("%.1f bytes per cached block (%+v)", per, st)
+	}
+	checkIndex(t, p)
+}
