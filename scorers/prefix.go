@@ -287,41 +287,21 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 		candOf[id] = int32(i + 1)
 	}
 
-	held := sc.held
-	for s := range p.shards {
-		lo, hi := sc.start[s], sc.start[s+1]
-		if lo == hi {
-			continue
-		}
-		sh := &p.shards[s]
-		sh.mu.RLock()
-		slots := sh.slots
-		if size := len(slots); size > 0 {
-			for _, b := range sc.byShard[lo:hi] {
-				h := sc.hashes[b]
-				hlo, hhi := uint32(h), uint32(h>>32)
-				word, bit := int(b>>6), uint64(1)<<(b&63)
-				for pos := home(h, size); slots[pos].id != 0; {
-					if e := &slots[pos]; e.hlo == hlo && e.hhi == hhi {
-						if id := e.id; int(id) < len(candOf) {
-							if c := candOf[id]; c > 0 {
-								held[int(c-1)*words+word] |= bit
-							}
-						}
-					}
-					if pos++; pos == size {
-						pos = 0
-					}
-				}
+	// Block 0's shard goes first: when no candidate holds block 0 (a new
+	// prompt family) every score is 0 and the other shards are skipped.
+	first := int(sc.hashes[0] & p.shardMask)
+	if p.lookupShard(sc, first, words) {
+		for s := range p.shards {
+			if s != first {
+				p.lookupShard(sc, s, words)
 			}
 		}
-		sh.mu.RUnlock()
 	}
 
 	inv := 1 / float64(n)
 	for i := range eps {
 		run := 0
-		for _, w := range held[i*words : (i+1)*words] {
+		for _, w := range sc.held[i*words : (i+1)*words] {
 			t := bits.TrailingZeros64(^w)
 			run += t
 			if t < 64 {
@@ -333,6 +313,43 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	for _, id := range sc.ids[:len(eps)] {
 		candOf[id] = 0 // candOf[0] is never read as a candidate
 	}
+}
+
+// lookupShard sets, for every block of the request in shard s and every
+// candidate holding it, the block's bit in the candidate's bitmap. It
+// reports whether any candidate holds block 0 (meaningful for block 0's
+// shard only).
+func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
+	lo, hi := sc.start[s], sc.start[s+1]
+	if lo == hi {
+		return false
+	}
+	held, candOf := sc.held, sc.candOf
+	sh := &p.shards[s]
+	sh.mu.RLock()
+	slots := sh.slots
+	if size := len(slots); size > 0 {
+		for _, b := range sc.byShard[lo:hi] {
+			h := sc.hashes[b]
+			hlo, hhi := uint32(h), uint32(h>>32)
+			word, bit := int(b>>6), uint64(1)<<(b&63)
+			for pos := home(h, size); slots[pos].id != 0; {
+				if e := &slots[pos]; e.hlo == hlo && e.hhi == hhi {
+					if id := e.id; int(id) < len(candOf) {
+						if c := candOf[id]; c > 0 {
+							held[int(c-1)*words+word] |= bit
+							block0 = block0 || b == 0
+						}
+					}
+				}
+				if pos++; pos == size {
+					pos = 0
+				}
+			}
+		}
+	}
+	sh.mu.RUnlock()
+	return block0
 }
 
 // resolveIDs fills sc.ids with the candidates' ids. Candidates are usually
