@@ -35,6 +35,8 @@ type Publisher interface {
 	Publish(*scheduler.Weights) error
 }
 
+var _ Publisher = (*scheduler.Scheduler)(nil)
+
 // Deps are the configurator's collaborators; all are optional.
 type Deps struct {
 	// Start is the weights in force when the configurator starts
@@ -404,6 +406,10 @@ func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, 
 	if from != mode || old.Mode != mode {
 		level = slog.LevelInfo
 	}
+	c.m.published(c, w, mode)
+	if !c.log.Enabled(context.Background(), level) {
+		return
+	}
 	c.log.Log(context.Background(), level, "weights",
 		"version", w.Version, "mode", mode, "from_mode", old.Mode, "reason", reason,
 		"distribution_budget", d,
@@ -411,7 +417,6 @@ func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, 
 		slog.Group("signal", "value", sig.Value, "request_cv", sig.RequestCV, "kv_cv", sig.KVCV, "kv_used", sig.KVUsed,
 			"raw", sig.Raw, "smoothed", sig.Smoothed, "pressure", sig.Pressure, "endpoints", sig.Endpoints,
 			"total_load", sig.TotalLoad, "gate", string(sig.Gate)))
-	c.m.published(c, w, mode)
 }
 
 func (c *Configurator) attrs(v []float64) []any {

@@ -1,6 +1,9 @@
 package configurator
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -361,5 +364,40 @@ func TestValidate(t *testing.T) {
 	c.FlapMaxTransitions, c.FlapWindow, c.FlapCooldown = 0, 0, 0
 	if err := c.Validate(); err != nil {
 		t.Errorf("watchdog off: %v", err)
+	}
+}
+
+// TestLogLine: one structured line per new version, with old → new
+// weights, the budget, the signal components, the mode and the reason.
+func TestLogLine(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := mustNew(t, adaptive(), Deps{Logger: log})
+	c.Step(t0, detector.Signal{Value: 0.35, RequestCV: 0.4, Endpoints: 4, TotalLoad: 20}) // start → rebalance
+	c.Step(t0.Add(tick), detector.Signal{Value: 0.35})                                    // slew 0.5 → 0.55
+	c.Step(t0.Add(2*tick), detector.Signal{Value: 0.35})                                  // 0.55 → 0.6 = target
+	c.Step(t0.Add(3*tick), detector.Signal{Value: 0.35})                                  // nothing changes: no line
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines, want 3:\n%s", len(lines), buf.String())
+	}
+	var first struct {
+		Level, Msg, Mode, Reason string
+		Version                  uint64
+		FromMode                 string             `json:"from_mode"`
+		Budget                   float64            `json:"distribution_budget"`
+		Old, New                 map[string]float64 // per scorer
+		Signal                   map[string]any
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if first.Level != "INFO" || first.Msg != "weights" || first.Version != 2 || first.Mode != ModeRebalance || first.FromMode != ModeStatic ||
+		first.Budget != 0.5 || first.Old["prefix"] != 3 || first.New["prefix"] != 3 || first.Signal["request_cv"] != 0.4 ||
+		!strings.Contains(first.Reason, "signal 0.350 ≥ theta_on 0.300: rebalance") {
+		t.Errorf("first line %s", lines[0])
+	}
+	if !strings.Contains(lines[1], `"level":"DEBUG"`) || !strings.Contains(lines[1], `"reason":"rebalance: signal 0.350, D 0.500 → 0.550 (target 0.600)"`) {
+		t.Errorf("second line %s", lines[1])
 	}
 }

@@ -372,3 +372,63 @@ func TestPipelineSettles(t *testing.T) {
 		t.Errorf("after the burst: calm on step %d, D_min on step %d; want 3 and 8", calm, back)
 	}
 }
+
+// TestRunWithScheduler: Run publishes into a real scheduler, continuing
+// its version sequence; the scheduler's weights are the configurator's.
+func TestRunWithScheduler(t *testing.T) {
+	sched, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustNew(t, adaptive(), Deps{Start: sched.Weights(), Publisher: sched})
+	ch := make(chan detector.Signal, 30)
+	for i := 0; i < 30; i++ { // 1.5 s at r 0.8: rebalance, D lands on 0.8973 after 12 steps
+		ch <- detector.Signal{At: t0.Add(time.Duration(i) * tick), Value: 0.8}
+	}
+	close(ch)
+	if err := c.Run(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	w := sched.Weights()
+	if w != c.Weights() || w.Mode != ModeRebalance || w.Version < 3 {
+		t.Fatalf("scheduler has %+v, configurator %+v", w, c.Weights())
+	}
+	d := 0.3 + 0.6*Sigmoid(0.8, 12, 0.35, 1) // from the profile's 0.5: 0.3973/0.05 → 8 steps
+	want := []float64{6 * (1 - d), 4 * d, 0.5, 4 * d, 2 * (1 - d)}
+	for i := range want {
+		if !closeTo(w.Values[i], want[i], 1e-9) {
+			t.Fatalf("weights %v, want %v", w.Values, want)
+		}
+	}
+}
+
+// BenchmarkStep: a configurator step that changes nothing (settled calm)
+// and one that publishes (alternating targets inside rebalance).
+func BenchmarkStep(b *testing.B) {
+	b.Run("settled", func(b *testing.B) {
+		c := mustNew(b, adaptive(), Deps{})
+		now := t0
+		for i := 0; i < 10; i++ {
+			c.Step(now, sig(0))
+			now = now.Add(tick)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(tick)
+			c.Step(now, sig(0.1))
+		}
+	})
+	b.Run("publishing", func(b *testing.B) {
+		cfg := adaptive()
+		cfg.FlapMaxTransitions = 0
+		c := mustNew(b, cfg, Deps{})
+		now := t0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(tick)
+			c.Step(now, sig(0.4+0.2*float64(i%2)))
+		}
+	})
+}
