@@ -3,6 +3,7 @@ package scorers
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"slices"
 	"sync"
@@ -119,6 +120,7 @@ type Prefix struct {
 	freed  []uint32   // ids released by the previous PoolChanged
 
 	unknown prometheus.Counter
+	log     *slog.Logger
 }
 
 // prefixEndpoints is the published mapping from endpoints to the index's
@@ -153,6 +155,7 @@ func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
 		blockBytes: cfg.BlockSize * cfg.BytesPerToken,
 		shardMask:  uint64(cfg.Shards - 1),
 		shards:     make([]prefixShard, cfg.Shards),
+		log:        deps.logger().With("scorer", name),
 	}
 	p.tab.Store(&prefixEndpoints{byPtr: map[*scheduler.Endpoint]uint32{}, byAddr: map[string]uint32{}, perShard: []uint32{0}, capacity: []uint32{0}})
 	n, err := newNeutralCounters(name, deps.Registerer, reasonUnknown)
@@ -459,6 +462,9 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 			sh.purge(id)
 		}
 		sh.mu.Unlock()
+	}
+	if len(gone) > 0 {
+		p.log.Debug("prefix index: purged endpoints that left the pool", "endpoints", len(gone))
 	}
 	// Released ids are only reused by the next PoolChanged, after any Pick
 	// still holding the previous table has finished with them.

@@ -2,6 +2,7 @@ package scorers
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -72,7 +73,9 @@ func (c SessionConfig) Validate() error {
 // bounded table and reused for the session's later requests, so an endpoint
 // joining the pool moves no session and an endpoint leaving moves only its
 // own sessions (to their next ring endpoint). The bound holds at
-// assignment; sessions are never moved to rebalance.
+// assignment (approximately when several shards assign at the same moment:
+// each reads the loads atomically but they do not lock each other out);
+// sessions are never moved to rebalance.
 //
 // Formula: score = 1 for the session's endpoint, 0 for every other
 // candidate.
@@ -90,6 +93,7 @@ type Session struct {
 	idle      int64 // nanoseconds, 0: never
 	shards    []sessionShard
 
+	log    *slog.Logger
 	poolMu sync.Mutex // serialises PoolChanged
 	// ring is read under any one shard lock and replaced with all shard
 	// locks held, so a shard operation sees one consistent ring.
@@ -131,7 +135,7 @@ type sessionEntry struct {
 }
 
 // NewSession builds a session scorer named name.
-func NewSession(name string, cfg SessionConfig, _ Deps) (*Session, error) {
+func NewSession(name string, cfg SessionConfig, deps Deps) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("scorer %q: %w", name, err)
 	}
@@ -142,6 +146,7 @@ func NewSession(name string, cfg SessionConfig, _ Deps) (*Session, error) {
 		idle:      int64(cfg.IdleTimeout),
 		shards:    make([]sessionShard, cfg.Shards),
 		ring:      &sessionRing{byAddr: map[string]uint32{}},
+		log:       deps.logger().With("scorer", name),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -391,6 +396,7 @@ func (s *Session) PoolChanged(eps []*scheduler.Endpoint) {
 	for i := range s.shards {
 		s.shards[i].mu.Unlock()
 	}
+	s.log.Debug("session ring rebuilt", "endpoints", len(r.addrs), "sessions_kept", r.total.Load())
 }
 
 func sameAddrs(r *sessionRing, eps []*scheduler.Endpoint) bool {
