@@ -100,3 +100,14 @@ func decodeInto(name string, decode func(any) error, cfg any) error {
 	}
 	return nil
 }
+
+// Compile-time checks of the optional interfaces each scorer relies on.
+var (
+	_ scheduler.PickObserver = (*Prefix)(nil)
+	_ scheduler.PoolObserver = (*Prefix)(nil)
+	_ scheduler.PoolObserver = (*Session)(nil)
+	_ scheduler.Scorer       = (*Queue)(nil)
+	_ scheduler.Scorer       = (*KVCache)(nil)
+	_ scheduler.Scorer       = (*InFlight)(nil)
+	_ scheduler.Scorer       = (*LoRA)(nil)
+)
