@@ -3,7 +3,7 @@ package sim
 import (
 	"encoding/binary"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/trimtab/trimtab/sim/engine"
 )
 
 // BytesPerToken is how many prompt bytes the simulator synthesises per
@@ -51,25 +51,10 @@ func growBytes(b []byte, n int) []byte {
 	return b[:len(b)+n]
 }
 
-// blockHashes appends to dst the chained hashes of the full blocks of
-// stream, blockTokens tokens each: h0 = xxh64(block0), hi = xxh64(h(i-1) ‖
-// blocki). This is the engine's prefix-cache key (vLLM hashes token ids the
-// same chained way).
+// blockHashes appends the engine's prefix-cache keys of stream's full
+// blocks of blockTokens tokens.
 func blockHashes(dst []uint64, stream []byte, blockTokens int) []uint64 {
-	bs := blockTokens * BytesPerToken
-	var d xxhash.Digest
-	var prev [8]byte
-	for off := 0; off+bs <= len(stream); off += bs {
-		d.Reset()
-		if off > 0 {
-			_, _ = d.Write(prev[:])
-		}
-		_, _ = d.Write(stream[off : off+bs])
-		h := d.Sum64()
-		binary.LittleEndian.PutUint64(prev[:], h)
-		dst = append(dst, h)
-	}
-	return dst
+	return engine.HashBlocks(dst, stream, blockTokens*BytesPerToken)
 }
 
 // mixKey derives a segment key from a few identifiers.

@@ -64,6 +64,8 @@ type Result struct {
 	// LoadMax and LoadMin are the highest and lowest time-averaged load
 	// (running + waiting) of a pod during the window.
 	LoadMax, LoadMin float64
+	// PodLoad is each pod's time-averaged load during the window.
+	PodLoad []float64
 	// Preemptions during the whole run.
 	Preemptions int64
 	// WeightChanges counts published weight versions after the first.
@@ -581,6 +583,7 @@ func (r *runner) finish() {
 		r.res.LoadMin = math.Inf(1)
 		for _, s := range r.loadSum {
 			avg := s / float64(r.loadN)
+			r.res.PodLoad = append(r.res.PodLoad, avg)
 			r.res.LoadMax = max(r.res.LoadMax, avg)
 			r.res.LoadMin = min(r.res.LoadMin, avg)
 		}

@@ -13,9 +13,12 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // EventKind says what happened to a sequence at the end of a step.
@@ -579,4 +582,24 @@ func (q *deque) remove(s *Seq) {
 		q.size--
 		return
 	}
+}
+
+// HashBlocks appends to dst the chained hashes of the full blocks of
+// stream, blockBytes bytes each: h0 = xxh64(block0), hi = xxh64(h(i−1) ‖
+// blocki) (vLLM hashes token-id blocks the same chained way). A trailing
+// partial block is not hashed.
+func HashBlocks(dst []uint64, stream []byte, blockBytes int) []uint64 {
+	var d xxhash.Digest
+	var prev [8]byte
+	for off := 0; off+blockBytes <= len(stream); off += blockBytes {
+		d.Reset()
+		if off > 0 {
+			_, _ = d.Write(prev[:])
+		}
+		_, _ = d.Write(stream[off : off+blockBytes])
+		h := d.Sum64()
+		binary.LittleEndian.PutUint64(prev[:], h)
+		dst = append(dst, h)
+	}
+	return dst
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trimtab/trimtab/sim/fakeserver"
+)
+
+func newFakeServerCmd() *cobra.Command {
+	cfg := fakeserver.DefaultConfig()
+	var (
+		host    string
+		port    int
+		servers int
+	)
+	cmd := &cobra.Command{
+		Use:   "fakeserver --port N [--model M] [--time-scale X] [--servers K]",
+		Short: "Run simulated vLLM servers (the simulator's engine model behind vLLM's HTTP API)",
+		Long: `fakeserver serves /v1/completions, /v1/chat/completions (streaming and not),
+/v1/models, /health and /metrics (vLLM metric names) from the simulator's engine
+model in wall-clock time, sped up by --time-scale. With --servers K it starts K
+servers on ports N … N+K−1, named fake-0 … fake-(K−1).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if servers < 1 {
+				return fmt.Errorf("--servers: must be ≥ 1")
+			}
+			if port < 0 || port+servers-1 > 65535 {
+				return fmt.Errorf("--port: %d does not leave room for %d servers", port, servers)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				firstErr error
+			)
+			for i := range servers {
+				c := cfg
+				if servers > 1 {
+					c.Name = "fake-" + strconv.Itoa(i)
+				}
+				s, err := fakeserver.New(c, fakeserver.Deps{Logger: log})
+				if err != nil {
+					return err
+				}
+				p := 0
+				if port > 0 {
+					p = port + i
+				}
+				ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+				if err != nil {
+					cancel()
+					wg.Wait()
+					return err
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := s.Serve(ctx, ln); err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						cancel()
+					}
+				}()
+			}
+			// Shutdown order: a signal cancels ctx; every server stops
+			// accepting, drains for up to 5 s, then stops its engine.
+			wg.Wait()
+			return firstErr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&port, "port", 8000, "first port (0: any free port)")
+	f.IntVar(&servers, "servers", 1, "number of servers on consecutive ports")
+	f.StringVar(&cfg.Model, "model", cfg.Model, "served model name")
+	f.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "speed-up of the engine model (10 = ten times faster)")
+	f.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", cfg.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	f.IntVar(&cfg.Engine.NumBlocks, "num-blocks", cfg.Engine.NumBlocks, "KV cache blocks of 16 tokens")
+	f.IntVar(&cfg.Engine.MaxNumSeqs, "max-num-seqs", cfg.Engine.MaxNumSeqs, "maximum running sequences")
+	return cmd
+}

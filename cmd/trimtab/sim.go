@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+func newSimCmd() *cobra.Command {
+	var (
+		scenarios []string
+		policies  []string
+		seed      uint64
+		seeds     int
+		out       string
+		trace     string
+		parallel  int
+		duration  time.Duration
+		levels    []float64
+		noPlots   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
+		Short: "Simulate a fleet of vLLM-like servers and compare routing policies",
+		Long: `sim runs the real trimtab scheduler, scorers, detector and configurator against
+a discrete-event model of vLLM servers on virtual time, for every policy at every
+load level of a scenario, and writes DIR/<scenario>.md (tables) and
+DIR/img/bench-<scenario>-*.png (plots).
+
+A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
+"all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(scenarios) == 0 {
+				return fmt.Errorf("--scenario: required (a file, a shipped name or all)")
+			}
+			if out == "" {
+				return fmt.Errorf("--out: required")
+			}
+			if seeds < 1 {
+				return fmt.Errorf("--seeds: must be ≥ 1")
+			}
+			if len(scenarios) == 1 && scenarios[0] == "all" {
+				scenarios = sim.Shipped()
+			}
+			pols, err := sim.Policies(policies)
+			if err != nil {
+				return fmt.Errorf("--policies: %w", err)
+			}
+			if err := os.MkdirAll(filepath.Join(out, "img"), 0o755); err != nil {
+				return err
+			}
+			stderr := cmd.ErrOrStderr()
+			for _, name := range scenarios {
+				sc, err := sim.LoadScenario(name)
+				if err != nil {
+					return err
+				}
+				if duration > 0 {
+					sc.Duration = duration
+					sc.Warmup = min(sc.Warmup, duration/2)
+				}
+				if len(levels) > 0 {
+					sc.Load.Levels = levels
+				}
+				start := time.Now()
+				bar := newProgress(stderr, sc.Name)
+				sw, err := sim.RunSweep(sim.SweepConfig{
+					Scenario:  sc,
+					Policies:  pols,
+					Seed:      seed,
+					Seeds:     seeds,
+					TracePath: trace,
+					Parallel:  parallel,
+					Progress:  bar.update,
+				})
+				bar.finish()
+				if err != nil {
+					return fmt.Errorf("scenario %s: %w", sc.Name, err)
+				}
+				wall := time.Since(start)
+				if !noPlots {
+					if err := sw.WriteImages(filepath.Join(out, "img")); err != nil {
+						return fmt.Errorf("scenario %s: plots: %w", sc.Name, err)
+					}
+				}
+				f, err := os.Create(filepath.Join(out, sc.Name+".md"))
+				if err != nil {
+					return err
+				}
+				imgs := "img/"
+				if noPlots {
+					imgs = "-"
+				}
+				werr := sw.WriteMarkdown(f, imgs, commandLine())
+				if cerr := f.Close(); werr == nil {
+					werr = cerr
+				}
+				if werr != nil {
+					return werr
+				}
+				runs := len(sw.Levels) * len(sw.Policies) * len(sw.Seeds)
+				fmt.Fprintf(stderr, "%s: %d runs of %v simulated in %v wall (%d in parallel) → %s\n",
+					sc.Name, runs, sc.Duration, wall.Round(time.Millisecond), parallel, filepath.Join(out, sc.Name+".md"))
+				for _, v := range sw.Verdicts() {
+					fmt.Fprintf(stderr, "  %s %g: adaptive p50 %+.1f%% vs %s, p99 %+.1f%% vs %s, p99 ÷ static %.2f, tok/s ÷ static %.2f\n",
+						sc.LevelUnit(), v.Level, 100*v.P50Gap, v.BestP50Policy, 100*v.P99Gap, v.BestP99Policy, v.StaticP99Ratio, v.StaticThroughputRatio)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one)")
+	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
+	f.Uint64Var(&seed, "seed", 1, "first seed")
+	f.IntVar(&seeds, "seeds", 1, "number of consecutive seeds; statistics are means over them")
+	f.StringVar(&out, "out", "", "output directory")
+	f.StringVar(&trace, "trace", "", "trace file for trace scenarios (overrides the scenario's path)")
+	f.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
+	f.DurationVar(&duration, "duration", 0, "override the scenario's simulated duration")
+	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
+	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
+	return cmd
+}
+
+func commandLine() string {
+	args := append([]string{"trimtab"}, os.Args[1:]...)
+	return strings.Join(args, " ")
+}
+
+// progress draws a one-line bar on stderr.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	name  string
+	start time.Time
+}
+
+func newProgress(w io.Writer, name string) *progress {
+	return &progress{w: w, name: name, start: time.Now()}
+}
+
+func (p *progress) update(done, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	const width = 30
+	fill := width * done / max(total, 1)
+	fmt.Fprintf(p.w, "\r%-18s [%s%s] %d/%d runs, %v", p.name, strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, total, time.Since(p.start).Round(time.Second))
+}
+
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.w)
+}

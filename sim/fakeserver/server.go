@@ -1,0 +1,558 @@
+package fakeserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/sim/engine"
+)
+
+// BytesPerToken is the prompt bytes counted as one token.
+const BytesPerToken = 4
+
+// Config configures one fake server.
+type Config struct {
+	// Model is the served model name (default "llama-3.1-8b-instruct").
+	Model string `mapstructure:"model"`
+	// Name labels the server in the X-Fakeserver-Name response header
+	// (default: none).
+	Name string `mapstructure:"name"`
+	// TimeScale speeds the model up: 10 runs ten times faster than the
+	// modelled GPU. Default 1. Must be > 0.
+	TimeScale float64 `mapstructure:"time_scale"`
+	// DefaultMaxTokens is the output length when a request sets no
+	// max_tokens (default 128).
+	DefaultMaxTokens int `mapstructure:"default_max_tokens"`
+	// MaxTokensLimit caps max_tokens (default 4096).
+	MaxTokensLimit int `mapstructure:"max_tokens_limit"`
+	// Engine is the engine model (default engine.DefaultConfig()).
+	Engine engine.Config `mapstructure:"engine"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Model:            "llama-3.1-8b-instruct",
+		TimeScale:        1,
+		DefaultMaxTokens: 128,
+		MaxTokensLimit:   4096,
+		Engine:           engine.DefaultConfig(),
+	}
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	switch {
+	case c.Model == "":
+		return errors.New("fakeserver.model: must be set")
+	case !(c.TimeScale > 0) || math.IsInf(c.TimeScale, 0):
+		return fmt.Errorf("fakeserver.time_scale: must be a finite number > 0, got %v", c.TimeScale)
+	case c.DefaultMaxTokens < 1:
+		return errors.New("fakeserver.default_max_tokens: must be ≥ 1")
+	case c.MaxTokensLimit < c.DefaultMaxTokens:
+		return errors.New("fakeserver.max_tokens_limit: must be ≥ default_max_tokens")
+	}
+	return c.Engine.Validate()
+}
+
+// Deps are the server's collaborators.
+type Deps struct {
+	// Clock times the engine's steps; nil means clock.RealClock{}.
+	Clock clock.Clock
+	// Logger receives start/stop messages; nil discards.
+	Logger *slog.Logger
+}
+
+// Server is one fake vLLM server. Handler may be mounted anywhere; Run
+// must be running for requests to make progress.
+type Server struct {
+	cfg   Config
+	clk   clock.Clock
+	log   *slog.Logger
+	start time.Time
+	reg   *prometheus.Registry
+	mux   *http.ServeMux
+
+	mu    sync.Mutex
+	eng   *engine.Engine
+	wake  chan struct{}
+	ids   atomic.Uint64
+	succ  int64
+	abort int64
+}
+
+// New builds a server.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	eng, err := engine.New(cfg.Engine, engine.WithTokenEvents())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, clk: deps.Clock, log: deps.Logger, eng: eng, wake: make(chan struct{}, 1)}
+	if s.clk == nil {
+		s.clk = clock.RealClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.start = s.clk.Now()
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(&collector{s: s})
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// vnow is the engine's virtual time: wall time since New × time scale.
+func (s *Server) vnow() time.Duration {
+	return time.Duration(float64(s.clk.Since(s.start)) * s.cfg.TimeScale)
+}
+
+// Run steps the engine until ctx is done; it returns ctx.Err(). Only one
+// Run may be active per Server.
+func (s *Server) Run(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		d, ok := s.eng.StartStep()
+		s.mu.Unlock()
+		if !ok {
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		t := s.clk.NewTimer(time.Duration(float64(d) / s.cfg.TimeScale))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		s.mu.Lock()
+		s.eng.FinishStep(s.vnow(), deliver)
+		s.mu.Unlock()
+	}
+}
+
+// Serve runs the engine and an HTTP server on ln until ctx is done, then
+// shuts the HTTP server down (waiting up to 5 s for open requests) and
+// returns after both have stopped.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(runCtx) }()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- hs.Serve(ln) }()
+	s.log.Info("fake vLLM server listening", "addr", ln.Addr().String(), "model", s.cfg.Model, "time_scale", s.cfg.TimeScale)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-httpDone:
+		httpDone <- err
+	}
+	shCtx, shCancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer shCancel()
+	_ = hs.Shutdown(shCtx) // the engine keeps running so open requests can finish
+	if herr := <-httpDone; err == nil && !errors.Is(herr, http.ErrServerClosed) {
+		err = herr
+	}
+	cancel()
+	<-runDone
+	return err
+}
+
+// request is one HTTP request in the engine.
+type request struct {
+	seq    engine.Seq
+	events chan tokenEvent
+}
+
+// tokenEvent is an engine event with the number of tokens generated so
+// far (the first-token event of a one-token output and its finish event
+// both carry 1).
+type tokenEvent struct {
+	kind      engine.EventKind
+	generated int
+}
+
+// deliver hands an engine event to its request; the channel has room for
+// every event the sequence can produce, so this never blocks.
+func deliver(ev engine.Event) {
+	ev.Seq.Data.(*request).events <- tokenEvent{ev.Kind, ev.Seq.Generated}
+}
+
+// submit adds a request for prompt with maxTokens output tokens.
+func (s *Server) submit(prompt []byte, maxTokens int) (*request, error) {
+	r := &request{events: make(chan tokenEvent, maxTokens+1)}
+	r.seq.ID = s.ids.Add(1)
+	r.seq.PromptTokens = max(1, (len(prompt)+BytesPerToken-1)/BytesPerToken)
+	r.seq.OutputTokens = maxTokens
+	r.seq.Hashes = engine.HashBlocks(nil, prompt, s.cfg.Engine.BlockSize*BytesPerToken)
+	r.seq.Data = r
+	s.mu.Lock()
+	err := s.eng.Add(&r.seq)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return r, nil
+}
+
+func (s *Server) cancel(r *request) {
+	s.mu.Lock()
+	if r.seq.Active() {
+		s.eng.Abort(&r.seq)
+		s.abort++
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) finished() {
+	s.mu.Lock()
+	s.succ++
+	s.mu.Unlock()
+}
+
+// word returns the i-th output token's text.
+func word(i int) string {
+	words := [...]string{"lorem ", "ipsum ", "dolor ", "sit ", "amet ", "consectetur ", "adipiscing ", "elit "}
+	return words[i%len(words)]
+}
+
+type completionRequest struct {
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	Messages  []Message       `json:"messages"`
+	MaxTokens *int            `json:"max_tokens"`
+	// MaxCompletionTokens is the newer name of max_tokens.
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	Stream              bool `json:"stream"`
+}
+
+// Message is one chat message of a /v1/chat/completions request.
+type Message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type apiError struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    int    `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	var e apiError
+	e.Error.Message, e.Error.Type, e.Error.Code = msg, "BadRequestError", code
+	if code >= 500 {
+		e.Error.Type = "InternalServerError"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+// parse reads and checks a request body; chat selects messages or prompt.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, chat bool) (*completionRequest, []byte, int, bool) {
+	var req completionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return nil, nil, 0, false
+	}
+	if req.Model != "" && req.Model != s.cfg.Model {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return nil, nil, 0, false
+	}
+	var prompt []byte
+	var err error
+	if chat {
+		prompt, err = RenderMessages(req.Messages)
+	} else {
+		prompt, err = promptBytes(req.Prompt)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, nil, 0, false
+	}
+	maxTokens := s.cfg.DefaultMaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	}
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 || maxTokens > s.cfg.MaxTokensLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be in 1…%d, got %d", s.cfg.MaxTokensLimit, maxTokens))
+		return nil, nil, 0, false
+	}
+	return &req, prompt, maxTokens, true
+}
+
+// promptBytes accepts a string or an array of strings (joined).
+func promptBytes(raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("prompt: required")
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		if one == "" {
+			return nil, errors.New("prompt: must not be empty")
+		}
+		return []byte(one), nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil || len(many) == 0 {
+		return nil, errors.New("prompt: want a string or an array of strings")
+	}
+	return []byte(strings.Join(many, "")), nil
+}
+
+// RenderMessages renders chat messages canonically ("<|role|>\ncontent\n"
+// per message), so a shared system prompt and shared earlier turns become
+// shared leading bytes. Content may be a string or an array of
+// {type: text, text} parts.
+func RenderMessages(msgs []Message) ([]byte, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("messages: at least one message is required")
+	}
+	var b []byte
+	for i, m := range msgs {
+		if m.Role == "" {
+			return nil, fmt.Errorf("messages[%d].role: required", i)
+		}
+		b = append(b, "<|"+m.Role+"|>\n"...)
+		var text string
+		if len(m.Content) > 0 && string(m.Content) != "null" {
+			if err := json.Unmarshal(m.Content, &text); err != nil {
+				var parts []struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				}
+				if err := json.Unmarshal(m.Content, &parts); err != nil {
+					return nil, fmt.Errorf("messages[%d].content: want a string or text parts", i)
+				}
+				for _, p := range parts {
+					text += p.Text
+				}
+			}
+		}
+		b = append(b, text...)
+		b = append(b, '\n')
+	}
+	return b, nil
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	s.serve(w, r, false)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.serve(w, r, true)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
+	req, prompt, maxTokens, ok := s.parse(w, r, chat)
+	if !ok {
+		return
+	}
+	er, err := s.submit(prompt, maxTokens)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if s.cfg.Name != "" {
+		w.Header().Set("X-Fakeserver-Name", s.cfg.Name)
+	}
+	id := "cmpl-" + strconv.FormatUint(er.seq.ID, 10)
+	if chat {
+		id = "chatcmpl-" + strconv.FormatUint(er.seq.ID, 10)
+	}
+	created := s.clk.Now().Unix()
+	if req.Stream {
+		s.stream(w, r, er, id, created, chat)
+		return
+	}
+	var text strings.Builder
+	n := 0
+	for {
+		select {
+		case <-r.Context().Done():
+			s.cancel(er)
+			return
+		case ev := <-er.events:
+			for ; n < ev.generated; n++ {
+				text.WriteString(word(n))
+			}
+			if ev.kind != engine.EventFinished {
+				continue
+			}
+			s.finished()
+			usage := map[string]int{"prompt_tokens": er.seq.PromptTokens, "completion_tokens": n, "total_tokens": er.seq.PromptTokens + n}
+			var choice map[string]any
+			obj := "text_completion"
+			if chat {
+				obj = "chat.completion"
+				choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text.String()}, "finish_reason": "length"}
+			} else {
+				choice = map[string]any{"index": 0, "text": text.String(), "finish_reason": "length"}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"id": id, "object": obj, "created": created, "model": s.cfg.Model,
+				"choices": []any{choice}, "usage": usage,
+			})
+			return
+		}
+	}
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id string, created int64, chat bool) {
+	fl, _ := w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	obj := "text_completion"
+	if chat {
+		obj = "chat.completion.chunk"
+	}
+	n := 0
+	for {
+		select {
+		case <-r.Context().Done():
+			s.cancel(er)
+			return
+		case ev := <-er.events:
+			kind := ev.kind
+			var piece strings.Builder
+			first := n == 0
+			for ; n < ev.generated; n++ {
+				piece.WriteString(word(n))
+			}
+			var finish any
+			if kind == engine.EventFinished {
+				finish = "length"
+			} else if piece.Len() == 0 {
+				continue
+			}
+			var choice map[string]any
+			if chat {
+				delta := map[string]any{"content": piece.String()}
+				if first {
+					delta["role"] = "assistant"
+				}
+				choice = map[string]any{"index": 0, "delta": delta, "finish_reason": finish}
+			} else {
+				choice = map[string]any{"index": 0, "text": piece.String(), "finish_reason": finish}
+			}
+			b, _ := json.Marshal(map[string]any{"id": id, "object": obj, "created": created, "model": s.cfg.Model, "choices": []any{choice}})
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+				s.cancel(er)
+				return
+			}
+			if kind == engine.EventFinished {
+				_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+				if fl != nil {
+					fl.Flush()
+				}
+				s.finished()
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+	}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"object": "list",
+		"data": []any{map[string]any{
+			"id": s.cfg.Model, "object": "model", "created": s.start.Unix(), "owned_by": "trimtab-fakeserver",
+			"max_model_len": s.cfg.Engine.NumBlocks * s.cfg.Engine.BlockSize,
+		}},
+	})
+}
+
+// collector exports the engine's state under vLLM's metric names at scrape
+// time.
+type collector struct{ s *Server }
+
+var (
+	descRunning  = prometheus.NewDesc("vllm:num_requests_running", "Number of requests in model execution batches.", []string{"model_name"}, nil)
+	descWaiting  = prometheus.NewDesc("vllm:num_requests_waiting", "Number of requests waiting to be processed.", []string{"model_name"}, nil)
+	descKV       = prometheus.NewDesc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", []string{"model_name"}, nil)
+	descKVOld    = prometheus.NewDesc("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage (pre-V1 name).", []string{"model_name"}, nil)
+	descQueries  = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", []string{"model_name"}, nil)
+	descHits     = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", []string{"model_name"}, nil)
+	descPrompt   = prometheus.NewDesc("vllm:prompt_tokens_total", "Number of prefill tokens processed.", []string{"model_name"}, nil)
+	descGen      = prometheus.NewDesc("vllm:generation_tokens_total", "Number of generation tokens processed.", []string{"model_name"}, nil)
+	descPreempt  = prometheus.NewDesc("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", []string{"model_name"}, nil)
+	descSuccess  = prometheus.NewDesc("vllm:request_success_total", "Count of successfully processed requests.", []string{"model_name", "finished_reason"}, nil)
+	descCacheCfg = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.", []string{"block_size", "num_gpu_blocks", "enable_prefix_caching"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKV, descKVOld, descQueries, descHits, descPrompt, descGen, descPreempt, descSuccess, descCacheCfg} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	s.mu.Lock()
+	st := s.eng.Stats()
+	succ, aborted := s.succ, s.abort
+	s.mu.Unlock()
+	m := s.cfg.Model
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), m)
+	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting), m)
+	ch <- prometheus.MustNewConstMetric(descKV, prometheus.GaugeValue, st.KVUtil, m)
+	ch <- prometheus.MustNewConstMetric(descKVOld, prometheus.GaugeValue, st.KVUtil, m)
+	ch <- prometheus.MustNewConstMetric(descQueries, prometheus.CounterValue, float64(st.PrefixQueries), m)
+	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(st.PrefixHits), m)
+	ch <- prometheus.MustNewConstMetric(descPrompt, prometheus.CounterValue, float64(st.PromptTokens), m)
+	ch <- prometheus.MustNewConstMetric(descGen, prometheus.CounterValue, float64(st.GenerationTokens), m)
+	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), m)
+	ch <- prometheus.MustNewConstMetric(descSuccess, prometheus.CounterValue, float64(succ), m, "length")
+	ch <- prometheus.MustNewConstMetric(descSuccess, prometheus.CounterValue, float64(aborted), m, "abort")
+	ch <- prometheus.MustNewConstMetric(descCacheCfg, prometheus.GaugeValue, 1,
+		strconv.Itoa(st.BlockSize), strconv.Itoa(st.NumBlocks), strconv.FormatBool(s.cfg.Engine.PrefixCaching))
+}

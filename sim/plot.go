@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Image is one figure of a sweep's report.
+type Image struct {
+	Title string
+	File  string // base name, "bench-<scenario>-….png"
+	draw  func(path string) error
+}
+
+// Images lists the sweep's figures: TTFT p99 against load per policy;
+// adaptive's signal, mode and weights over time; per-pod load over time
+// for static 3:2:2 and adaptive (headline level, first seed).
+func (sw *Sweep) Images() []Image {
+	name := sw.Scenario.Name
+	imgs := []Image{{
+		Title: fmt.Sprintf("%s: TTFT p99 against %s", name, sw.Scenario.LevelUnit()),
+		File:  "bench-" + name + "-ttft-p99.png",
+		draw:  sw.drawTTFT,
+	}}
+	h := sw.HeadlineIndex()
+	if ai := sw.policyIndex(PolicyAdaptive); ai >= 0 && sw.Runs[h][ai][0].Timeline != nil {
+		imgs = append(imgs, Image{
+			Title: fmt.Sprintf("%s: adaptive signal, mode and weights at %s %s", name, sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])),
+			File:  "bench-" + name + "-adaptive.png",
+			draw:  func(path string) error { return sw.drawControl(path, sw.Runs[h][ai][0]) },
+		})
+	}
+	for _, pol := range []string{PolicyStatic322, PolicyAdaptive} {
+		pi := sw.policyIndex(pol)
+		if pi < 0 || sw.Runs[h][pi][0].Timeline == nil {
+			continue
+		}
+		r := sw.Runs[h][pi][0]
+		imgs = append(imgs, Image{
+			Title: fmt.Sprintf("%s: per-pod load (running + waiting) under %s at %s %s", name, pol, sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])),
+			File:  "bench-" + name + "-load-" + pol + ".png",
+			draw:  func(path string) error { return sw.drawLoad(path, r) },
+		})
+	}
+	return imgs
+}
+
+// WriteImages draws every figure into dir.
+func (sw *Sweep) WriteImages(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, img := range sw.Images() {
+		if err := img.draw(filepath.Join(dir, img.File)); err != nil {
+			return fmt.Errorf("%s: %w", img.File, err)
+		}
+	}
+	return nil
+}
+
+func (sw *Sweep) drawTTFT(path string) error {
+	p := plot.New()
+	p.Title.Text = sw.Scenario.Name + ": TTFT p99 (mean over seeds)"
+	p.X.Label.Text = sw.Scenario.LevelUnit()
+	p.Y.Label.Text = "TTFT p99 (ms)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	sums := sw.Summaries()
+	for pi, name := range sw.Policies {
+		xys := make(plotter.XYs, len(sw.Levels))
+		for l := range sw.Levels {
+			xys[l] = plotter.XY{X: sw.Levels[l], Y: sums[l][pi].TTFTP99}
+		}
+		line, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		line.Color = plotutil.Color(pi)
+		line.Dashes = plotutil.Dashes(pi)
+		pts.Color = plotutil.Color(pi)
+		pts.Shape = plotutil.Shape(pi)
+		if name == PolicyAdaptive {
+			line.Width = vg.Points(2.5)
+		}
+		p.Add(line, pts)
+		p.Legend.Add(name, line, pts)
+	}
+	p.Add(plotter.NewGrid())
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func (sw *Sweep) drawControl(path string, r *Result) error {
+	tl := r.Timeline
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: adaptive control loop (seed %d)", sw.Scenario.Name, r.Seed)
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "signal / mode / weight share"
+	p.Y.Min, p.Y.Max = 0, 1.05
+	p.Legend.Top = true
+	add := func(i int, label string, ys []float64, width vg.Length, dashed bool) error {
+		xys := make(plotter.XYs, len(tl.T))
+		for k := range tl.T {
+			xys[k] = plotter.XY{X: tl.T[k], Y: ys[k]}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = width
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(label, l)
+		return nil
+	}
+	mode := make([]float64, len(tl.Mode))
+	for k, m := range tl.Mode {
+		if m != "calm" && m != "static" {
+			mode[k] = 1
+		}
+	}
+	if err := add(0, "signal", tl.Signal, vg.Points(1.5), false); err != nil {
+		return err
+	}
+	if err := add(1, "mode (1 = rebalance/frozen)", mode, vg.Points(1), true); err != nil {
+		return err
+	}
+	for s, name := range tl.Scorers {
+		share := make([]float64, len(tl.T))
+		for k := range tl.T {
+			var sum float64
+			for j := range tl.Scorers {
+				sum += tl.Weights[j][k]
+			}
+			if sum > 0 {
+				share[k] = tl.Weights[s][k] / sum
+			}
+		}
+		if err := add(2+s, "weight "+name, share, vg.Points(1.5), false); err != nil {
+			return err
+		}
+	}
+	return p.Save(8*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func (sw *Sweep) drawLoad(path string, r *Result) error {
+	tl := r.Timeline
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: per-pod load under %s (seed %d)", sw.Scenario.Name, r.Policy, r.Seed)
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "running + waiting"
+	for i, pod := range tl.PodLoad {
+		xys := make(plotter.XYs, len(pod))
+		for k := range pod {
+			xys[k] = plotter.XY{X: tl.T[k], Y: pod[k]}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		c := plotutil.Color(i)
+		if rgba, ok := c.(color.RGBA); ok {
+			rgba.A = 200
+			c = rgba
+		}
+		l.Color = c
+		p.Add(l)
+	}
+	p.Add(plotter.NewGrid())
+	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
