@@ -20,6 +20,9 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -34,9 +37,30 @@ type File struct {
 	Filters []string `mapstructure:"filters"`
 	// Scorers with their weights; weights are index-aligned with this list.
 	Scorers []ScorerConfig `mapstructure:"scorers"`
+	// Adaptive is the control loop: detector and configurator.
+	Adaptive AdaptiveConfig `mapstructure:"adaptive"`
+	// Fleet is discovery (endpoints:) and metrics scraping (scrape:). The
+	// endpoints: section is optional in a profile used only offline (the
+	// simulator); serve requires it.
+	Fleet fleet.Config `mapstructure:",squash"`
+	// Server configures the data path's servers (HTTP proxy, ext_proc,
+	// admin). It is kept raw here because configs may not import proxy;
+	// cmd decodes it with Decode into proxy.Config.
+	Server map[string]any `mapstructure:"server"`
+
+	// HasEndpoints reports whether the file has an endpoints: section.
+	HasEndpoints bool `mapstructure:"-"`
 
 	// Path is the file the profile was read from ("" when parsed from bytes).
 	Path string `mapstructure:"-"`
+}
+
+// AdaptiveConfig is the adaptive: section. The configurator's settings sit
+// directly under it (adaptive.enabled, adaptive.d_min, …) and the
+// detector's under adaptive.detector.
+type AdaptiveConfig struct {
+	configurator.Config `mapstructure:",squash"`
+	Detector            detector.Config `mapstructure:"detector"`
 }
 
 // PickerConfig selects the picker.
@@ -65,6 +89,8 @@ func Default() *File {
 		Scheduler: scheduler.DefaultConfig(),
 		Picker:    PickerConfig{Type: scheduler.PickerMaxScore, Temperature: 0.1},
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
+		Adaptive:  AdaptiveConfig{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig()},
+		Fleet:     fleet.DefaultConfig(),
 	}
 }
 
@@ -97,6 +123,7 @@ func Parse(data []byte) (*File, error) {
 	}); err != nil {
 		return nil, cleanDecodeError(err)
 	}
+	f.HasEndpoints = v.IsSet("endpoints")
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -163,8 +190,24 @@ func (f *File) Validate() error {
 			return fmt.Errorf("filters[%d]: %w", i, err)
 		}
 	}
-	_, err := f.buildScorers(scorers.InTree(), scorers.Deps{})
-	return err
+	entries, err := f.buildScorers(scorers.InTree(), scorers.Deps{})
+	if err != nil {
+		return err
+	}
+	if err := f.Adaptive.Detector.Validate(); err != nil {
+		return err
+	}
+	if _, err := configurator.New(f.Adaptive.Config, entries, configurator.Deps{}); err != nil {
+		return err
+	}
+	if f.HasEndpoints {
+		if err := f.Fleet.Validate(); err != nil {
+			return err
+		}
+	} else if err := f.Fleet.Scrape.Validate(); err != nil {
+		return err
+	}
+	return nil
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

@@ -120,3 +120,59 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestSectionsDecode(t *testing.T) {
+	f, err := Parse([]byte(`
+scorers:
+  - type: prefix
+    weight: 3
+  - type: queue
+    weight: 2
+adaptive:
+  enabled: true
+  theta_on: 0.4
+  detector:
+    smoothing: 0.5
+endpoints:
+  mode: static
+  file: /etc/trimtab/endpoints.yaml
+scrape:
+  interval: 100ms
+server:
+  http:
+    addr: 127.0.0.1:8080
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Adaptive.Enabled || f.Adaptive.ThetaOn != 0.4 || f.Adaptive.Detector.Smoothing != 0.5 {
+		t.Errorf("adaptive section: %+v", f.Adaptive)
+	}
+	if !f.HasEndpoints || f.Fleet.Endpoints.File != "/etc/trimtab/endpoints.yaml" || f.Fleet.Scrape.Interval.Milliseconds() != 100 {
+		t.Errorf("fleet sections: %+v", f.Fleet)
+	}
+	if f.Server["http"] == nil {
+		t.Errorf("server section lost: %v", f.Server)
+	}
+	// Defaults of untouched fields survive.
+	if f.Adaptive.ThetaOff <= 0 || f.Adaptive.Detector.MinEndpoints != 2 {
+		t.Errorf("defaults lost: %+v", f.Adaptive)
+	}
+}
+
+func TestSectionErrors(t *testing.T) {
+	base := "scorers:\n  - type: queue\n    weight: 1\n  - type: prefix\n    weight: 1\n"
+	for _, tt := range []struct{ yaml, want string }{
+		{"adaptive:\n  theta_off: 0.9\n  theta_on: 0.5\n", "adaptive.theta_off"},
+		{"adaptive:\n  detector:\n    smoothing: 0\n", "adaptive.detector.smoothing"},
+		{"adaptive:\n  detector:\n    smoothnes: 0.3\n", "adaptive.detector: unknown field: smoothnes"},
+		{"endpoints:\n  mode: dns\n", "endpoints.mode"},
+		{"scrape:\n  interval: -1s\n", "scrape.interval"},
+		{"scrape:\n  interval: soon\n", "interval"},
+	} {
+		_, err := Parse([]byte(base + tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want it to mention %q", tt.yaml, err, tt.want)
+		}
+	}
+}
