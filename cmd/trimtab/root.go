@@ -24,6 +24,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(),
 		newConfigCmd(),
+		newServeCmd(),
 	)
 	return root
 }

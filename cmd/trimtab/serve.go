@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/spf13/cobra"
+
+	"github.com/trimtab/trimtab/configs"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		path      string
+		logLevel  string
+		logFormat string
+	)
+	c := &cobra.Command{
+		Use:   "serve --config FILE",
+		Short: "Run the scheduler: OpenAI-compatible proxy, Envoy ext_proc endpoint picker and admin server",
+		Long: `serve discovers model-server endpoints, scrapes their metrics, and routes requests
+arriving on the OpenAI-compatible proxy (default :8080) or from Envoy's ext_proc
+filter (default :9002). The admin server (default :9090) serves /metrics, /healthz,
+/readyz, /debug/* and the status page /ui.
+
+SIGHUP or an edit of the profile reloads it: new weights and adaptive settings
+apply at once; a bad profile, or a change that needs a restart, is refused and
+the running profile kept. SIGTERM drains in-flight requests (server.drain_timeout).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			f, err := configs.Load(path)
+			if err != nil {
+				return err
+			}
+			svc, err := newService(f, serviceOptions{Logger: log})
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			ctx := cmd.Context()
+			go watchProfile(ctx, path, log, svc.reload)
+			log.Info("trimtab serving", "version", buildVersion(), "profile", path,
+				"http", svc.srv.HTTP.Addr, "ext_proc", svc.srv.ExtProc.Addr, "admin", svc.srv.Admin.Addr,
+				"adaptive", f.Adaptive.Enabled)
+			err = svc.Run(ctx)
+			log.Info("trimtab stopped", "error", err)
+			return err
+		},
+	}
+	c.Flags().StringVarP(&path, "config", "c", "", "profile YAML file (required)")
+	c.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	c.Flags().StringVar(&logFormat, "log-format", "text", "text or json")
+	_ = c.MarkFlagRequired("config")
+	return c
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q, want text or json", format)
+}
+
+// watchProfile reloads the profile on SIGHUP and when its file changes
+// (watching the directory, so editors that replace the file and Kubernetes
+// ConfigMap symlink swaps are seen). Events are debounced; every outcome is
+// logged. It returns when ctx is done.
+func watchProfile(ctx context.Context, path string, log *slog.Logger, apply func(*configs.File) error) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var events <-chan fsnotify.Event
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
+	} else {
+		defer w.Close()
+		if err := w.Add(filepath.Dir(path)); err != nil {
+			log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
+		} else {
+			events = w.Events
+		}
+	}
+	const debounce = 250 * time.Millisecond
+	var timer <-chan time.Time
+	load := func(reason string) {
+		f, err := configs.Load(path)
+		if err == nil {
+			err = apply(f)
+		}
+		if err != nil {
+			log.Error("profile reload refused; keeping the running profile", "trigger", reason, "error", err)
+			return
+		}
+		log.Info("profile reloaded", "trigger", reason, "profile", path, "adaptive", f.Adaptive.Enabled)
+	}
+	base := filepath.Base(path)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			load("SIGHUP")
+		case ev := <-events:
+			name := filepath.Base(ev.Name)
+			if name == base || name == "..data" { // ..data: ConfigMap volume swap
+				timer = time.After(debounce)
+			}
+		case <-timer:
+			timer = nil
+			load("file change")
+		}
+	}
+}
