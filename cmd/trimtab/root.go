@@ -25,6 +25,8 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newConfigCmd(),
 		newServeCmd(),
+		newSimCmd(),
+		newFakeServerCmd(),
 	)
 	return root
 }
