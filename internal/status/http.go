@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,22 +30,29 @@ const (
 //	                    which reads ../debug/history, ../debug/endpoints,
 //	                    ../debug/decisions and ../debug/weights relative to
 //	                    itself, so it also works behind a path prefix.
+//
+// To mount them on another router, route PathHistory, PathUI and
+// PathUI+"/" to Handler().
 func (r *Recorder) Register(mux *http.ServeMux) {
 	mux.Handle("GET "+PathHistory, http.HandlerFunc(r.serveHistory))
-	mux.Handle("GET "+PathUI, http.RedirectHandler(PathUI+"/", http.StatusMovedPermanently))
-	mux.Handle("GET "+PathUI+"/", http.StripPrefix(PathUI+"/", UI()))
+	ui := UI()
+	mux.Handle("GET "+PathUI, ui)
+	mux.Handle("GET "+PathUI+"/", ui)
 }
 
-// Handler returns a mux serving only the Recorder's paths (see Register).
+// Handler returns a handler serving the Recorder's paths (see Register)
+// and 404 for any other.
 func (r *Recorder) Handler() http.Handler {
 	mux := http.NewServeMux()
 	r.Register(mux)
 	return mux
 }
 
-// UI returns a handler serving the embedded status page files, with paths
-// relative to the page's directory ("" or "index.html", "app.js",
-// "style.css").
+// UI returns the status page handler, to be mounted at PathUI and
+// PathUI+"/" (Register does): PathUI redirects to PathUI+"/", which serves
+// index.html, and PathUI+"/app.js" and PathUI+"/style.css" serve the
+// assets. A request whose path is not under PathUI+"/" (a router that
+// strips the prefix first) is served relative to the page's directory.
 func UI() http.Handler {
 	sub, err := fs.Sub(uiFiles, "ui")
 	if err != nil { // the embed directive guarantees "ui" exists
@@ -52,6 +60,18 @@ func UI() http.Handler {
 	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == PathUI {
+			http.Redirect(w, req, PathUI+"/", http.StatusMovedPermanently)
+			return
+		}
+		if rest, ok := strings.CutPrefix(req.URL.Path, PathUI+"/"); ok {
+			r2 := new(http.Request)
+			*r2 = *req
+			u := *req.URL
+			u.Path, u.RawPath = "/"+rest, ""
+			r2.URL = &u
+			req = r2
+		}
 		// The page is small and changes with the binary; never serve a
 		// stale copy after an upgrade.
 		w.Header().Set("Cache-Control", "no-cache")

@@ -179,6 +179,30 @@ func TestUIHandler(t *testing.T) {
 	}
 }
 
+// TestUIMounts: UI works mounted at /ui and /ui/ of another router, and
+// behind a router that strips the prefix itself.
+func TestUIMounts(t *testing.T) {
+	direct := http.NewServeMux()
+	direct.Handle("/ui", UI())
+	direct.Handle("/ui/", UI())
+	stripped := http.NewServeMux()
+	stripped.Handle("/trimtab/ui/", http.StripPrefix("/trimtab/ui/", UI()))
+	for _, tt := range []struct {
+		name string
+		h    http.Handler
+		page string
+	}{{"direct", direct, "/ui"}, {"stripped", stripped, "/trimtab/ui/"}} {
+		srv := httptest.NewServer(tt.h)
+		for path, want := range map[string]string{tt.page: "<!doctype html>", strings.TrimSuffix(tt.page, "/") + "/app.js": `"use strict"`} {
+			resp, body := get(t, srv.Client(), srv.URL+path)
+			if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+				t.Errorf("%s: GET %s: %d, body lacks %q", tt.name, path, resp.StatusCode, want)
+			}
+		}
+		srv.Close()
+	}
+}
+
 // TestUISelfContained: the page loads nothing from elsewhere — no CDN, no
 // external font, no absolute URL other than the SVG namespace.
 func TestUISelfContained(t *testing.T) {
