@@ -374,6 +374,10 @@ func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(tim
 	buf := *bp
 	rc := http.NewResponseController(w)
 	var res streamResult
+	if err := rc.Flush(); err != nil { // headers go out now, not with the first chunk
+		res.clientGone = true
+		return res
+	}
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
