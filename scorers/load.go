@@ -17,7 +17,14 @@ func minMaxInPlace(out []float64) bool {
 	usable := 0
 	for _, v := range out {
 		if v == v { // not NaN
-			lo, hi = min(lo, v), max(hi, v)
+			// Plain comparisons: the min and max builtins also order
+			// NaNs and signed zeros, which costs here.
+			if v < lo {
+				lo = v
+			}
+			if v > hi {
+				hi = v
+			}
 			usable++
 		}
 	}

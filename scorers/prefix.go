@@ -101,9 +101,11 @@ func (c PrefixConfig) Validate() error {
 // evictions caused by other routers or by memory pressure, and a hash
 // collision (2^-64) could report a block that is not there.
 //
-// Memory: each cached (block, endpoint) entry costs one 20-byte slot; the
-// slot tables stay between 1/2 and 3/4 full, so about 27–40 bytes an entry,
-// plus 12 bytes per endpoint per shard. Stats and the metrics
+// Memory: each cached (block, endpoint) entry costs one 16-byte slot; the
+// slot tables stay between 2/5 and 3/5 full (short probe runs), so about
+// 27–40 bytes an entry, plus 12 bytes per endpoint per shard. Slots keep
+// 48 bits of each block hash and a 16-bit endpoint id, so at most 65535
+// endpoints are indexed at a time. Stats and the metrics
 // trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.
 //
 // Concurrency: Score takes each involved shard's read lock once, Picked its
@@ -190,7 +192,13 @@ type prefixScratch struct {
 	idsTab  *prefixEndpoints      // table ids was resolved with
 	idsFor  []*scheduler.Endpoint // candidates ids was resolved for
 	candOf  []int32               // by id, candidate index + 1 (0: not a candidate)
+	// seen[b] is where Score last saw block b held by a candidate, so
+	// Picked can touch that entry without probing when it is the chosen
+	// endpoint's and still in place.
+	seen []seenAt
 }
+
+type seenAt struct{ pos, id uint32 }
 
 func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
 	slot := cs.Slot()
@@ -202,6 +210,7 @@ func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
 		buf:     make([]byte, 8+p.blockBytes),
 		hashes:  make([]uint64, 0, p.cfg.MaxBlocks),
 		byShard: make([]uint16, p.cfg.MaxBlocks),
+		seen:    make([]seenAt, p.cfg.MaxBlocks),
 		start:   make([]int32, p.cfg.Shards+1),
 	}
 	*slot = sc
@@ -327,29 +336,37 @@ func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
 	if lo == hi {
 		return false
 	}
-	held, candOf := sc.held, sc.candOf
+	held, candOf, seen := sc.held, sc.candOf, sc.seen
 	sh := &p.shards[s]
 	sh.mu.RLock()
 	slots := sh.slots
-	if size := len(slots); size > 0 {
-		for _, b := range sc.byShard[lo:hi] {
-			h := sc.hashes[b]
-			hlo, hhi := uint32(h), uint32(h>>32)
-			word, bit := int(b>>6), uint64(1)<<(b&63)
-			for pos := home(h, size); slots[pos].id != 0; {
-				if e := &slots[pos]; e.hlo == hlo && e.hhi == hhi {
-					if id := e.id; int(id) < len(candOf) {
-						if c := candOf[id]; c > 0 {
-							held[int(c-1)*words+word] |= bit
-							block0 = block0 || b == 0
-						}
+	size := len(slots)
+	for _, b := range sc.byShard[lo:hi] {
+		if size == 0 {
+			break
+		}
+		h := sc.hashes[b]
+		hm := h & hashMask
+		at := seenAt{pos: nilIdx}
+		for pos := home(h, size); ; {
+			k := slots[pos].key
+			if k == 0 {
+				break
+			}
+			if k&hashMask == hm {
+				if id := uint32(k & maxEndpointID); int(id) < len(candOf) {
+					if c := candOf[id]; c > 0 {
+						held[int(c-1)*words+int(b>>6)] |= 1 << (b & 63)
+						at = seenAt{pos: uint32(pos), id: id}
 					}
 				}
-				if pos++; pos == size {
-					pos = 0
-				}
+			}
+			if pos++; pos == size {
+				pos = 0
 			}
 		}
+		seen[b] = at
+		block0 = block0 || (b == 0 && at.pos != nilIdx)
 	}
 	sh.mu.RUnlock()
 	return block0
@@ -396,7 +413,13 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			// Last block first, so block 0 ends most recently used and
 			// the prompt's tail is evicted before its head.
 			for k := hi - 1; k >= lo; k-- {
-				sh.insert(sc.hashes[sc.byShard[k]], id, perShard)
+				b := sc.byShard[k]
+				h := sc.hashes[b]
+				if at := sc.seen[b]; at.id == id && sh.holds(at.pos, h, id) {
+					sh.touch(at.pos)
+					continue
+				}
+				sh.insert(h, id, perShard)
 			}
 		}
 		sh.mu.Unlock()
@@ -416,18 +439,23 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 	var fresh []uint32 // ids handed out now that may carry stale entries
 	next := old.maxID + 1
 	free := p.freed
+	skipped := 0
 	for _, e := range eps {
 		id, ok := t.byAddr[e.Address]
 		if !ok {
 			id, ok = old.byAddr[e.Address]
 		}
 		if !ok {
-			if len(free) > 0 {
+			switch {
+			case len(free) > 0:
 				id, free = free[len(free)-1], free[:len(free)-1]
 				fresh = append(fresh, id)
-			} else {
+			case next <= maxEndpointID:
 				id = next
 				next++
+			default:
+				skipped++ // scores 0 as an unknown endpoint
+				continue
 			}
 		}
 		t.byAddr[e.Address] = id
@@ -438,7 +466,10 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 	t.perShard = make([]uint32, t.maxID+1)
 	t.capacity = make([]uint32, t.maxID+1)
 	for _, e := range eps {
-		id := t.byAddr[e.Address]
+		id, ok := t.byAddr[e.Address]
+		if !ok {
+			continue
+		}
 		c := p.capacityOf(e)
 		t.capacity[id] = uint32(c)
 		t.perShard[id] = uint32(max(1, c/len(p.shards)))
@@ -462,6 +493,9 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 			sh.purge(id)
 		}
 		sh.mu.Unlock()
+	}
+	if skipped > 0 {
+		p.log.Warn("prefix index: more endpoints than it can number; the rest are not indexed", "skipped", skipped, "max", maxEndpointID)
 	}
 	if len(gone) > 0 {
 		p.log.Debug("prefix index: purged endpoints that left the pool", "endpoints", len(gone))

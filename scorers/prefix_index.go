@@ -9,30 +9,39 @@ import (
 const nilIdx = ^uint32(0)
 
 // Slot table sizing: the table starts at minSlots, grows by half when the
-// load would pass 3/4 and shrinks (on purge) below 1/4, so a slot array is
-// between about 1/2 and 3/4 full at steady state.
+// load would pass 3/5 and shrinks (on purge) below 1/5, so a slot array is
+// between 2/5 and 3/5 full at steady state. A multimap lookup must scan to
+// the end of its probe run (about ½(1 + 1/(1−α)²) slots at load α: 2.4 at
+// 2/5, 3.6 at 3/5), which is why the load is kept this low.
 const (
 	minSlots = 64
 	growNum  = 3 // grow when used+1 > size*growNum/growDen
-	growDen  = 4
+	growDen  = 5
 )
 
-// slot is one cached (block, endpoint) entry: the block hash (split in two
-// halves so the struct needs only 4-byte alignment and has no padding),
-// the endpoint id (0 marks an empty slot) and the endpoint's LRU links
-// (slot indexes, nilIdx at the ends). Keeping a slot's fields together
-// makes an insert or eviction touch one cache line per slot, not four.
+// maxEndpointID is the largest endpoint id a slot can store.
+const maxEndpointID = 1<<16 - 1
+
+// hashMask keeps the 48 high bits of a block hash, the part a slot stores.
+const hashMask = ^uint64(maxEndpointID)
+
+// slot is one cached (block, endpoint) entry, 16 bytes: key holds the
+// block hash's high 48 bits and the endpoint id in the low 16 (id 0 marks
+// an empty slot); prev and next link the endpoint's LRU list (slot
+// indexes, nilIdx at the ends). Comparing 48 bits of a 64-bit hash makes a
+// false match between two live blocks about a 2^-48 event per comparison;
+// it would only inflate one score. A slot's fields share a cache line, so
+// an insert or eviction touches one line per slot.
 type slot struct {
-	hlo, hhi   uint32
-	id         uint32
+	key        uint64
 	prev, next uint32
 }
 
-func (e *slot) hash() uint64     { return uint64(e.hhi)<<32 | uint64(e.hlo) }
-func (e *slot) setHash(h uint64) { e.hlo, e.hhi = uint32(h), uint32(h>>32) }
+func (e *slot) id() uint32              { return uint32(e.key & maxEndpointID) }
+func (e *slot) hash() uint64            { return e.key & hashMask }
+func (e *slot) set(h uint64, id uint32) { e.key = h&hashMask | uint64(id) }
 
-// bytesPerSlot is what one table slot costs: hash (8) + endpoint id (4) +
-// LRU prev and next links (4 + 4).
+// bytesPerSlot is what one table slot costs.
 const bytesPerSlot = int(unsafe.Sizeof(slot{}))
 
 // lruList is one endpoint's LRU list within a shard: head is the most
@@ -62,7 +71,8 @@ type prefixShard struct {
 }
 
 // home is the preferred slot of hash h in a table of size slots. It uses
-// the high 32 bits (the shard is chosen from the low bits) and Lemire's
+// the high 32 bits (the shard is chosen from the low bits, which slots do
+// not store) and Lemire's
 // multiply-shift range reduction, so any table size works.
 func home(h uint64, size int) int {
 	return int((h >> 32) * uint64(size) >> 32)
@@ -85,8 +95,9 @@ func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
 	}
 	size := len(s.slots)
 	pos := home(h, size)
-	for s.slots[pos].id != 0 {
-		if e := &s.slots[pos]; e.id == id && e.hash() == h {
+	key := h&hashMask | uint64(id)
+	for s.slots[pos].key != 0 {
+		if s.slots[pos].key == key {
 			s.touch(uint32(pos))
 			return
 		}
@@ -94,9 +105,7 @@ func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
 			pos = 0
 		}
 	}
-	e := &s.slots[pos]
-	e.setHash(h)
-	e.id = id
+	s.slots[pos].key = key
 	s.used++
 	s.linkFront(uint32(pos))
 	l := &s.lists[id]
@@ -106,9 +115,18 @@ func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
 	}
 }
 
+// holds reports whether slot pos holds block h for endpoint id. There is at
+// most one entry per (h, id) in a shard, so a match is that entry.
+func (s *prefixShard) holds(pos uint32, h uint64, id uint32) bool {
+	if int(pos) >= len(s.slots) {
+		return false
+	}
+	return s.slots[pos].key == h&hashMask|uint64(id)
+}
+
 func (s *prefixShard) linkFront(pos uint32) {
 	e := &s.slots[pos]
-	l := &s.lists[e.id]
+	l := &s.lists[e.id()]
 	e.prev, e.next = nilIdx, l.head
 	if l.head != nilIdx {
 		s.slots[l.head].prev = pos
@@ -121,7 +139,7 @@ func (s *prefixShard) linkFront(pos uint32) {
 
 func (s *prefixShard) unlink(pos uint32) {
 	e := &s.slots[pos]
-	l := &s.lists[e.id]
+	l := &s.lists[e.id()]
 	if e.prev != nilIdx {
 		s.slots[e.prev].next = e.next
 	} else {
@@ -136,7 +154,7 @@ func (s *prefixShard) unlink(pos uint32) {
 }
 
 func (s *prefixShard) touch(pos uint32) {
-	if s.lists[s.slots[pos].id].head == pos {
+	if s.lists[s.slots[pos].id()].head == pos {
 		return
 	}
 	s.unlink(pos)
@@ -156,7 +174,7 @@ func (s *prefixShard) remove(pos uint32) {
 		if j++; j == size {
 			j = 0
 		}
-		if s.slots[j].id == 0 {
+		if s.slots[j].key == 0 {
 			break
 		}
 		k := home(s.slots[j].hash(), size)
@@ -179,7 +197,7 @@ func (s *prefixShard) remove(pos uint32) {
 func (s *prefixShard) move(from, to uint32) {
 	e := s.slots[from]
 	s.slots[to] = e
-	l := &s.lists[e.id]
+	l := &s.lists[e.id()]
 	if e.prev != nilIdx {
 		s.slots[e.prev].next = to
 	} else {
@@ -190,7 +208,7 @@ func (s *prefixShard) move(from, to uint32) {
 	} else {
 		l.tail = to
 	}
-	s.slots[from].id = 0
+	s.slots[from].key = 0
 }
 
 // resize rebuilds the table with size slots, keeping every entry and each
@@ -207,14 +225,12 @@ func (s *prefixShard) resize(size int) {
 		for pos := l.tail; pos != nilIdx; pos = old[pos].prev {
 			h := old[pos].hash()
 			np := home(h, size)
-			for s.slots[np].id != 0 {
+			for s.slots[np].key != 0 {
 				if np++; np == size {
 					np = 0
 				}
 			}
-			e := &s.slots[np]
-			e.setHash(h)
-			e.id = uint32(id)
+			s.slots[np].set(h, uint32(id))
 			s.linkFront(uint32(np))
 		}
 	}
@@ -229,8 +245,8 @@ func (s *prefixShard) purge(id uint32) {
 	for s.lists[id].head != nilIdx {
 		s.remove(s.lists[id].head)
 	}
-	if len(s.slots) > minSlots && s.used*4 < len(s.slots) {
-		s.resize(max(minSlots, s.used*2))
+	if len(s.slots) > minSlots && s.used*5 < len(s.slots) {
+		s.resize(max(minSlots, s.used*5/2))
 	}
 }
 

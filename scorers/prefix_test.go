@@ -159,7 +159,7 @@ func TestPrefixStopsAtFirstMiss(t *testing.T) {
 	sh := &p.shards[hb&p.shardMask]
 	removed := false
 	for pos := range sh.slots {
-		if e := &sh.slots[pos]; e.id != 0 && e.hash() == hb {
+		if e := &sh.slots[pos]; e.id() != 0 && e.hash() == hb&hashMask {
 			sh.remove(uint32(pos))
 			removed = true
 			break
@@ -292,7 +292,7 @@ trimtab_prefix_index_evictions_total{scorer="prefix"} 0
 		"trimtab_prefix_index_capacity_blocks", "trimtab_prefix_index_evictions_total"); err != nil {
 		t.Error(err)
 	}
-	// 64 slots × 20 bytes in each of the (at most 4) shards holding a block.
+	// 64 slots of 16 bytes in each of the (at most 4) shards holding a block.
 	if st.Bytes < 64*bytesPerSlot || st.Bytes > 1<<16 {
 		t.Errorf("bytes %d out of the plausible range", st.Bytes)
 	}
@@ -312,7 +312,7 @@ func TestPrefixShardMatchesModel(t *testing.T) {
 		// and runs collide in the small table.
 		universe := make([]uint64, 40)
 		for i := range universe {
-			universe[i] = rng.Uint64()
+			universe[i] = rng.Uint64() & hashMask // what a slot keeps
 		}
 		hash := func() uint64 { return universe[rng.IntN(len(universe))] }
 		for step := range 1500 {
@@ -365,13 +365,13 @@ func shardConsistent(sh *prefixShard) error {
 	size := len(sh.slots)
 	used := 0
 	for pos := range sh.slots {
-		if sh.slots[pos].id == 0 {
+		if sh.slots[pos].id() == 0 {
 			continue
 		}
 		used++
 		hm := home(sh.slots[pos].hash(), size)
 		for q := hm; q != pos; q = (q + 1) % size {
-			if sh.slots[q].id == 0 {
+			if sh.slots[q].id() == 0 {
 				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, hm, q)
 			}
 		}
@@ -387,8 +387,8 @@ func shardConsistent(sh *prefixShard) error {
 		n := uint32(0)
 		prev := nilIdx
 		for pos := l.head; pos != nilIdx; pos = sh.slots[pos].next {
-			if e := &sh.slots[pos]; e.id != uint32(id) {
-				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, e.id)
+			if e := &sh.slots[pos]; e.id() != uint32(id) {
+				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, e.id())
 			}
 			if e := &sh.slots[pos]; e.prev != prev {
 				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.prev, prev)
