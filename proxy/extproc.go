@@ -38,9 +38,9 @@ const (
 	// the request's filter metadata: a list of "ip:port" strings.
 	SubsetNamespace = "envoy.lb.subset_hint"
 	SubsetKey       = "x-gateway-destination-endpoint-subset"
-	// bodyChunk bounds each body chunk streamed back to Envoy (the
-	// protocol asks for < 62,000 bytes).
-	bodyChunk = 62000
+	// bodyChunk is the size of the body chunks streamed back to Envoy:
+	// 60 KiB, under the protocol's 62,000-byte bound.
+	bodyChunk = 60 << 10
 )
 
 // ExtProc is the Envoy ext_proc endpoint-picker server. Create it with
@@ -574,12 +574,12 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	}
 	em.duration.Observe(lat.Seconds())
 	e.m.count(x.addr, x.status)
-	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
-	x.d = nil
-	if x.admitted {
+	if x.admitted { // free the slot first: once Done is observed, it is free
 		e.inflight.Add(-1)
 		x.admitted = false
 	}
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
+	x.d = nil
 }
 
 // immediate answers the request with an error and ends the stream.
