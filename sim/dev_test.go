@@ -31,7 +31,7 @@ func TestDev(t *testing.T) {
 		if pf == "" {
 			continue
 		}
-		pp, err := ProfilePolicy(pf)
+		pp, err := LoadProfilePolicy(pf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,6 +47,9 @@ func TestDev(t *testing.T) {
 	}
 	if b := os.Getenv("BASE"); b != "" {
 		fmt.Sscan(b, &sc.Load.Burst.Base)
+	}
+	if d := os.Getenv("THINK"); d != "" {
+		sc.Load.ThinkTime, _ = time.ParseDuration(d)
 	}
 	start := time.Now()
 	sw, err := RunSweep(SweepConfig{Scenario: sc, Policies: ps, Seed: 1, Seeds: 1, Parallel: 2, TracePath: "/work/shared/data/mooncake_conversation_trace.jsonl"})
@@ -90,4 +93,54 @@ func TestDev(t *testing.T) {
 		}
 	}
 	fmt.Println("wall", time.Since(start))
+}
+
+func TestTune(t *testing.T) {
+	var pols []string
+	if p := os.Getenv("POL"); p != "" {
+		pols = strings.Split(p, ",")
+	}
+	for _, name := range strings.Split(os.Getenv("SCS"), ",") {
+		sc, err := ShippedScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := os.Getenv("THINK"); d != "" && sc.Load.Mode == ModeClosed {
+			sc.Load.ThinkTime, _ = time.ParseDuration(d)
+		}
+		if d := os.Getenv("DUR"); d != "" {
+			sc.Duration, _ = time.ParseDuration(d)
+		}
+		ps, _ := Policies(pols)
+		for _, pf := range strings.Split(os.Getenv("PROFILE"), ",") {
+			if pf == "" {
+				continue
+			}
+			pp, err := LoadProfilePolicy(pf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, pp)
+		}
+		seeds := 3
+		if s := os.Getenv("SEEDS"); s != "" {
+			fmt.Sscan(s, &seeds)
+		}
+		start := time.Now()
+		sw, err := RunSweep(SweepConfig{Scenario: sc, Policies: ps, Seed: 1, Seeds: seeds, Parallel: 2, TracePath: "/work/shared/data/mooncake_conversation_trace.jsonl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l, row := range sw.Summaries() {
+			best50, best99 := 1e18, 1e18
+			for _, s := range row {
+				best50, best99 = min(best50, s.TTFTP50), min(best99, s.TTFTP99)
+			}
+			for _, s := range row {
+				fmt.Printf("%s L=%v %-14s p50 %7.1f (%+5.1f%%) p99 %7.1f (%+5.1f%%) [%6.1f..%6.1f] tok/s %6.0f hit %.2f load %.1f/%.1f to=%v wc=%v\n",
+					sc.Name, sw.Levels[l], s.Policy, s.TTFTP50, 100*(s.TTFTP50/best50-1), s.TTFTP99, 100*(s.TTFTP99/best99-1), s.TTFTP99Min, s.TTFTP99Max, s.OutputTokensPerSec, s.PrefixHitRate, s.LoadMax, s.LoadMin, s.TimedOut, s.WeightChanges)
+			}
+		}
+		fmt.Println(sc.Name, "wall", time.Since(start))
+	}
 }

@@ -355,7 +355,11 @@ func (r *runner) next(c int) {
 		r.active--
 		return
 	}
-	r.h.push(event{at: r.now + r.sc.Load.ThinkTime, kind: evArrival, idx: int32(c)})
+	var think time.Duration
+	if m := r.sc.Load.ThinkTime; m > 0 {
+		think = time.Duration(r.arng.ExpFloat64() * float64(m))
+	}
+	r.h.push(event{at: r.now + think, kind: evArrival, idx: int32(c)})
 }
 
 func (r *runner) getReq() *simReq {

@@ -161,7 +161,8 @@ type Load struct {
 	// Burst, when set, applies the level only during [start, end) and
 	// Base outside it (the hot-prefix burst).
 	Burst *Burst `yaml:"burst"`
-	// ThinkTime is a closed-loop client's pause between requests.
+	// ThinkTime is the mean of a closed-loop client's pause between a
+	// response and its next request (exponentially distributed; 0: none).
 	ThinkTime time.Duration `yaml:"think_time"`
 }
 

@@ -27,6 +27,7 @@ func newSimCmd() *cobra.Command {
 		duration  time.Duration
 		levels    []float64
 		noPlots   bool
+		profiles  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -37,7 +38,9 @@ load level of a scenario, and writes DIR/<scenario>.md (tables) and
 DIR/img/bench-<scenario>-*.png (plots).
 
 A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
-"all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `.`,
+"all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `;
+--profile adds your own profile (configs schema, adaptive section included), so
+a profile can be tuned here before it goes to production.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(scenarios) == 0 {
@@ -55,6 +58,16 @@ A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shi
 			pols, err := sim.Policies(policies)
 			if err != nil {
 				return fmt.Errorf("--policies: %w", err)
+			}
+			if len(policies) == 0 && len(profiles) > 0 {
+				pols = nil // only the given profiles, unless --policies asks for more
+			}
+			for _, path := range profiles {
+				p, err := sim.LoadProfilePolicy(path)
+				if err != nil {
+					return fmt.Errorf("--profile: %w", err)
+				}
+				pols = append(pols, p)
 			}
 			if err := os.MkdirAll(filepath.Join(out, "img"), 0o755); err != nil {
 				return err
@@ -130,6 +143,7 @@ A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shi
 	f.DurationVar(&duration, "duration", 0, "override the scenario's simulated duration")
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
+	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
 }
 

@@ -459,6 +459,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id 
 			return
 		case ev := <-er.events:
 			kind := ev.kind
+			if kind != engine.EventFinished && ev.generated >= er.seq.OutputTokens {
+				continue // the finish event carries the last token
+			}
 			var piece strings.Builder
 			first := n == 0
 			for ; n < ev.generated; n++ {

@@ -1,0 +1,383 @@
+package sim
+
+import (
+	"bufio"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// smallScenario is a 4-server, 12-second shared-prefix run: big enough to
+// exercise affinity, queueing and the control loop, small enough for -race.
+func smallScenario(t testing.TB) *Scenario {
+	t.Helper()
+	sc, err := ParseScenario([]byte(`
+name: small
+description: test
+duration: 12s
+warmup: 1s
+servers: 4
+timeout: 30s
+engine:
+  num_blocks: 1500
+workload:
+  kind: shared-prefix
+  groups: 6
+  prompts_per_group: 8
+  system_tokens: 1500
+  hot_fraction: 0.5
+  hot_system_tokens: 3000
+  question_tokens: 100
+  output_tokens: 60
+  jitter: 0.5
+load:
+  mode: closed
+  levels: [24]
+  burst: {base: 4, start: 3s, end: 9s}
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func allPolicies(t testing.TB) []Policy {
+	t.Helper()
+	ps, err := Policies(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+func TestConservation(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Scenario)
+		// wantTimeouts: the scenario is built to time requests out.
+		wantTimeouts bool
+	}{
+		{"closed loop", func(*Scenario) {}, false},
+		{"open loop", func(s *Scenario) { s.Load.Mode, s.Load.Levels = ModeOpen, []float64{30} }, false},
+		// 200 ms timeout under a 48-client burst: many requests give up.
+		{"timeouts", func(s *Scenario) { s.Timeout, s.Load.Levels = 200*time.Millisecond, []float64{48} }, true},
+		// Prompts longer than the KV cache are rejected by the engine.
+		{"too long", func(s *Scenario) { s.Engine.NumBlocks = 150 }, false},
+		{"chat", func(s *Scenario) {
+			s.Workload = Workload{Kind: KindChat, Groups: 2, SystemTokens: 500, Turns: 3, QuestionTokens: 50, OutputTokens: 40}
+		}, false},
+		{"uniform open", func(s *Scenario) {
+			s.Workload = Workload{Kind: KindUniform, QuestionTokens: 300, OutputTokens: 40, Jitter: 0.5}
+			s.Load = Load{Mode: ModeOpen, Levels: []float64{20}}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := smallScenario(t)
+			tt.mutate(sc)
+			if err := sc.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range allPolicies(t) {
+				r, err := Run(RunConfig{Scenario: sc, Policy: p, Level: sc.Load.Levels[0], Seed: 7})
+				if err != nil {
+					t.Fatalf("%s: %v", p.Name, err)
+				}
+				if r.Issued == 0 {
+					t.Fatalf("%s: no requests issued", p.Name)
+				}
+				if got := r.Completed + r.Failed + r.TimedOut; got != r.Issued {
+					t.Errorf("%s: completed %d + failed %d + timed out %d = %d, issued %d",
+						p.Name, r.Completed, r.Failed, r.TimedOut, got, r.Issued)
+				}
+				if tt.wantTimeouts && r.TimedOut == 0 {
+					t.Errorf("%s: no timeouts with a 200 ms timeout", p.Name)
+				}
+				if sc.Engine.NumBlocks == 150 && r.Failed == 0 {
+					t.Errorf("%s: prompts longer than the KV cache did not fail", p.Name)
+				}
+				if len(r.TTFT) > r.Measured || len(r.TTFT) != len(r.E2E) {
+					t.Errorf("%s: %d TTFTs, %d E2Es for %d measured", p.Name, len(r.TTFT), len(r.E2E), r.Measured)
+				}
+			}
+		})
+	}
+}
+
+func TestDeterminism(t *testing.T) {
+	sc := smallScenario(t)
+	cfg := SweepConfig{Scenario: sc, Policies: allPolicies(t), Seed: 3, Seeds: 1, Parallel: 2}
+	a, err := RunSweep(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Parallel = 1
+	b, err := RunSweep(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GoldenSummary() != b.GoldenSummary() {
+		t.Errorf("same seeds, different results:\n%s\nvs\n%s", a.GoldenSummary(), b.GoldenSummary())
+	}
+	// Another seed must change the outcome (else the seed is unused).
+	cfg.Seed, cfg.Policies = 4, cfg.Policies[len(cfg.Policies)-1:]
+	c, err := RunSweep(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(a.Policies) - 1
+	ra, rc := a.Runs[0][last][0], c.Runs[0][0][0]
+	if ra.Policy != rc.Policy {
+		t.Fatalf("compared %s with %s", ra.Policy, rc.Policy)
+	}
+	if ra.Issued == rc.Issued && slicesEqual(ra.TTFT, rc.TTFT) {
+		t.Error("seeds 3 and 4 gave identical results; the seed is not used")
+	}
+}
+
+func slicesEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestGoldenSummary(t *testing.T) {
+	sw, err := RunSweep(SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sw.GoldenSummary()
+	path := filepath.Join("testdata", "golden_summary.txt")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./sim -run TestGoldenSummary -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("summary changed (if intended, rerun with -update):\ngot:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestAdaptiveReactsToHerd(t *testing.T) {
+	// The burst herds traffic onto the hot prefix's pod under static
+	// weights; the adaptive loop must notice and publish new weights.
+	sc := smallScenario(t)
+	ad, _ := Policies([]string{PolicyAdaptive})
+	r, err := Run(RunConfig{Scenario: sc, Policy: ad[0], Level: 24, Seed: 1, Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.WeightChanges == 0 {
+		t.Error("adaptive never changed its weights")
+	}
+	maxSig := 0.0
+	for _, s := range r.Timeline.Signal {
+		maxSig = max(maxSig, s)
+	}
+	if maxSig == 0 {
+		t.Error("the detector signal stayed 0")
+	}
+}
+
+func TestTraceReplay(t *testing.T) {
+	sc, err := LoadScenario(filepath.Join("testdata", "trace-small.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := Policies([]string{PolicyRoundRobin, PolicyStatic322})
+	for _, p := range pols {
+		r, err := Run(RunConfig{Scenario: sc, Policy: p, Level: 4, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 40 lines, replayed 4× faster than their 3 s spacing: all issued
+		// within the 60 s run.
+		if r.Issued != 40 {
+			t.Errorf("%s: issued %d, want the 40 trace lines", p.Name, r.Issued)
+		}
+		if r.Completed+r.Failed+r.TimedOut != r.Issued {
+			t.Errorf("%s: requests lost", p.Name)
+		}
+		// Every line starts with hash id 0: the same 512 tokens, so some
+		// prompt tokens must hit the cache.
+		if r.PrefixHitRate <= 0 {
+			t.Errorf("%s: prefix hit rate %v, want > 0 (hash id 0 is shared)", p.Name, r.PrefixHitRate)
+		}
+	}
+}
+
+func TestTraceSynthesis(t *testing.T) {
+	// Two entries sharing their first two ids share exactly 2 × 512 tokens
+	// of prompt bytes and then differ.
+	g := &traceGen{w: &Workload{TraceTokensPerID: 512}, entries: []TraceEntry{
+		{InputLength: 1500, OutputLength: 5, HashIDs: []uint64{7, 8, 9}},
+		{InputLength: 1300, OutputLength: 5, HashIDs: []uint64{7, 8, 10}},
+	}}
+	var a, b reqSpec
+	g.next(nil, 0, &a)
+	g.next(nil, 0, &b)
+	if a.promptTokens() != 1500 || b.promptTokens() != 1300 {
+		t.Fatalf("prompt tokens %d and %d, want 1500 and 1300", a.promptTokens(), b.promptTokens())
+	}
+	var ba, bb []byte
+	for _, s := range a.segs {
+		ba = appendSegment(ba, s)
+	}
+	for _, s := range b.segs {
+		bb = appendSegment(bb, s)
+	}
+	common := 0
+	for common < len(ba) && common < len(bb) && ba[common] == bb[common] {
+		common++
+	}
+	// 2 × 512 tokens × 4 bytes = 4096 shared bytes (the third blocks
+	// differ from their first byte with overwhelming probability).
+	if common < 4096 || common > 4096+8 {
+		t.Errorf("shared %d bytes, want 4096", common)
+	}
+}
+
+func TestParseTraceErrors(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length and output_length must be ≥ 1"},
+		{`{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": []}` + "\n" + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": []}`, "timestamp 4 before 5"},
+		{`not json`, "trace line 1"},
+		{``, "no entries"},
+	}
+	for _, tt := range tests {
+		_, err := ParseTrace(bufio.NewScanner(strings.NewReader(tt.in)), 0)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseTrace(%q) = %v, want an error containing %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseTrace(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "mooncake_sample.jsonl"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(data))
+	f.Add(`{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]}`)
+	f.Add("\n\n{}\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		es, err := ParseTrace(bufio.NewScanner(strings.NewReader(in)), 100)
+		if err != nil {
+			return
+		}
+		var last int64
+		for _, e := range es {
+			if e.InputLength < 1 || e.OutputLength < 1 || e.Timestamp < last {
+				t.Fatalf("accepted a bad entry %+v", e)
+			}
+			last = e.Timestamp
+		}
+	})
+}
+
+func TestShippedScenariosValid(t *testing.T) {
+	names := Shipped()
+	if len(names) < 5 {
+		t.Fatalf("shipped scenarios %v, want at least 5", names)
+	}
+	for _, n := range names {
+		if _, err := ShippedScenario(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}
+
+func TestScenarioErrors(t *testing.T) {
+	tests := []struct{ yaml, want string }{
+		{"name: x\nduration: 0s\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}", "duration: must be > 0"},
+		{"name: x\nduration: 1m\nworkload: {kind: nope}\nload: {levels: [1]}", `workload.kind: "nope"`},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1.5]}", "load.levels[0]: a concurrency must be a whole number"},
+		{"name: x\nduration: 1m\nbogus: 1\n", "field bogus not found"},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}\npolicies: [fastest]", `policies[0]: unknown policy "fastest"`},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nengine: {num_blocks: -1}\nload: {levels: [1]}", "engine.num_blocks: must be > 0"},
+	}
+	for _, tt := range tests {
+		_, err := ParseScenario([]byte(tt.yaml), "")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseScenario(%q) = %v, want an error containing %q", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	tests := []struct{ p, want float64 }{
+		{50, 5},  // rank ⌈0.5 × 10⌉ = 5
+		{90, 9},  // rank 9
+		{99, 10}, // rank ⌈9.9⌉ = 10
+		{0, 1},   // rank 0 → clamped to the first
+	}
+	for _, tt := range tests {
+		if got := Percentile(v, tt.p); got != tt.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+}
+
+func TestReportAndPlots(t *testing.T) {
+	sw, err := RunSweep(SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := sw.WriteMarkdown(&b, "img/", "trimtab sim --scenario small"); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{"## small", "| static-3-2-2 |", "| adaptive |", "Adaptive against the best policy", "![", "trimtab sim --scenario small"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	dir := t.TempDir()
+	if err := sw.WriteImages(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range sw.Images() {
+		st, err := os.Stat(filepath.Join(dir, img.File))
+		if err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v (size %v)", img.File, err, st)
+		}
+	}
+}
+
+// BenchmarkRun is the simulator's speed target: 16 servers at concurrency
+// 125 on the hot-prefix workload, per simulated minute.
+func BenchmarkRun(b *testing.B) {
+	sc, err := ShippedScenario("hot-prefix-burst")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc.Duration, sc.Warmup, sc.Load.Burst = time.Minute, 0, nil
+	for _, name := range []string{PolicyStatic322, PolicyAdaptive} {
+		p, _ := Policies([]string{name})
+		b.Run("servers=16/concurrency=125/minute/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Run(RunConfig{Scenario: sc, Policy: p[0], Level: 125, Seed: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
