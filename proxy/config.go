@@ -84,6 +84,12 @@ type ExtProcConfig struct {
 	// not send protocol_config: "full-duplex-streamed" (default),
 	// "buffered" or "none".
 	ResponseBodyMode string `mapstructure:"response_body_mode"`
+	// DestinationFallbacks appends the decision's fallback endpoints to
+	// the destination header and metadata ("ip:port,ip:port,…"), for
+	// gateways whose load balancer retries along the list (Envoy's
+	// override_host policy). Default false: Envoy's ORIGINAL_DST cluster
+	// accepts a single address.
+	DestinationFallbacks bool `mapstructure:"destination_fallbacks"`
 	// ScoresHeader adds x-trimtab-scores to responses (via a response
 	// header mutation). Default false.
 	ScoresHeader bool `mapstructure:"scores_header"`

@@ -49,7 +49,8 @@ const (
 // Per stream (one HTTP request): the request body is buffered until end
 // of stream, parsed and scheduled; the answer sets DestinationHeader and
 // DestinationNamespace metadata to the chosen endpoint followed by its
-// fallbacks. In FULL_DUPLEX_STREAMED mode the header answer waits for the
+// fallbacks when Config.ExtProc.DestinationFallbacks is set. In
+// FULL_DUPLEX_STREAMED mode the header answer waits for the
 // body and the body is streamed back in chunks under 62,000 bytes; in
 // BUFFERED mode headers are answered at once and the destination travels
 // in the body answer. The response is observed (status, first byte, end
@@ -400,7 +401,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	x.picked = e.deps.Clock.Now()
 	x.addr = d.Endpoint.Address
 	dest := d.Endpoint.Address
-	if d.Ranked() > 1 {
+	if e.cfg.ExtProc.DestinationFallbacks && d.Ranked() > 1 {
 		var b strings.Builder
 		for r := 0; r < d.Ranked(); r++ {
 			if r > 0 {

@@ -143,7 +143,9 @@ func bigBody(n int) []byte {
 
 func TestExtProcFullDuplexStreamed1MiB(t *testing.T) {
 	f := newFixture(t, preferOrder(epA, epB, epC), epA, epB, epC)
-	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	cfg := DefaultConfig()
+	cfg.ExtProc.DestinationFallbacks = true
+	c, _, _ := startExtProc(t, cfg, f)
 	s := openStream(t, context.Background(), c)
 	body := bigBody(1 << 20)
 	// The client tries to pick its own destination: it must be overwritten.
@@ -222,6 +224,7 @@ func TestExtProcBuffered1MiB(t *testing.T) {
 	cfg := DefaultConfig()
 	// No protocol_config from Envoy: the configured modes apply.
 	cfg.ExtProc.RequestBodyMode, cfg.ExtProc.ResponseBodyMode = BodyModeBuffered, BodyModeBuffered
+	cfg.ExtProc.DestinationFallbacks = true
 	c, _, _ := startExtProc(t, cfg, f)
 	s := openStream(t, context.Background(), c)
 	body := bigBody(1 << 20)
@@ -268,7 +271,9 @@ func TestExtProcSubsetHint(t *testing.T) {
 		{name: "not a list → 400", subset: structpb.NewStringValue(epA), wantCode: 400},
 	}
 	f := newFixture(t, preferOrder(epA, epB, epC), epA, epB, epC)
-	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	cfg := DefaultConfig()
+	cfg.ExtProc.DestinationFallbacks = true
+	c, _, _ := startExtProc(t, cfg, f)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := openStream(t, context.Background(), c)
@@ -389,7 +394,9 @@ func TestExtProcOverloadedAndCancel(t *testing.T) {
 }
 
 func TestExtProcNoBodyAndTrailers(t *testing.T) {
-	f := newFixture(t, nil, epA)
+	// Two endpoints, default config: the destination names only the
+	// first choice (ORIGINAL_DST takes one address).
+	f := newFixture(t, preferOrder(epA, epB), epA, epB)
 	c, _, _ := startExtProc(t, DefaultConfig(), f)
 	// A GET: headers end the request; it is routed without a model.
 	s := openStream(t, context.Background(), c)
