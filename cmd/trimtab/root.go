@@ -25,6 +25,7 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newConfigCmd(),
 		newServeCmd(),
+		newDemoCmd(),
 		newSimCmd(),
 		newFakeServerCmd(),
 	)
