@@ -122,9 +122,12 @@ func signalAt(sec float64) float64 {
 	return math.Max(0, math.Min(1, 0.08+burst+0.03*math.Sin(sec*1.7)))
 }
 
-// tick records one control tick at time at (sec seconds into the run),
-// switching mode with hysteresis (enter ≥ 0.5, leave ≤ 0.3) and
-// publishing new weights on each switch, as the configurator would.
+// tick records one control tick at time at (sec seconds into the run) the
+// way the configurator behaves: a mode machine with hysteresis (enter
+// rebalance at ≥ 0.5, leave at ≤ 0.3), a distribution budget D that is 0.3
+// while calm and 0.3 + 0.6·signal in rebalance, slewed by at most 0.05 per
+// tick, and a new version whenever the mode changes or D moves by ≥ 0.01.
+// Weights are prefix 7(1 − D), queue and kvcache 3.5·D each.
 func (f *pageFixture) tick(at time.Time, sec float64) {
 	sig := signalAt(sec)
 	w := f.sched.Weights()
@@ -135,14 +138,22 @@ func (f *pageFixture) tick(at time.Time, sec float64) {
 	case mode == "rebalance" && sig <= 0.3:
 		mode = "calm"
 	}
-	if mode != w.Mode {
-		values := []float64{2.6, 2.2, 2.2} // calm: affinity leads
-		reason := fmt.Sprintf("signal %.2f ≤ theta_off 0.30: back to calm", sig)
-		if mode == "rebalance" {
-			values = []float64{0.9, 3.05, 3.05} // D = 6.1/7 ≈ 0.87
-			reason = fmt.Sprintf("signal %.2f ≥ theta_on 0.50: rebalance", sig)
+	cur := w.Values[1] / 3.5
+	target := 0.3
+	if mode == "rebalance" {
+		target = 0.3 + 0.6*sig
+	}
+	d := cur + math.Max(-0.05, math.Min(0.05, target-cur))
+	if mode != w.Mode || math.Abs(d-cur) >= 0.01 {
+		reason := fmt.Sprintf("%s: signal %.3f, D %.3f → %.3f (target %.3f)", mode, sig, cur, d, target)
+		switch {
+		case mode == "rebalance" && w.Mode != mode:
+			reason = fmt.Sprintf("signal %.3f ≥ theta_on 0.500: rebalance", sig)
+		case mode == "calm" && w.Mode != mode:
+			reason = fmt.Sprintf("signal %.3f ≤ theta_off 0.300: calm", sig)
 		}
-		nw := &scheduler.Weights{Version: w.Version + 1, Values: values, Mode: mode, Reason: reason, Signal: sig, At: at}
+		nw := &scheduler.Weights{Version: w.Version + 1, Values: []float64{7 * (1 - d), 3.5 * d, 3.5 * d},
+			Mode: mode, Reason: reason, Signal: sig, At: at}
 		if err := f.sched.Publish(nw); err == nil {
 			f.rec.RecordChange(w, nw, f.names)
 			w = nw
@@ -158,7 +169,12 @@ func (f *pageFixture) tick(at time.Time, sec float64) {
 
 func (f *pageFixture) feedHistory(end time.Time) {
 	start := end.Add(-60 * time.Second)
-	f.sched.Publish(&scheduler.Weights{Version: 2, Values: []float64{2.6, 2.2, 2.2}, Mode: "calm", Reason: "adaptive on", At: start})
+	old := f.sched.Weights()
+	calm := &scheduler.Weights{Version: 2, Values: []float64{4.9, 1.05, 1.05}, Mode: "calm", Reason: "adaptive mode on", At: start}
+	if err := f.sched.Publish(calm); err != nil {
+		panic(err)
+	}
+	f.rec.RecordChange(old, calm, f.names)
 	for i := 0; i <= 1200; i++ { // 60 s of 50 ms ticks
 		f.tick(start.Add(time.Duration(i)*50*time.Millisecond), float64(i)*0.05)
 	}
@@ -390,8 +406,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if shares := eval(`Array.from(document.querySelectorAll("#endpoints tbody tr[data-address] td:nth-child(8)")).map(td => td.innerText).join("|")`); !strings.Contains(shares, "%") {
 		t.Errorf("share-of-picks cells %q show no percentage", shares)
 	}
-	if reason := eval(`document.querySelector("#changes tbody tr[data-seq] td:nth-child(5)").innerText`); !strings.Contains(reason, "theta_") {
-		t.Errorf("newest change reason %q, want the configurator's reason", reason)
+	// Changes: static → calm, then per burst calm → rebalance, the slew in
+	// rebalance (merged, "N steps"), rebalance → calm, the slew back.
+	changes := eval(`document.querySelector("#changes tbody").innerText`)
+	for _, want := range []string{"theta_on 0.500: rebalance", "theta_off 0.300: calm", "steps", "adaptive mode on"} {
+		if !strings.Contains(changes, want) {
+			t.Errorf("weight changes table lacks %q:\n%s", want, changes)
+		}
 	}
 
 	// Open the newest decision: a candidate table with all four endpoints.
@@ -402,6 +423,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	shot := func(name string) {
 		t.Helper()
+		// Scrolled to the top, so the sticky header is where it belongs in
+		// a full-page capture.
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+			t.Fatal(err)
+		}
 		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)

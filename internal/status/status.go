@@ -13,7 +13,9 @@
 // Resolution slot as the newest stored one replaces it. At the default
 // 50 ms control tick that keeps one tick in ten, the latest of each slot,
 // so at most Window/Resolution + 1 = 1,201 samples. Weight changes are kept
-// in a ring of Config.Changes (default 100) entries.
+// in a ring of Config.Changes (default 100) entries; consecutive changes
+// within one mode (the configurator's slew steps) share one entry, so a
+// calm → rebalance → calm episode takes about four.
 //
 // # Concurrency
 //
@@ -128,7 +130,8 @@ func nameAt(names []string, i int) string {
 	return fmt.Sprintf("#%d", i)
 }
 
-// Change is one published weight change.
+// Change is one published weight change, or a run of consecutive small
+// changes within one mode (see RecordChange).
 type Change struct {
 	// At is when the new weights were computed (Weights.At; the newest
 	// sample's time when that is zero).
@@ -148,6 +151,9 @@ type Change struct {
 	// none).
 	Old map[string]float64 `json:"old,omitempty"`
 	New map[string]float64 `json:"new"`
+	// Steps is how many published versions this entry stands for: 1, or
+	// more when consecutive changes within one mode were merged.
+	Steps int `json:"steps"`
 }
 
 // ScorerInfo describes one scorer of the profile for the page.
@@ -280,13 +286,22 @@ func (r *Recorder) Record(s Sample) {
 // RecordChange records a weight change from old (nil: none) to nw, naming
 // values by names (index-aligned with the weights' values). A nil nw is
 // ignored; so is a call whose nw has the same version as old.
+//
+// Mode changes are kept one entry each. A change within one mode that
+// directly follows another change within the same mode (old's version is
+// the newest entry's ToVersion) is merged into that entry: ToVersion, New,
+// Reason, Signal and At become the new change's and Steps counts the
+// versions. The configurator publishes a version every slew step (every
+// 50 ms while D moves), so without merging one burst would fill the ring;
+// with it a burst is typically four entries: calm → rebalance, the slew in
+// rebalance, rebalance → calm, the slew back.
 func (r *Recorder) RecordChange(old, nw *scheduler.Weights, names []string) {
 	if nw == nil || (old != nil && old.Version == nw.Version) {
 		return
 	}
 	c := Change{
 		At: nw.At, ToVersion: nw.Version, ToMode: nw.Mode, Reason: nw.Reason,
-		Signal: nw.Signal, New: weightMap(nw, names),
+		Signal: nw.Signal, New: weightMap(nw, names), Steps: 1,
 	}
 	if math.IsNaN(c.Signal) || math.IsInf(c.Signal, 0) {
 		c.Signal = 0
@@ -300,6 +315,13 @@ func (r *Recorder) RecordChange(old, nw *scheduler.Weights, names []string) {
 		if last, ok := r.samples.last(); ok {
 			c.At = last.At
 		}
+	}
+	if last, ok := r.changes.last(); ok && old != nil && old.Mode == nw.Mode &&
+		last.FromMode == last.ToMode && last.ToMode == nw.Mode && last.ToVersion == old.Version && last.Old != nil {
+		last.ToVersion, last.New, last.Reason, last.Signal = c.ToVersion, c.New, c.Reason, c.Signal
+		last.At, last.AtMs = c.At, unixMs(c.At)
+		last.Steps++
+		return
 	}
 	r.cseq++
 	if r.changes.cap() > 0 {
@@ -327,6 +349,7 @@ func (r *Recorder) History(q Query) History {
 		Changes:      make([]ChangeEntry, 0, r.changes.len()),
 		Dropped:      r.dropped,
 	}
+	r.changes.each(func(c *ChangeEntry) { h.Changes = append(h.Changes, *c) })
 	last, ok := r.samples.last()
 	if !ok {
 		return h
@@ -342,7 +365,6 @@ func (r *Recorder) History(q Query) History {
 			h.Samples = append(h.Samples, *e)
 		}
 	})
-	r.changes.each(func(c *ChangeEntry) { h.Changes = append(h.Changes, *c) })
 	return h
 }
 

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -238,6 +239,57 @@ func TestRecordChange(t *testing.T) {
 	}
 }
 
+func TestRecordChangeMergesSteps(t *testing.T) {
+	r := mustNew(t, Config{Window: time.Minute, Resolution: time.Second, Changes: 10})
+	names := []string{"prefix", "queue"}
+	w := func(v uint64, mode string, p float64) *scheduler.Weights {
+		return &scheduler.Weights{Version: v, Values: []float64{p, 7 - p}, Mode: mode,
+			Reason: fmt.Sprintf("v%d", v), At: t0.Add(time.Duration(v) * 50 * time.Millisecond)}
+	}
+	pairs := [][2]*scheduler.Weights{
+		{w(1, "static", 3), w(2, "calm", 3)},         // static → calm: a transition
+		{w(2, "calm", 3), w(3, "calm", 4)},           // slew in calm …
+		{w(3, "calm", 4), w(4, "calm", 4.9)},         // … v2 → v4 in one entry
+		{w(4, "calm", 4.9), w(5, "rebalance", 4)},    // calm → rebalance
+		{w(5, "rebalance", 4), w(6, "rebalance", 3)}, // slew …
+		{w(6, "rebalance", 3), w(7, "rebalance", 2)}, // … v5 → v7
+		{w(8, "rebalance", 2), w(9, "rebalance", 1)}, // v8 was not recorded: a new entry
+	}
+	for _, p := range pairs {
+		r.RecordChange(p[0], p[1], names)
+	}
+	want := []struct {
+		from, to   uint64
+		fromM, toM string
+		steps      int
+		oldP, newP float64
+		reason     string
+	}{
+		{1, 2, "static", "calm", 1, 3, 3, "v2"},
+		{2, 4, "calm", "calm", 2, 3, 4.9, "v4"},
+		{4, 5, "calm", "rebalance", 1, 4.9, 4, "v5"},
+		{5, 7, "rebalance", "rebalance", 2, 4, 2, "v7"},
+		{8, 9, "rebalance", "rebalance", 1, 2, 1, "v9"},
+	}
+	h := r.History(Query{})
+	if len(h.Changes) != len(want) {
+		t.Fatalf("%d changes, want %d: %+v", len(h.Changes), len(want), h.Changes)
+	}
+	for i, wc := range want {
+		c := h.Changes[i]
+		if c.FromVersion != wc.from || c.ToVersion != wc.to || c.FromMode != wc.fromM || c.ToMode != wc.toM ||
+			c.Steps != wc.steps || c.Old["prefix"] != wc.oldP || c.New["prefix"] != wc.newP || c.Reason != wc.reason {
+			t.Errorf("change %d = v%d→v%d %s→%s steps %d prefix %v→%v %q; want v%d→v%d %s→%s steps %d prefix %v→%v %q",
+				i, c.FromVersion, c.ToVersion, c.FromMode, c.ToMode, c.Steps, c.Old["prefix"], c.New["prefix"], c.Reason,
+				wc.from, wc.to, wc.fromM, wc.toM, wc.steps, wc.oldP, wc.newP, wc.reason)
+		}
+		// A merged entry carries the time of its last step: v × 50 ms.
+		if want := t0.Add(time.Duration(wc.to) * 50 * time.Millisecond); !c.At.Equal(want) || c.AtMs != want.UnixMilli() {
+			t.Errorf("change %d at %v (%d), want %v", i, c.At, c.AtMs, want)
+		}
+	}
+}
+
 type catScorer scheduler.Category
 
 func (c catScorer) Category() scheduler.Category { return scheduler.Category(c) }
@@ -292,7 +344,10 @@ func TestRecorderConcurrent(t *testing.T) {
 				case 0:
 					r.Record(Sample{At: t0.Add(time.Duration(i) * ms(5)), Signal: 0.5})
 				case 1:
-					r.RecordChange(&scheduler.Weights{Version: uint64(i)}, &scheduler.Weights{Version: uint64(i + 1), Values: []float64{1}}, []string{"a"})
+					// Alternating modes: every change is a transition, none merge.
+					modes := [2]string{"calm", "rebalance"}
+					r.RecordChange(&scheduler.Weights{Version: uint64(i), Mode: modes[i%2]},
+						&scheduler.Weights{Version: uint64(i + 1), Values: []float64{1}, Mode: modes[(i+1)%2]}, []string{"a"})
 				default:
 					h := r.History(Query{From: uint64(i)})
 					if len(h.Samples) > 101 { // 1 s / 10 ms + 1

@@ -11,7 +11,7 @@
   const SVGNS = "http://www.w3.org/2000/svg";
 
   const S = {
-    samples: [], lastSeq: 0, resolution: 500, windowMs: 600000,
+    samples: [], lastSeq: 0, resolution: 500, windowMs: 600000, clockOff: 0,
     scorers: [], changes: [], latest: null, dropped: 0,
     endpoints: null, endpointsErr: null, endpointsNow: null,
     decisions: null, decisionsErr: null,
@@ -201,6 +201,10 @@
       return;
     }
     S.latest = latest;
+    // The server's clock, estimated from its newest sample (at most one
+    // control tick old): metrics ages are measured against it rather than
+    // against this browser's clock, which may be skewed.
+    if (latest && isNum(latest.at_ms)) S.clockOff = latest.at_ms - Date.now();
     const got = asList(hist.samples);
     if (got.length) {
       const first = got[0].seq;
@@ -266,7 +270,7 @@
     if (typeof at === "string" && at.startsWith("0001-")) return Infinity; // never scraped
     if (typeof at === "string") {
       const t = Date.parse(at);
-      const now = serverNow || Date.now();
+      const now = serverNow || Date.now() + (S.clockOff || 0);
       if (isFinite(t)) return Math.max(0, (now - t) / 1000);
     }
     return null;
@@ -755,7 +759,8 @@
     const tEnd = S.latest ? S.latest.at_ms : null;
     tbody.replaceChildren(...list.map((c) => h("tr", { dataset: { seq: c.seq } },
       h("td", { class: "l n", title: c.at || "" }, clock(c.at_ms), " ", h("span", { class: "name", text: tEnd && c.at_ms ? fmtRel(c.at_ms - tEnd) : "" })),
-      h("td", { class: "l n", text: (c.from_version ? "v" + c.from_version + " → " : "") + "v" + c.to_version }),
+      h("td", { class: "l n" }, (c.from_version ? "v" + c.from_version + " → " : "") + "v" + c.to_version,
+        c.steps > 1 ? h("span", { class: "name", text: c.steps + " steps" }) : null),
       h("td", { class: "l" }, c.from_mode && c.from_mode !== c.to_mode ? [badge(c.from_mode), " → "] : null, badge(c.to_mode)),
       h("td", { class: "n", text: fmt(c.signal, 3) }),
       h("td", { class: "l wrap", text: c.reason || "—" }),
