@@ -87,8 +87,9 @@ func (c PrefixConfig) Validate() error {
 // Index: every shard (chosen by the block hash) is an open-addressing
 // multimap hash → endpoints holding it, whose slots are also the nodes of
 // one LRU list per endpoint. Picked records the request's blocks on the
-// chosen endpoint (touching them, last block first, so an endpoint loses a
-// prompt's tail before its head, like vLLM's block eviction); PoolChanged
+// chosen endpoint as its most recently used, in block order (block 0
+// first, so an endpoint loses a prompt's tail before its head, like vLLM's
+// block eviction); PoolChanged
 // purges endpoints that left. An endpoint remembers at most its capacity
 // in blocks: CacheBlocks × CacheBlockSize / BlockSize when the server
 // reports its KV cache, Capacity otherwise.
@@ -410,17 +411,9 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 		sh := &p.shards[s]
 		sh.mu.Lock()
 		if int(id) < len(sh.lists) {
-			// Last block first, so block 0 ends most recently used and
-			// the prompt's tail is evicted before its head.
-			for k := hi - 1; k >= lo; k-- {
-				b := sc.byShard[k]
-				h := sc.hashes[b]
-				if at := sc.seen[b]; at.id == id && sh.holds(at.pos, h, id) {
-					sh.touch(at.pos)
-					continue
-				}
-				sh.insert(h, id, perShard)
-			}
+			// Block order, block 0 most recent, so the prompt's tail is
+			// evicted before its head.
+			sh.record(id, perShard, sc.byShard[lo:hi], sc.hashes, sc.seen)
 		}
 		sh.mu.Unlock()
 	}

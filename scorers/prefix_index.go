@@ -90,38 +90,98 @@ func (s *prefixShard) ensureIDs(n int) {
 // it holds more than capacity. Caller holds the write lock; id <
 // len(s.lists).
 func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
-	if (s.used+1)*growDen > len(s.slots)*growNum {
-		s.resize(max(minSlots, len(s.slots)+len(s.slots)/2))
+	one, first := [1]uint64{h}, [1]uint16{0}
+	s.record(id, capacity, first[:], one[:], nil)
+}
+
+// record makes blocks (indexes into hashes) the endpoint id's most
+// recently used entries, in that order (blocks[0] most recent), adding the
+// ones it does not hold,
+// then evicts the id's least recently used entries while it holds more
+// than capacity. The result is the same as inserting the hashes one at a
+// time from last to first, but entries already in the right place are not
+// moved: re-recording a prompt whose leading blocks were recorded last
+// costs one read per block. seen, when not nil, holds by block index where
+// Score last saw a block held (position and id), checked before use.
+// Caller holds the write lock; id < len(s.lists); the blocks' hashes are
+// distinct.
+func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
+	// Grow once up front for the worst case (all new), so slot positions
+	// stay put while the run is built; evict only at the end, for the
+	// same reason.
+	if need := s.used + len(blocks); need*growDen > len(s.slots)*growNum {
+		s.resize(max(minSlots, len(s.slots)+len(s.slots)/2, need*growDen/growNum+1))
 	}
-	size := len(s.slots)
-	pos := home(h, size)
-	key := h&hashMask | uint64(id)
-	for s.slots[pos].key != 0 {
-		if s.slots[pos].key == key {
-			s.touch(uint32(pos))
-			return
-		}
-		if pos++; pos == size {
-			pos = 0
-		}
-	}
-	s.slots[pos].key = key
-	s.used++
-	s.linkFront(uint32(pos))
 	l := &s.lists[id]
+	cursor := nilIdx // the run built so far ends here; nilIdx: at the head
+	for _, b := range blocks {
+		key := hashes[b]&hashMask | uint64(id)
+		pos := nilIdx
+		if seen != nil && seen[b].id == id && int(seen[b].pos) < len(s.slots) && s.slots[seen[b].pos].key == key {
+			pos = seen[b].pos
+		} else {
+			p, found := s.probe(key)
+			if !found {
+				s.slots[p].key = key
+				s.used++
+				s.linkAfter(cursor, p)
+				cursor = p
+				continue
+			}
+			pos = p
+		}
+		next := l.head
+		if cursor != nilIdx {
+			next = s.slots[cursor].next
+		}
+		if pos != next && pos != cursor {
+			s.unlink(pos)
+			s.linkAfter(cursor, pos)
+		}
+		cursor = pos
+	}
 	for l.n > capacity && l.tail != nilIdx {
 		s.remove(l.tail)
 		s.evicts++
 	}
 }
 
-// holds reports whether slot pos holds block h for endpoint id. There is at
-// most one entry per (h, id) in a shard, so a match is that entry.
-func (s *prefixShard) holds(pos uint32, h uint64, id uint32) bool {
-	if int(pos) >= len(s.slots) {
-		return false
+// probe returns the slot holding key and true, or the empty slot that ends
+// key's probe run and false. The table must have an empty slot.
+func (s *prefixShard) probe(key uint64) (uint32, bool) {
+	size := len(s.slots)
+	for pos := home(key, size); ; {
+		k := s.slots[pos].key
+		if k == key {
+			return uint32(pos), true
+		}
+		if k == 0 {
+			return uint32(pos), false
+		}
+		if pos++; pos == size {
+			pos = 0
+		}
 	}
-	return s.slots[pos].key == h&hashMask|uint64(id)
+}
+
+// linkAfter links the unlinked entry pos into its endpoint's list right
+// after slot after (at the head when after is nilIdx).
+func (s *prefixShard) linkAfter(after, pos uint32) {
+	if after == nilIdx {
+		s.linkFront(pos)
+		return
+	}
+	e := &s.slots[pos]
+	l := &s.lists[e.id()]
+	a := &s.slots[after]
+	e.prev, e.next = after, a.next
+	if a.next != nilIdx {
+		s.slots[a.next].prev = pos
+	} else {
+		l.tail = pos
+	}
+	a.next = pos
+	l.n++
 }
 
 func (s *prefixShard) linkFront(pos uint32) {
@@ -151,14 +211,6 @@ func (s *prefixShard) unlink(pos uint32) {
 		l.tail = e.prev
 	}
 	l.n--
-}
-
-func (s *prefixShard) touch(pos uint32) {
-	if s.lists[s.slots[pos].id()].head == pos {
-		return
-	}
-	s.unlink(pos)
-	s.linkFront(pos)
 }
 
 // remove deletes the entry in slot pos (backward-shift deletion: later

@@ -321,15 +321,44 @@ func TestPrefixShardMatchesModel(t *testing.T) {
 				sh.purge(id)
 				delete(model, id)
 			} else {
-				h := hash()
-				sh.insert(h, id, capacity)
-				l := model[id]
-				if i := slices.Index(l, h); i >= 0 {
-					l = slices.Delete(l, i, i+1)
+				// A run of 1…6 distinct hashes recorded at once.
+				var hs []uint64
+				for range 1 + rng.IntN(6) {
+					if h := hash(); !slices.Contains(hs, h) {
+						hs = append(hs, h)
+					}
 				}
-				l = append([]uint64{h}, l...)
-				if len(l) > capacity {
-					l = l[:capacity]
+				// Blocks in order, with seen entries that are right,
+				// stale or garbage.
+				blocks := make([]uint16, len(hs))
+				seen := make([]seenAt, len(hs))
+				for i, h := range hs {
+					blocks[i] = uint16(i)
+					switch rng.IntN(3) {
+					case 0:
+						seen[i] = seenAt{pos: nilIdx}
+					case 1:
+						seen[i] = seenAt{pos: uint32(rng.IntN(200)), id: id}
+					default:
+						if len(sh.slots) > 0 {
+							if p, ok := sh.probe(h | uint64(id)); ok {
+								seen[i] = seenAt{pos: p, id: id}
+							}
+						}
+					}
+				}
+				sh.record(id, capacity, blocks, hs, seen)
+				// Reference: insert one at a time, last first.
+				l := model[id]
+				for i := len(hs) - 1; i >= 0; i-- {
+					h := hs[i]
+					if j := slices.Index(l, h); j >= 0 {
+						l = slices.Delete(l, j, j+1)
+					}
+					l = append([]uint64{h}, l...)
+					if len(l) > capacity {
+						l = l[:capacity]
+					}
 				}
 				model[id] = l
 			}
