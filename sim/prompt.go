@@ -19,8 +19,9 @@ type segment struct {
 	tokens int
 }
 
-// appendSegment appends seg's bytes to buf: 4 printable bytes per token
-// drawn from a SplitMix64 stream seeded by the key.
+// appendSegment appends seg's bytes to buf: 4 bytes per token drawn from
+// a SplitMix64 stream seeded by the key, eight printable letters ('a'…'p')
+// per draw.
 func appendSegment(buf []byte, seg segment) []byte {
 	n := seg.tokens * BytesPerToken
 	start := len(buf)
@@ -28,17 +29,48 @@ func appendSegment(buf []byte, seg segment) []byte {
 	out := buf[start:]
 	state := seg.key
 	var w [8]byte
-	for i := 0; i < n; i += 8 {
+	i := 0
+	for ; i < n; i += 8 {
 		state += 0x9e3779b97f4a7c15
 		z := state
 		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 		z ^= z >> 31
-		binary.LittleEndian.PutUint64(w[:], z)
-		for j := 0; j < 8 && i+j < n; j++ {
-			out[i+j] = 'a' + w[j]%26
+		z = z&0x0f0f0f0f0f0f0f0f + 0x6161616161616161
+		if i+8 <= n {
+			binary.LittleEndian.PutUint64(out[i:], z)
+			continue
 		}
+		binary.LittleEndian.PutUint64(w[:], z)
+		copy(out[i:], w[:n-i])
 	}
+	return buf
+}
+
+// segCache keeps the bytes of long segments (system prompts, trace
+// blocks), which repeat across requests; it is cleared when it outgrows
+// its budget. Not safe for concurrent use (one per run).
+type segCache struct {
+	m     map[segment][]byte
+	bytes int
+}
+
+const segCacheBudget = 64 << 20
+
+func (c *segCache) append(buf []byte, seg segment) []byte {
+	if seg.tokens < 256 {
+		return appendSegment(buf, seg)
+	}
+	if b, ok := c.m[seg]; ok {
+		return append(buf, b...)
+	}
+	start := len(buf)
+	buf = appendSegment(buf, seg)
+	if c.m == nil || c.bytes > segCacheBudget {
+		c.m, c.bytes = make(map[segment][]byte), 0
+	}
+	c.m[seg] = append([]byte(nil), buf[start:]...)
+	c.bytes += len(buf) - start
 	return buf
 }
 

@@ -131,6 +131,7 @@ type runner struct {
 	now      time.Duration
 	end      time.Duration // issuing stops
 	free     []*simReq
+	segs     segCache
 	inflight int
 	clients  int // closed loop: target concurrency now
 	active   int // closed loop: clients with a request or a pending arrival
@@ -396,7 +397,7 @@ func (r *runner) arrive(c int) {
 	r.gen.next(r.wrng, slot, &q.spec)
 	q.buf = q.buf[:0]
 	for _, s := range q.spec.segs {
-		q.buf = appendSegment(q.buf, s)
+		q.buf = r.segs.append(q.buf, s)
 	}
 	promptBytes := len(q.buf)
 	q.buf = appendSegment(q.buf, q.spec.out)
