@@ -28,17 +28,20 @@ import (
 // scheduler's pool; the detector and configurator retune its weights; the
 // HTTP proxy, the ext_proc server and the admin server serve requests.
 type service struct {
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	clk   clock.WithTicker
-	srv   proxy.Config
-	sched *scheduler.Scheduler
-	fleet *fleet.Fleet
-	hist  *status.Recorder
-	dec   *proxy.Recorder
-	http  *proxy.HTTP
-	ext   *proxy.ExtProc
-	admin *proxy.Admin
+	log *slog.Logger
+	reg *prometheus.Registry
+	// registered lists every collector registered on reg, for the
+	// generated metrics reference (docs/metrics.md).
+	registered *recordingRegisterer
+	clk        clock.WithTicker
+	srv        proxy.Config
+	sched      *scheduler.Scheduler
+	fleet      *fleet.Fleet
+	hist       *status.Recorder
+	dec        *proxy.Recorder
+	http       *proxy.HTTP
+	ext        *proxy.ExtProc
+	admin      *proxy.Admin
 
 	// ctrlMetrics holds the current control-loop generation's metrics, so
 	// a reload can replace the detector and configurator without
@@ -98,12 +101,14 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s.reg.MustRegister(s.ctrlMetrics)
+	s.registered = &recordingRegisterer{Registerer: s.reg}
+	reg := s.registered
 
-	s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: s.reg, Logger: log})
+	s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	fdeps := fleet.Deps{Clock: s.clk, Registerer: s.reg, Logger: log.With("component", "fleet"), Discoverer: opt.Discoverer}
+	fdeps := fleet.Deps{Clock: s.clk, Registerer: reg, Logger: log.With("component", "fleet"), Discoverer: opt.Discoverer}
 	if opt.Discoverer == nil && f.Fleet.Endpoints.Mode != fleet.ModeStatic {
 		fdeps.Kube, fdeps.Dynamic, err = fleet.NewKubeClients(f.Fleet.Endpoints.Kubeconfig)
 		if err != nil {
@@ -121,7 +126,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	s.dec = proxy.NewRecorder(srv.Admin.Decisions, srv.Admin.DecisionsEvery)
 
 	pdeps := func(l net.Listener) proxy.Deps {
-		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: s.reg,
+		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
 			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Listener: l}
 	}
 	if srv.HTTP.Enabled {
@@ -371,6 +376,13 @@ func (c *collectorSet) reset() {
 	c.cs = nil
 }
 
+// snapshot returns the current generation's collectors.
+func (c *collectorSet) snapshot() []prometheus.Collector {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]prometheus.Collector(nil), c.cs...)
+}
+
 func (c *collectorSet) Register(col prometheus.Collector) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -396,14 +408,44 @@ func (c *collectorSet) Unregister(col prometheus.Collector) bool {
 	return false
 }
 
+// recordingRegisterer registers on the wrapped Registerer and remembers
+// what it registered.
+type recordingRegisterer struct {
+	prometheus.Registerer
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cs = append(r.cs, c)
+	return nil
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// collectors returns what was registered.
+func (r *recordingRegisterer) collectors() []prometheus.Collector {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]prometheus.Collector(nil), r.cs...)
+}
+
 // Describe sends nothing: the set is an unchecked collector.
 func (c *collectorSet) Describe(chan<- *prometheus.Desc) {}
 
 func (c *collectorSet) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	cs := append([]prometheus.Collector(nil), c.cs...)
-	c.mu.Unlock()
-	for _, col := range cs {
+	for _, col := range c.snapshot() {
 		col.Collect(ch)
 	}
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/metrics.md from the registry")
+
+const metricsDoc = "../../docs/metrics.md"
+
+// metricInfo is one metric family as the reference lists it.
+type metricInfo struct {
+	name, typ, help string
+	labels          []string
+}
+
+var descRE = regexp.MustCompile(`fqName: "([^"]*)", help: "((?:[^"\\]|\\.)*)",(?: unit: "[^"]*",)? constLabels: \{([^}]*)\}, variableLabels: \{([^}]*)\}`)
+
+// registeredMetrics lists every metric family a running serve registers,
+// from the collectors' descriptions (so families with no samples yet are
+// listed too), typed from a gather where samples exist.
+func registeredMetrics(t *testing.T, svc *service) []metricInfo {
+	t.Helper()
+	types := map[string]string{}
+	mfs, err := svc.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		types[mf.GetName()] = strings.ToLower(mf.GetType().String())
+	}
+	cols := append(svc.registered.collectors(), svc.ctrlMetrics.snapshot()...)
+	seen := map[string]bool{}
+	var out []metricInfo
+	for _, c := range cols {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descRE.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read descriptor %s", d)
+			}
+			if seen[m[1]] {
+				continue
+			}
+			seen[m[1]] = true
+			info := metricInfo{name: m[1], help: strings.ReplaceAll(m[2], `\"`, `"`), typ: types[m[1]]}
+			if info.typ == "" {
+				info.typ = typeOf(c)
+			}
+			for _, l := range strings.Split(m[4], ",") {
+				if l = strings.TrimSpace(l); l != "" {
+					info.labels = append(info.labels, l)
+				}
+			}
+			for _, l := range strings.Split(m[3], ",") {
+				if k, _, ok := strings.Cut(strings.TrimSpace(l), "="); ok {
+					info.labels = append(info.labels, k)
+				}
+			}
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b metricInfo) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+func typeOf(c prometheus.Collector) string {
+	switch c.(type) {
+	case prometheus.Counter, *prometheus.CounterVec:
+		return "counter"
+	case prometheus.Histogram, *prometheus.HistogramVec:
+		return "histogram"
+	case prometheus.Summary, *prometheus.SummaryVec:
+		return "summary"
+	}
+	return "gauge"
+}
+
+func renderMetricsDoc(ms []metricInfo) string {
+	var b strings.Builder
+	b.WriteString("# Metrics reference\n\n")
+	b.WriteString("Every metric a running `trimtab serve` registers, generated from its registry by\n")
+	b.WriteString("`go test ./cmd/trimtab -run TestMetricsReference -update-docs` (a test fails when this file\n")
+	b.WriteString("and the registry disagree). Names follow `trimtab_<component>_<what>_<unit>`; the Go runtime\n")
+	b.WriteString("and process collectors (`go_*`, `process_*`) are registered too and not listed.\n\n")
+	b.WriteString("| name | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, m := range ms {
+		labels := "—"
+		if len(m.labels) > 0 {
+			labels = "`" + strings.Join(m.labels, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.name, m.typ, labels, strings.ReplaceAll(m.help, "|", `\|`))
+	}
+	return b.String()
+}
+
+func TestMetricsReference(t *testing.T) {
+	addrs := startFakeFleet(t, 2)
+	ts := startService(t, addrs, true)
+	// Some traffic so labelled families have children and gathered types.
+	for i := 0; i < 3; i++ {
+		post(t, ts.proxyURL+"/v1/completions", `{"model":"llama-3.1-8b-instruct","prompt":"metrics","max_tokens":2}`)
+	}
+	eventually(t, 5*time.Second, "control loop registered", func() bool { return len(ts.svc.ctrlMetrics.snapshot()) > 0 })
+	ms := registeredMetrics(t, ts.svc)
+	for _, m := range ms {
+		if !strings.HasPrefix(m.name, "trimtab_") {
+			t.Errorf("metric %s does not follow trimtab_<component>_<what>_<unit>", m.name)
+		}
+		if m.help == "" {
+			t.Errorf("metric %s has no help text", m.name)
+		}
+	}
+	want := renderMetricsDoc(ms)
+	if *updateDocs {
+		if err := os.WriteFile(metricsDoc, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(metricsDoc)
+	if err != nil {
+		t.Fatalf("%v (generate it with -update-docs)", err)
+	}
+	if string(got) != want {
+		t.Errorf("docs/metrics.md is out of date with the registry; run: go test ./cmd/trimtab -run TestMetricsReference -update-docs")
+	}
+}
