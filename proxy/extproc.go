@@ -58,7 +58,8 @@ const (
 // finishes it as cancelled. Errors end the stream with an
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
 // JSON body. STREAMED and BUFFERED_PARTIAL body modes cannot carry a
-// destination decided from the body and are not supported.
+// destination decided from the body and are not supported, nor is
+// observability_mode (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
 

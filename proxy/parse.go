@@ -372,6 +372,82 @@ func (s *scan) str() (raw []byte, esc bool, err error) {
 	return nil, false, ErrInvalidJSON
 }
 
+// strAppend reads a string at s.i and appends its decoded contents to
+// dst in the same pass (validation, unescaping and copying together).
+func (s *scan) strAppend(dst []byte) ([]byte, error) {
+	b := s.b
+	if s.i >= len(b) || b[s.i] != '"' {
+		return dst, ErrInvalidJSON
+	}
+	i := s.i + 1
+	run := i
+	for i < len(b) {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			const lo, hi = 0x0101010101010101, 0x8080808080808080
+			q := x ^ (lo * '"')
+			bs := x ^ (lo * '\\')
+			if ((x-lo*0x20)|(q-lo)|(bs-lo))&^x&hi != 0 {
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
+		if strSafe[c] {
+			i++
+			continue
+		}
+		switch c {
+		case '"':
+			s.i = i + 1
+			return append(dst, b[run:i]...), nil
+		case '\\':
+			dst = append(dst, b[run:i]...)
+			n, ok := escapeLen(b[i:])
+			if !ok {
+				return dst, ErrInvalidJSON
+			}
+			dst = unescape(dst, b[i:i+n])
+			i += n
+			run = i
+		default: // control character
+			return dst, ErrInvalidJSON
+		}
+	}
+	return dst, ErrInvalidJSON
+}
+
+// escapeLen validates the escape at the start of b and returns its length:
+// 2, 6 for \uXXXX, or 12 for a \uXXXX\uXXXX surrogate pair (which unescape
+// decodes as one rune).
+func escapeLen(b []byte) (int, bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	switch b[1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2, true
+	case 'u':
+		if len(b) < 6 {
+			return 0, false
+		}
+		r, ok := hex4(b[2:6])
+		if !ok {
+			return 0, false
+		}
+		if utf16.IsSurrogate(r) && len(b) >= 12 && b[6] == '\\' && b[7] == 'u' {
+			if r2, ok := hex4(b[8:12]); ok && utf16.DecodeRune(r, r2) != utf8.RuneError {
+				return 12, true
+			}
+		}
+		return 6, true
+	}
+	return 0, false
+}
+
 func hex4(b []byte) (rune, bool) {
 	var r rune
 	for _, c := range b[:4] {
@@ -621,11 +697,7 @@ func (s *scan) token(dst []byte) ([]byte, error) {
 func (s *scan) prompt(dst []byte, depth int) ([]byte, error) {
 	switch s.peek() {
 	case '"':
-		raw, esc, err := s.str()
-		if err != nil {
-			return dst, err
-		}
-		return appendStr(dst, raw, esc), nil
+		return s.strAppend(dst)
 	case 'n':
 		return dst, s.lit("null")
 	case '[':
@@ -652,14 +724,12 @@ func (s *scan) prompt(dst []byte, depth int) ([]byte, error) {
 		switch {
 		case c == '"' && (kind == kindNone || kind == kindStrings):
 			kind = kindStrings
-			raw, esc, err := s.str()
-			if err != nil {
-				return dst, err
-			}
 			if n > 0 {
 				dst = append(dst, '\n')
 			}
-			dst = appendStr(dst, raw, esc)
+			if dst, err = s.strAppend(dst); err != nil {
+				return dst, err
+			}
 		case isDigit(c) && (kind == kindNone || kind == kindTokens):
 			kind = kindTokens
 			if dst, err = s.token(dst); err != nil {
@@ -722,7 +792,8 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 			return dst, s.wrongType(depth + 1)
 		}
 		var role, content []byte
-		var roleEsc bool
+		var roleEsc, haveRole, rendered bool
+		msgStart := len(dst)
 		empty, err := s.open('{')
 		if err != nil {
 			return dst, err
@@ -738,15 +809,25 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 				if role, roleEsc, err = s.stringField(depth + 2); err != nil {
 					return dst, err
 				}
+				haveRole, rendered = true, false
 			case !kesc && string(k) == "content":
-				switch s.peek() {
-				case '"', '[', 'n':
+				st := s.i
+				switch c := s.peek(); {
+				case c == '"' && haveRole: // the common order: render in one pass
+					dst = append(dst[:msgStart], "<|"...)
+					dst = appendStr(dst, role, roleEsc)
+					dst = append(dst, "|>\n"...)
+					if dst, err = s.strAppend(dst); err != nil {
+						return dst, err
+					}
+					rendered = true
+				case c == '"' || c == '[' || c == 'n':
+					if err := s.value(depth + 2); err != nil {
+						return dst, err
+					}
+					rendered = false
 				default:
 					return dst, s.wrongType(depth + 2)
-				}
-				st := s.i
-				if err := s.value(depth + 2); err != nil {
-					return dst, err
 				}
 				content = s.b[st:s.i]
 			default:
@@ -762,11 +843,13 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 				break
 			}
 		}
-		dst = append(dst, "<|"...)
-		dst = appendStr(dst, role, roleEsc)
-		dst = append(dst, "|>\n"...)
-		if dst, err = renderContent(dst, content, depth+2); err != nil {
-			return dst, err
+		if !rendered {
+			dst = append(dst[:msgStart], "<|"...)
+			dst = appendStr(dst, role, roleEsc)
+			dst = append(dst, "|>\n"...)
+			if dst, err = renderContent(dst, content, depth+2); err != nil {
+				return dst, err
+			}
 		}
 		dst = append(dst, '\n')
 		more, err := s.more(']')

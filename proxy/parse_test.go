@@ -193,6 +193,7 @@ func FuzzParse(f *testing.F) {
 		`{"model":"sql-lora","prompt":null,"stream":null,"x":[true,false,null,-1.5e+3,{}]}`,
 		`[]`, `"x"`, `{`, `{"model":}`, `{"model":"m",}`, `{"model":"m"}}`, `{"a":01}`, `{"a":"\x"}`,
 		`{"model":"m","prompt":[4294967296]}`, `{"model":"m","messages":[{"content":"c","role":"r"}]}`,
+		`{"model":"m","messages":[{"role":"a\u00e9","content":"x\ud83d\ude00\n","role":"b"},{"role":"u","content":"1","content":"2"}]}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -233,6 +234,31 @@ func FuzzParse(f *testing.F) {
 			if s, ok := m["prompt"].(string); ok && s != string(p.Request.Prompt) {
 				t.Fatalf("prompt %q, encoding/json says %q", p.Request.Prompt, s)
 			}
+		} else if want, ok := renderSimpleChat(m["messages"]); ok && want != string(p.Request.Prompt) {
+			t.Fatalf("chat prompt %q, encoding/json renders %q", p.Request.Prompt, want)
 		}
 	})
+}
+
+// renderSimpleChat renders messages decoded by encoding/json when every
+// message has a string role and string content (ok false otherwise).
+func renderSimpleChat(v any) (string, bool) {
+	msgs, ok := v.([]any)
+	if !ok {
+		return "", false
+	}
+	var b strings.Builder
+	for _, m := range msgs {
+		o, ok := m.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		role, ok1 := o["role"].(string)
+		content, ok2 := o["content"].(string)
+		if !ok1 || !ok2 {
+			return "", false
+		}
+		b.WriteString("<|" + role + "|>\n" + content + "\n")
+	}
+	return b.String(), true
 }
