@@ -1,11 +1,16 @@
 package fleet
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -273,4 +278,65 @@ func BenchmarkParseVLLM(b *testing.B) {
 			}
 		}
 	})
+}
+
+// omRich exercises what the text normalisation must handle: float
+// timestamps, exemplars, the info and unknown types, a brace and a space
+// inside a label value.
+const omRich = `# HELP vllm:num_requests_waiting Waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a } b",engine="0"} 4 1764500000.125
+# TYPE vllm:num_requests_running unknown
+vllm:num_requests_running{model_name="a } b"} 6
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="a } b"} 0.75 1764500000
+# TYPE vllm:iteration_tokens counter
+vllm:iteration_tokens_total{model_name="a } b"} 17 # {trace_id="x y"} 1.0 1764500000.0
+# TYPE vllm:cache_config info
+vllm:cache_config_info{block_size="32",num_gpu_blocks="100"} 1
+# EOF
+`
+
+// TestOpenMetricsMatchesDecoder checks the fast OpenMetrics path (normalise
+// to text, TextParser) against expfmt's reference OpenMetrics decoder.
+func TestOpenMetricsMatchesDecoder(t *testing.T) {
+	mp := mustMapper(t, EngineVLLM, Mapping{})
+	for name, body := range map[string][]byte{
+		"vllm_openmetrics.txt": readTestdata(t, "vllm_openmetrics.txt"),
+		"rich":                 []byte(omRich),
+	} {
+		t.Run(name, func(t *testing.T) {
+			fast, err := newParser(mp).parse(body, true, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The reference decoder rejects the info type.
+			refBody := bytes.Replace(body, []byte("# TYPE vllm:cache_config info"), []byte("# TYPE vllm:cache_config_info gauge"), 1)
+			dec := expfmt.NewDecoder(bytes.NewReader(refBody), expfmt.FmtOpenMetrics_1_0_0)
+			fams := map[string]*dto.MetricFamily{}
+			for {
+				mf := new(dto.MetricFamily)
+				if err := dec.Decode(mf); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("reference decoder: %v", err)
+				}
+				fams[mf.GetName()] = mf
+			}
+			ref, err := mp.extract(fams, nil)
+			if err != nil {
+				t.Fatalf("reference extract: %v", err)
+			}
+			if !reflect.DeepEqual(fast, ref) {
+				t.Errorf("fast path %+v\nreference  %+v", fast, ref)
+			}
+		})
+	}
+	// rich: waiting 4, running 6 (unknown type → untyped), kv 0.75,
+	// block size 32, 100 blocks
+	got, _ := newParser(mp).parse([]byte(omRich), true, nil)
+	want := Metrics{Waiting: 4, Running: 6, KVUtil: 0.75, CacheBlockSize: 32, CacheBlocks: 100}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rich: got %+v, want %+v", got, want)
+	}
 }
