@@ -184,7 +184,7 @@ type fixture struct {
 
 // newFixture builds a real scheduler (model and health filters, max-score
 // picker, two fallbacks) over endpoints serving model "m".
-func newFixture(t *testing.T, prefer func(*scheduler.Request, *scheduler.Endpoint) float64, addrs ...string) *fixture {
+func newFixture(t testing.TB, prefer func(*scheduler.Request, *scheduler.Endpoint) float64, addrs ...string) *fixture {
 	t.Helper()
 	sc := &testScorer{prefer: prefer, done: make(chan scheduler.Outcome, 1024)}
 	s, err := scheduler.New(scheduler.DefaultConfig(),

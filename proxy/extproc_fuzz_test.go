@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// fakeStream is a hand-written stand-in for grpc's server stream (an
+// outside interface): it replays in and records what the server sends.
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+	in  []*extprocv3.ProcessingRequest
+	out []*extprocv3.ProcessingResponse
+}
+
+func (f *fakeStream) Context() context.Context { return f.ctx }
+
+func (f *fakeStream) Send(r *extprocv3.ProcessingResponse) error {
+	f.out = append(f.out, r)
+	return nil
+}
+
+func (f *fakeStream) Recv() (*extprocv3.ProcessingRequest, error) {
+	if len(f.in) == 0 {
+		return nil, io.EOF
+	}
+	r := f.in[0]
+	f.in = f.in[1:]
+	return r, nil
+}
+
+// encodeMessages frames messages as uvarint length + protobuf bytes.
+func encodeMessages(msgs ...*extprocv3.ProcessingRequest) []byte {
+	var b []byte
+	for _, m := range msgs {
+		p, _ := proto.Marshal(m)
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+func decodeMessages(b []byte) []*extprocv3.ProcessingRequest {
+	var msgs []*extprocv3.ProcessingRequest
+	for len(b) > 0 && len(msgs) < 64 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			break
+		}
+		m := &extprocv3.ProcessingRequest{}
+		if proto.Unmarshal(b[k:k+int(n)], m) == nil {
+			msgs = append(msgs, m)
+		}
+		b = b[k+int(n):]
+	}
+	return msgs
+}
+
+// FuzzExtProcMessages feeds arbitrary message sequences to the ext_proc
+// server. Whatever Envoy (or an attacker on its connection) sends, the
+// server must not panic, must send at most one ImmediateResponse and
+// nothing after it, and must leave no request in flight when the stream
+// ends (Decision.Done exactly once).
+func FuzzExtProcMessages(f *testing.F) {
+	rb := func(b string, eos bool) *extprocv3.ProcessingRequest { return requestBody([]byte(b), eos) }
+	respH := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hdrMap(":status", "200")}}}
+	respB := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: x\n\n"), EndOfStream: true}}}
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m","prompt":"x"}`, true), respH, respB))
+	f.Add(encodeMessages(requestHeaders(false, subsetMD(subsetList(epB)), nil), rb(`{"model":"m",`, false), rb(`"prompt":"x"}`, true)))
+	f.Add(encodeMessages(requestHeaders(true, nil, nil), respH))
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m"}`, false), trailers, respH, trailers))
+	f.Add(encodeMessages(rb(`{"model":"m"}`, true), rb(`{"model":"m"}`, true), respB, respH))
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"nope"}`, true)))
+	f.Add([]byte{0x05, 0x0a, 0x03, 0x0a, 0x01, 0x00})
+	fx := newFixture(f, preferOrder(epA, epB, epC), epA, epB, epC)
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 1 << 16
+	e, err := NewExtProc(cfg, Deps{Scheduler: fx.sched})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fs := &fakeStream{ctx: context.Background(), in: decodeMessages(data)}
+		_ = e.Process(fs)
+		for i, r := range fs.out {
+			if r.GetImmediateResponse() != nil && i != len(fs.out)-1 {
+				t.Fatalf("answer %d of %d is an ImmediateResponse, yet more followed", i+1, len(fs.out))
+			}
+		}
+		for _, ep := range fx.sched.Pool().Pointers() {
+			if n := ep.InFlight(); n != 0 {
+				t.Fatalf("%s has %d in flight after the stream ended", ep.Address, n)
+			}
+		}
+	})
+}
