@@ -156,7 +156,7 @@ func (e *ExtProc) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := srv.Recv()
 		if err != nil {
-			x.abandon()
+			x.abandon(err == io.EOF)
 			if err == io.EOF || status.Code(err) == codes.Canceled || srv.Context().Err() != nil {
 				return nil
 			}
@@ -164,7 +164,7 @@ func (e *ExtProc) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		end, err := x.handle(req)
 		if err != nil {
-			x.abandon()
+			x.abandon(false)
 			return status.Errorf(codes.Unknown, "ext_proc: %v", err)
 		}
 		if end {
@@ -505,8 +505,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}); err != nil {
 		return err
 	}
+	if h.GetEndOfStream() || x.respMode == modeNone {
+		x.firstByte() // the best first-byte estimate when no body is seen
+	}
 	if h.GetEndOfStream() {
-		x.firstByte()
 		x.finish()
 	}
 	return nil
@@ -555,9 +557,15 @@ func (x *exchange) finish() {
 }
 
 // abandon completes the decision when the stream ended before the
-// response did (client gone, Envoy reset, upstream failure).
-func (x *exchange) abandon() {
+// response did (client gone, Envoy reset, upstream failure). With
+// response_body_mode NONE the body is never seen: a graceful end of the
+// stream (eof) after the response headers is the response's end.
+func (x *exchange) abandon(eof bool) {
 	if x.d == nil {
+		return
+	}
+	if eof && x.respMode == modeNone && x.status != 0 {
+		x.finish()
 		return
 	}
 	kind := scheduler.OutcomeCanceled

@@ -477,3 +477,24 @@ func TestExtProcScoresHeader(t *testing.T) {
 	}
 	f.outcome(t)
 }
+
+func TestExtProcResponseBodyNone(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	s := openStream(t, context.Background(), c)
+	s.send(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{
+		RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_NONE}))
+	s.recv()
+	s.send(requestBody([]byte(`{"model":"m"}`), true))
+	s.recv()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200")}}})
+	s.recv()
+	// Envoy closes the stream when the response is done: that is success,
+	// not a cancellation, since the body is never shown to trimtab.
+	_ = s.s.CloseSend()
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeSuccess || o.Status != 200 || o.TTFT <= 0 {
+		t.Errorf("outcome %+v, want success 200 with a first-byte time", o)
+	}
+	f.waitIdle(t)
+}

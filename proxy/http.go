@@ -374,9 +374,13 @@ func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(tim
 	buf := *bp
 	rc := http.NewResponseController(w)
 	var res streamResult
-	if err := rc.Flush(); err != nil { // headers go out now, not with the first chunk
-		res.clientGone = true
-		return res
+	// A stream (SSE, or any body of unknown length) may take a while to
+	// produce its first byte: send the headers now, not with it.
+	if resp.ContentLength < 0 {
+		if err := rc.Flush(); err != nil {
+			res.clientGone = true
+			return res
+		}
 	}
 	for {
 		n, err := resp.Body.Read(buf)
