@@ -2,7 +2,6 @@ package dashboards_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -20,13 +20,14 @@ import (
 	"github.com/trimtab/trimtab/configurator"
 	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/internal/dashboards"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 	"github.com/trimtab/trimtab/sim/fakeserver"
 )
 
-const dashboardPath = "../../docs/dashboards/trimtab.json"
+const dashboardPath = "../../" + dashboards.Path
 
 // targetLabels are added by Prometheus when it scrapes, not by the
 // exporter.
@@ -85,34 +86,54 @@ func load(t *testing.T) dashboard {
 	return d
 }
 
-// query is one PromQL expression of the dashboard and where it is.
-type query struct{ where, expr string }
-
-func queries(d dashboard) []query {
-	var qs []query
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			qs = append(qs, query{fmt.Sprintf("panel %q query %s", p.Title, tg.RefID), tg.Expr})
-		}
+func loadQueries(t *testing.T) []dashboards.Query {
+	t.Helper()
+	data, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, a := range d.Annotations.List {
-		if a.Expr != "" {
-			qs = append(qs, query{fmt.Sprintf("annotation %q", a.Name), a.Expr})
-		}
-	}
-	for _, v := range d.Templating.List {
-		if v.Type != "query" {
-			continue
-		}
-		var q struct {
-			Query string `json:"query"`
-		}
-		if json.Unmarshal(v.Query, &q) != nil {
-			_ = json.Unmarshal(v.Query, &q.Query) // older dashboards: a plain string
-		}
-		qs = append(qs, query{fmt.Sprintf("variable %q", v.Name), q.Query})
+	qs, err := dashboards.Queries(data, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return qs
+}
+
+func TestPromQL(t *testing.T) {
+	data := []byte(`{
+	  "panels": [{"title": "P", "targets": [
+	    {"refId": "A", "expr": "sum(rate(trimtab_x_total{instance=~\"$instance\", e=~\"${endpoint}\"}[$__rate_interval]))"},
+	    {"refId": "B", "expr": "max(trimtab_y)"}]}],
+	  "annotations": {"list": [{"name": "N", "expr": "increase(trimtab_z_total[1m]) > 0"}, {"name": "builtin"}]},
+	  "templating": {"list": [
+	    {"name": "DS_PROMETHEUS", "type": "datasource", "query": "prometheus"},
+	    {"name": "instance", "type": "query", "query": {"query": "label_values(trimtab_y, instance)"}},
+	    {"name": "old", "type": "query", "query": "label_values(trimtab_y{job=\"a\"}, job)"}]}
+	}`)
+	qs, err := dashboards.Queries(data, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dashboards.Query{
+		// 90 s is a whole number of seconds but not of minutes.
+		{`panel "P" query A`, `sum(rate(trimtab_x_total{instance=~"$instance", e=~"${endpoint}"}[$__rate_interval]))`,
+			`sum(rate(trimtab_x_total{instance=~".*", e=~".*"}[90s]))`},
+		{`panel "P" query B`, `max(trimtab_y)`, `max(trimtab_y)`},
+		{`annotation "N"`, `increase(trimtab_z_total[1m]) > 0`, `increase(trimtab_z_total[1m]) > 0`},
+		{`variable "instance"`, `label_values(trimtab_y, instance)`, `count by (instance) (trimtab_y)`},
+		{`variable "old"`, `label_values(trimtab_y{job="a"}, job)`, `count by (job) (trimtab_y{job="a"})`},
+	}
+	if len(qs) != len(want) {
+		t.Fatalf("got %d queries %+v, want %d", len(qs), qs, len(want))
+	}
+	for i := range want {
+		if qs[i] != want[i] {
+			t.Errorf("query %d = %+v\nwant %+v", i, qs[i], want[i])
+		}
+	}
+	if _, err := dashboards.Queries([]byte(`{"panels": 3}`), time.Minute); err == nil {
+		t.Error("a malformed dashboard parsed")
+	}
 }
 
 // TestDashboardShape: what Grafana needs to load the dashboard anywhere.
@@ -442,18 +463,17 @@ func lookup(known map[string][]string, name string) ([]string, bool) {
 // registered by trimtab's components (trimtab_*) or exported by vLLM
 // (vllm:*), and every label it matches on exists on that metric.
 func TestDashboardMetricsExist(t *testing.T) {
-	d := load(t)
 	trimtab := registered(t)
 	vllm := modelServer(t)
 	used := map[string]bool{}
 	n := 0
-	for _, q := range queries(d) {
-		ss, unknown := parseQuery(q.expr)
+	for _, q := range loadQueries(t) {
+		ss, unknown := parseQuery(q.Expr)
 		for _, u := range unknown {
-			t.Errorf("%s: %q is neither a PromQL word nor a trimtab_ or vllm: metric: %s", q.where, u, q.expr)
+			t.Errorf("%s: %q is neither a PromQL word nor a trimtab_ or vllm: metric: %s", q.Where, u, q.Expr)
 		}
 		if len(ss) == 0 {
-			t.Errorf("%s reads no metric: %s", q.where, q.expr)
+			t.Errorf("%s reads no metric: %s", q.Where, q.Expr)
 		}
 		for _, s := range ss {
 			n++
@@ -463,13 +483,13 @@ func TestDashboardMetricsExist(t *testing.T) {
 			}
 			labels, ok := lookup(known, s.name)
 			if !ok {
-				t.Errorf("%s: metric %s is not registered by any component", q.where, s.name)
+				t.Errorf("%s: metric %s is not registered by any component", q.Where, s.name)
 				continue
 			}
 			used[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(s.name, "_bucket"), "_sum"), "_count")] = true
 			for _, l := range s.labels {
 				if !slices.Contains(labels, l) && !slices.Contains(targetLabels, l) {
-					t.Errorf("%s: %s has no label %q (it has %v)", q.where, s.name, l, labels)
+					t.Errorf("%s: %s has no label %q (it has %v)", q.Where, s.name, l, labels)
 				}
 			}
 		}

@@ -1,8 +1,11 @@
-// Package dashboards holds the test that keeps the Grafana dashboard
-// (docs/dashboards/trimtab.json) honest: every metric its PromQL names is
-// registered by trimtab's real components (or exported by the model
-// servers it scrapes), every label it matches on exists on that metric,
-// and the dashboard is well-formed for Grafana (schema version, the
-// ${DS_PROMETHEUS} datasource variable, a non-overlapping grid). The
-// package has no code.
+// Package dashboards reads the Grafana dashboard (docs/dashboards/trimtab.json)
+// and keeps it honest. Queries lists every PromQL expression the dashboard
+// runs — panels, annotations, variables — also rewritten as plain PromQL a
+// Prometheus server accepts, so a test can run each one against a
+// Prometheus that scrapes a running trimtab. The package's own tests check
+// that every metric the queries name is registered by trimtab's real
+// components (or exported by the vLLM model servers it scrapes), that
+// every label they match on exists on that metric, and that the dashboard
+// is well-formed for Grafana (schema version, the ${DS_PROMETHEUS}
+// datasource variable, a non-overlapping grid).
 package dashboards
