@@ -578,11 +578,7 @@ func (x *exchange) abandon(eof bool) {
 func (x *exchange) done(kind scheduler.OutcomeKind) {
 	e := x.e
 	lat := e.deps.Clock.Since(x.picked)
-	em := e.m.endpoint(x.addr)
-	if x.gotFirst {
-		em.ttfb.Observe(x.ttfb.Seconds())
-	}
-	em.duration.Observe(lat.Seconds())
+	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
 	e.m.count(x.addr, x.status)
 	if x.admitted { // free the slot first: once Done is observed, it is free
 		e.inflight.Add(-1)

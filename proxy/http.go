@@ -340,10 +340,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 	case res.err != nil || resp.StatusCode >= 500:
 		o.Kind = scheduler.OutcomeError
 	}
-	if res.ttfb > 0 || res.n > 0 {
-		em.ttfb.Observe(res.ttfb.Seconds())
-	}
-	em.duration.Observe(o.Latency.Seconds())
+	em.observe(res.ttfb.Seconds(), res.n > 0, o.Latency.Seconds())
 	d.Done(o)
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)

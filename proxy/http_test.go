@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
@@ -436,5 +438,53 @@ func TestHTTPDrainsInFlightStreamOnShutdown(t *testing.T) {
 	if resp, err := http.Get("http://" + addr + "/v1/models"); err == nil {
 		resp.Body.Close()
 		t.Error("server still accepts connections after Run returned")
+	}
+}
+
+func TestHTTPMetricsExposition(t *testing.T) {
+	live := newUpstream(t)
+	dead := deadAddr(t)
+	f := newFixture(t, preferOrder(dead, live.addr), dead, live.addr)
+	deps := f.deps(t)
+	// A clock that never moves makes every latency 0: the exposition is
+	// deterministic.
+	deps.Clock = clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h, err := NewHTTP(DefaultConfig(), deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := start(t, h)
+	for _, body := range []string{`{"model":"m","prompt":"x"}`, `{"model":"m"`} {
+		resp := post(t, "http://"+addr+"/v1/completions", body, nil)
+		readAll(t, resp.Body)
+		resp.Body.Close()
+	}
+	f.outcome(t)
+	// request 1: connect error on dead (code 0), retried, 200 from live;
+	// request 2: invalid JSON, rejected before a pick (endpoint none, 400).
+	want := strings.NewReplacer("DEAD", dead, "LIVE", live.addr).Replace(`
+# HELP trimtab_proxy_requests_total Requests by endpoint and HTTP status answered (endpoint "none": rejected before a pick; code 0: cut before any status).
+# TYPE trimtab_proxy_requests_total counter
+trimtab_proxy_requests_total{code="0",endpoint="DEAD"} 1
+trimtab_proxy_requests_total{code="200",endpoint="LIVE"} 1
+trimtab_proxy_requests_total{code="400",endpoint="none"} 1
+# HELP trimtab_proxy_retries_total Requests moved to a fallback endpoint after a failure before any byte reached the client.
+# TYPE trimtab_proxy_retries_total counter
+trimtab_proxy_retries_total 1
+`)
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "trimtab_proxy_requests_total", "trimtab_proxy_retries_total"); err != nil {
+		t.Error(err)
+	}
+	// One TTFB and one duration observation for the live endpoint, both 0.
+	for _, name := range []string{"trimtab_proxy_ttfb_seconds", "trimtab_proxy_request_duration_seconds"} {
+		mfs, _ := f.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			if len(mf.Metric) != 1 || mf.Metric[0].GetHistogram().GetSampleCount() != 1 || mf.Metric[0].GetHistogram().GetSampleSum() != 0 {
+				t.Errorf("%s: %v, want one series with one 0 s observation", name, mf.Metric)
+			}
+		}
 	}
 }

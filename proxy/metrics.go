@@ -23,8 +23,25 @@ type pathMetrics struct {
 }
 
 type epMetrics struct {
-	ttfb, duration prometheus.Observer
-	codes          sync.Map // int → prometheus.Counter
+	m              *pathMetrics
+	addr           string
+	once           sync.Once
+	ttfb, duration prometheus.Observer // resolved on first observation
+	codes          sync.Map            // int → prometheus.Counter
+}
+
+// observe records a completed request's first-byte time (when got) and
+// duration, in seconds. Histogram series exist only for endpoints that
+// answered.
+func (e *epMetrics) observe(ttfb float64, got bool, duration float64) {
+	e.once.Do(func() {
+		e.ttfb = e.m.ttfb.WithLabelValues(e.addr)
+		e.duration = e.m.duration.WithLabelValues(e.addr)
+	})
+	if got {
+		e.ttfb.Observe(ttfb)
+	}
+	e.duration.Observe(duration)
 }
 
 // latencyBuckets span 1 ms to ~2 min: TTFB of a cached short prompt up to
@@ -62,7 +79,7 @@ func (m *pathMetrics) endpoint(addr string) *epMetrics {
 	if e, ok := m.eps.Load(addr); ok {
 		return e.(*epMetrics)
 	}
-	e := &epMetrics{ttfb: m.ttfb.WithLabelValues(addr), duration: m.duration.WithLabelValues(addr)}
+	e := &epMetrics{m: m, addr: addr}
 	actual, _ := m.eps.LoadOrStore(addr, e)
 	return actual.(*epMetrics)
 }
