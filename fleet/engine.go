@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -206,14 +207,23 @@ func validLabelName(s string) bool {
 // metricNameByte reports whether c may appear in a legacy metric name
 // ([a-zA-Z_:][a-zA-Z0-9_:]*); colons are legal (vllm:…).
 func metricNameByte(c byte, first bool) bool {
-	switch {
-	case c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'):
-		return true
-	case c >= '0' && c <= '9':
-		return !first
-	}
-	return false
+	k := nameBytes[c]
+	return k == 2 || (k == 1 && !first)
 }
+
+// nameBytes classifies bytes of metric names: 2 anywhere, 1 not first
+// (digits), 0 never.
+var nameBytes = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		switch {
+		case c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'):
+			t[c] = 2
+		case c >= '0' && c <= '9':
+			t[c] = 1
+		}
+	}
+	return t
+}()
 
 // mapper is a compiled Mapping.
 type mapper struct {
@@ -224,6 +234,9 @@ type mapper struct {
 	// de-duplicated; everything else in an exposition is skipped before
 	// parsing.
 	names []string
+	// labels are the label names the mapping reads; other labels are
+	// dropped before parsing.
+	labels []string
 }
 
 // compile checks a Mapping and builds its mapper. Errors name the field as
@@ -259,13 +272,30 @@ func (m Mapping) compile() (*mapper, error) {
 				seen[sel.name] = true
 				mp.names = append(mp.names, sel.name)
 			}
+			for _, lm := range sel.labels {
+				mp.addLabel(lm.name)
+			}
 		}
 	}
 	if len(mp.cacheInfo) > 0 && (mp.bsLabel == "" || mp.nbLabel == "") {
 		return nil, fmt.Errorf("cache_info: cache_info_block_size_label and cache_info_blocks_label are required")
 	}
 	sort.Strings(mp.names)
+	for _, l := range []string{mp.modelLabel, mp.bsLabel, mp.nbLabel} {
+		mp.addLabel(l)
+	}
+	if len(mp.lora) > 0 {
+		for _, l := range []string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"} {
+			mp.addLabel(l)
+		}
+	}
 	return mp, nil
+}
+
+func (mp *mapper) addLabel(name string) {
+	if name != "" && !slices.Contains(mp.labels, name) {
+		mp.labels = append(mp.labels, name)
+	}
 }
 
 // wants reports whether the metric family name is read by the mapping.

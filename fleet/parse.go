@@ -184,13 +184,93 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 		if om {
 			s = cutAfterValue(s)
 		}
-		dst = append(dst, s...)
+		dst = mp.appendSample(dst, s)
 		dst = append(dst, '\n')
 	}
 	if om && !eof {
 		return dst, fmt.Errorf("line %d: OpenMetrics data does not end with # EOF", line)
 	}
 	return dst, nil
+}
+
+// appendSample appends sample line s to dst keeping only the labels the
+// mapping reads (selector labels, the model label, the info labels): the
+// text parser's cost grows with the square of a line's label count, and
+// vllm:cache_config_info carries fifteen. Series that differ only in
+// dropped labels stay separate samples, so sums are unchanged. A line the
+// scan does not understand is appended whole for the parser to judge.
+func (mp *mapper) appendSample(dst, s []byte) []byte {
+	orig := len(dst)
+	i := bytes.IndexByte(s, '{')
+	if i <= 0 || bytes.IndexByte(s[:i], ' ') >= 0 {
+		return append(dst, s...) // no labels, or quoted-name form
+	}
+	dst = append(dst, s[:i+1]...)
+	first := true
+	j := i + 1
+	for {
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if j >= len(s) {
+			return append(dst[:orig], s...)
+		}
+		if s[j] == '}' {
+			j++
+			break
+		}
+		k := j
+		for j < len(s) && s[j] != '=' && s[j] != ' ' && s[j] != '\t' && s[j] != '"' {
+			j++
+		}
+		key := s[k:j]
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if len(key) == 0 || j >= len(s) || s[j] != '=' {
+			return append(dst[:orig], s...)
+		}
+		j++
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if j >= len(s) || s[j] != '"' {
+			return append(dst[:orig], s...)
+		}
+		for j++; j < len(s) && s[j] != '"'; j++ {
+			if s[j] == '\\' {
+				j++
+			}
+		}
+		if j >= len(s) {
+			return append(dst[:orig], s...)
+		}
+		j++ // closing quote
+		if mp.keepsLabel(key) {
+			if !first {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, s[k:j]...)
+			first = false
+		}
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if j < len(s) && s[j] == ',' {
+			j++
+		}
+	}
+	dst = append(dst, '}')
+	return append(dst, s[j:]...)
+}
+
+func (mp *mapper) keepsLabel(name []byte) bool {
+	for _, l := range mp.labels {
+		if string(name) == l {
+			return true
+		}
+	}
+	return false
 }
 
 // textType reports whether an OpenMetrics type exists in the text format.
