@@ -19,6 +19,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -119,6 +120,8 @@ func (e *ExtProc) Run(ctx context.Context) error {
 	gs := grpc.NewServer(
 		grpc.WaitForHandlers(true),
 		grpc.MaxRecvMsgSize(int(e.cfg.MaxBodyBytes)+1<<20),
+		experimental.BufferPool(grpcBuffers),
+		grpc.ForceServerCodecV2(protoCodec{}),
 	)
 	extprocv3.RegisterExternalProcessorServer(gs, e)
 	healthpb.RegisterHealthServer(gs, e.health)

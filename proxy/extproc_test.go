@@ -498,3 +498,28 @@ func TestExtProcResponseBodyNone(t *testing.T) {
 	}
 	f.waitIdle(t)
 }
+
+func TestBufferPoolClasses(t *testing.T) {
+	var p bufferPool
+	tests := []struct {
+		n, wantCap int
+	}{
+		{0, 256}, {1, 256}, {256, 256}, // class 0: 2^8
+		{257, 512},               // 2^9
+		{33 << 10, 64 << 10},     // an 8k-token body: 2^16
+		{1 << 20, 1 << 20},       // exactly 2^20
+		{16 << 20, 16 << 20},     // the largest class, 2^24
+		{16<<20 + 1, 16<<20 + 1}, // beyond: unpooled, exact
+	}
+	for _, tt := range tests {
+		b := p.Get(tt.n)
+		if len(*b) != tt.n || cap(*b) != tt.wantCap {
+			t.Errorf("Get(%d): len %d cap %d, want len %d cap %d", tt.n, len(*b), cap(*b), tt.n, tt.wantCap)
+		}
+		p.Put(b)
+		// A recycled buffer must come back with room for the request.
+		if b2 := p.Get(tt.n); len(*b2) != tt.n || cap(*b2) < tt.n {
+			t.Errorf("Get(%d) after Put: len %d cap %d", tt.n, len(*b2), cap(*b2))
+		}
+	}
+}

@@ -406,6 +406,14 @@ func (s *scan) strAppend(dst []byte) ([]byte, error) {
 			return append(dst, b[run:i]...), nil
 		case '\\':
 			dst = append(dst, b[run:i]...)
+			if i+1 < len(b) {
+				if e := simpleEscape[b[i+1]]; e != 0 {
+					dst = append(dst, e)
+					i += 2
+					run = i
+					continue
+				}
+			}
 			n, ok := escapeLen(b[i:])
 			if !ok {
 				return dst, ErrInvalidJSON
@@ -419,6 +427,10 @@ func (s *scan) strAppend(dst []byte) ([]byte, error) {
 	}
 	return dst, ErrInvalidJSON
 }
+
+// simpleEscape maps the character after a backslash to what it stands
+// for, for the two-byte escapes (0: not one).
+var simpleEscape = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // escapeLen validates the escape at the start of b and returns its length:
 // 2, 6 for \uXXXX, or 12 for a \uXXXX\uXXXX surrogate pair (which unescape
