@@ -209,27 +209,28 @@ func modeFromProto(m filterv3.ProcessingMode_BodySendMode) bodyMode {
 
 // exchange is the state of one ext_proc stream; pooled.
 type exchange struct {
-	e          *ExtProc
-	srv        extprocv3.ExternalProcessor_ProcessServer
-	st         *reqState
-	reqMode    bodyMode
-	respMode   bodyMode
-	first      bool
-	session    string
-	requestID  string
-	subset     []string
-	subsetSet  bool
-	subsetBad  bool
-	arrival    time.Time
-	picked     time.Time
-	d          *scheduler.Decision
-	addr       string
-	scores     string
-	admitted   bool
-	status     int
-	ttfb       time.Duration
-	gotFirst   bool
-	headersOut bool // request headers answered
+	e           *ExtProc
+	srv         extprocv3.ExternalProcessor_ProcessServer
+	st          *reqState
+	reqMode     bodyMode
+	respMode    bodyMode
+	first       bool
+	session     string
+	requestID   string
+	subset      []string
+	subsetSet   bool
+	subsetBad   bool
+	arrival     time.Time
+	picked      time.Time
+	d           *scheduler.Decision
+	addr        string
+	scores      string
+	admitted    bool
+	status      int
+	ttfb        time.Duration
+	gotFirst    bool
+	headersOut  bool // request headers answered
+	headersSeen bool
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -327,6 +328,10 @@ func headerValue(h *corev3.HeaderValue) string {
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
+	if x.headersSeen {
+		return false, errors.New("request headers sent twice on one stream")
+	}
+	x.headersSeen = true
 	x.arrival = x.e.deps.Clock.Now()
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch strings.ToLower(hv.GetKey()) {

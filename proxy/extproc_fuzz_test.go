@@ -79,6 +79,7 @@ func FuzzExtProcMessages(f *testing.F) {
 	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m"}`, false), trailers, respH, trailers))
 	f.Add(encodeMessages(rb(`{"model":"m"}`, true), rb(`{"model":"m"}`, true), respB, respH))
 	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"nope"}`, true)))
+	f.Add(encodeMessages(requestHeaders(true, nil, nil), requestHeaders(true, nil, nil), respH))
 	f.Add([]byte{0x05, 0x0a, 0x03, 0x0a, 0x01, 0x00})
 	fx := newFixture(f, preferOrder(epA, epB, epC), epA, epB, epC)
 	cfg := DefaultConfig()
