@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -521,5 +522,25 @@ func TestBufferPoolClasses(t *testing.T) {
 		if b2 := p.Get(tt.n); len(*b2) != tt.n || cap(*b2) < tt.n {
 			t.Errorf("Get(%d) after Put: len %d cap %d", tt.n, len(*b2), cap(*b2))
 		}
+	}
+}
+
+func TestExtProcDrainDeadlineCancelsStreams(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	cfg := DefaultConfig()
+	cfg.DrainTimeout = 50 * time.Millisecond
+	c, _, stop := startExtProc(t, cfg, f)
+	s := openStream(t, context.Background(), c)
+	s.send(requestHeaders(false, nil, duplex))
+	s.send(requestBody([]byte(`{"model":"m"}`), true))
+	s.recv()
+	s.recv()
+	stop() // the stream never ends on its own: cut at the deadline
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeCanceled {
+		t.Errorf("outcome %+v, want canceled", o)
+	}
+	f.waitIdle(t)
+	if _, err := s.s.Recv(); err == nil {
+		t.Error("stream still open after Run returned")
 	}
 }

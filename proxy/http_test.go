@@ -488,3 +488,31 @@ trimtab_proxy_retries_total 1
 		}
 	}
 }
+
+func TestHTTPDrainDeadlineCutsStreams(t *testing.T) {
+	u := newUpstream(t)
+	u.events, u.hold = 1, true // one event, then nothing until cancelled
+	f := newFixture(t, nil, u.addr)
+	cfg := DefaultConfig()
+	cfg.DrainTimeout = 50 * time.Millisecond
+	h, err := NewHTTP(cfg, f.deps(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := start(t, h)
+	resp := post(t, "http://"+addr+"/v1/completions", `{"model":"m","stream":true,"prompt":"x"}`, nil)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	stop() // returns only after the stream was cut and its handler returned
+	<-u.cancelled
+	if _, err := io.ReadAll(br); err == nil {
+		t.Error("stream ended cleanly; want it cut at the drain deadline")
+	}
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeCanceled {
+		t.Errorf("outcome %+v, want canceled", o)
+	}
+	f.waitIdle(t)
+}
