@@ -49,7 +49,8 @@ type Deps struct {
 	// nothing. Share one between the servers and the admin server.
 	Recorder *Recorder
 	// Listener, when set, is used instead of listening on the configured
-	// address (tests pass 127.0.0.1:0). Run closes it.
+	// address (tests pass 127.0.0.1:0). Run closes it. It belongs to one
+	// server: give each constructor its own Deps value.
 	Listener net.Listener
 }
 
