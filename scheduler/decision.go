@@ -86,7 +86,10 @@ func (d *Decision) Advance() bool {
 
 // Done records how the request ended: it releases the in-flight count,
 // tells completion-aware scorers and recycles the decision. It must be
-// called exactly once; later calls are ignored.
+// called exactly once. Done recycles d, so the caller must drop every
+// reference to d when it calls Done: a second call that races the first is
+// ignored, but one made after d was handed to another request would finish
+// that request instead.
 func (d *Decision) Done(o Outcome) {
 	if d.done.Swap(true) {
 		return
