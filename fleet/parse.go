@@ -77,7 +77,7 @@ func newParser(mp *mapper) *parser {
 //
 // Both formats are parsed with expfmt.TextParser. An OpenMetrics body is
 // first normalised line by line to the text format (the kept lines differ
-// only in # EOF, OpenMetrics-only types, float timestamps and exemplars):
+// only in # EOF, float timestamps and exemplars):
 // expfmt v0.73's OpenMetrics decoder parses each line with an ABNF engine
 // and takes ~70 ms for a ten-line exposition, far beyond a 50 ms interval.
 // TestOpenMetricsMatchesDecoder checks the two agree.
@@ -94,8 +94,8 @@ func (p *parser) parse(body []byte, openMetrics bool, models []string) (Metrics,
 	return p.mp.extract(fams, models)
 }
 
-// filter appends to dst the lines of body that belong to metric families
-// the mapping reads (samples and their # TYPE lines), so the expfmt parser
+// filter appends to dst the sample lines of body that belong to metric
+// families the mapping reads, so the expfmt parser
 // only builds what is used: a realistic vLLM exposition is ~300 lines of
 // which ~10 are kept. Every sample line's metric name is still checked, so
 // garbage input is a parse error, not a silently empty exposition. With om
@@ -128,32 +128,12 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 		var name []byte
 		switch s[0] {
 		case '#':
-			// Only # TYPE lines of wanted families are kept: # HELP and
-			// # UNIT are optional in both formats and cost allocations.
+			// Comments, # HELP and # TYPE lines are dropped: every mapped
+			// quantity is read as a plain value, and each kept line costs
+			// the parser allocations.
 			if om && string(s) == "# EOF" {
 				eof = true
-				continue
 			}
-			if !bytes.HasPrefix(s, []byte("# TYPE ")) {
-				continue
-			}
-			rest := s[7:]
-			for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
-				rest = rest[1:]
-			}
-			end := 0
-			for end < len(rest) && rest[end] != ' ' && rest[end] != '\t' {
-				end++
-			}
-			name = rest[:end]
-			if !mp.wants(name) {
-				continue
-			}
-			if om && !textType(bytes.TrimSpace(rest[end:])) {
-				continue // unknown, info, stateset, gaugehistogram: untyped in text
-			}
-			dst = append(dst, s...)
-			dst = append(dst, '\n')
 			continue
 		case '{':
 			// UTF-8 quoted name: {"name", labels…} value
@@ -269,15 +249,6 @@ func (mp *mapper) keepsLabel(name []byte) bool {
 		if string(name) == l {
 			return true
 		}
-	}
-	return false
-}
-
-// textType reports whether an OpenMetrics type exists in the text format.
-func textType(t []byte) bool {
-	switch string(t) {
-	case "counter", "gauge", "histogram", "summary":
-		return true
 	}
 	return false
 }

@@ -185,7 +185,8 @@ func TestParseBadInput(t *testing.T) {
 		{"inf kv", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc +Inf\n", false, ReasonInvalidValue},
 		{"bad block size", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\nvllm:cache_config_info{block_size=\"x\",num_gpu_blocks=\"1\"} 1\n", false, ReasonInvalidValue},
 		{"openmetrics without EOF", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n", true, ReasonParse},
-		{"duplicate TYPE", "# TYPE vllm:num_requests_waiting gauge\n# TYPE vllm:num_requests_waiting counter\nvllm:num_requests_waiting 1\n", false, ReasonParse},
+		{"data after EOF", "vllm:num_requests_waiting 1\n# EOF\nvllm:num_requests_running 1\n", true, ReasonParse},
+		{"unterminated labels", "vllm:num_requests_waiting{a=\"b 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n", false, ReasonParse},
 	}
 	p := newParser(mustMapper(t, EngineVLLM, Mapping{}))
 	for _, tt := range tests {

@@ -56,22 +56,17 @@ func (f *Fleet) scrapeLoop(ctx context.Context, ep *endpoint, offset time.Durati
 func (f *Fleet) scrape(ctx context.Context, ep *endpoint, p *parser, buf *bytes.Buffer) (Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.url, nil)
-	if err != nil {
-		return Metrics{}, &ScrapeError{ReasonConnect, err}
-	}
-	req.Header.Set("Accept", acceptHeader)
-	resp, err := f.client.Do(req)
+	resp, err := f.client.Do(ep.req.WithContext(ctx))
 	if err != nil {
 		return Metrics{}, transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Metrics{}, &ScrapeError{ReasonHTTPStatus, fmt.Errorf("GET %s: %s", ep.url, resp.Status)}
+		return Metrics{}, &ScrapeError{ReasonHTTPStatus, fmt.Errorf("GET %s: %s", ep.req.URL, resp.Status)}
 	}
 	max := f.cfg.MaxBodyBytes
 	if resp.ContentLength > max {
-		return Metrics{}, &ScrapeError{ReasonTooLarge, fmt.Errorf("GET %s: Content-Length %d > max_body_bytes %d", ep.url, resp.ContentLength, max)}
+		return Metrics{}, &ScrapeError{ReasonTooLarge, fmt.Errorf("GET %s: Content-Length %d > max_body_bytes %d", ep.req.URL, resp.ContentLength, max)}
 	}
 	buf.Reset()
 	// Read at most max+1 bytes: one more than allowed proves the body is
@@ -81,7 +76,7 @@ func (f *Fleet) scrape(ctx context.Context, ep *endpoint, p *parser, buf *bytes.
 		return Metrics{}, transportError(ctx, err)
 	}
 	if int64(buf.Len()) > max {
-		return Metrics{}, &ScrapeError{ReasonTooLarge, fmt.Errorf("GET %s: body exceeds max_body_bytes %d", ep.url, max)}
+		return Metrics{}, &ScrapeError{ReasonTooLarge, fmt.Errorf("GET %s: body exceeds max_body_bytes %d", ep.req.URL, max)}
 	}
 	om := expfmt.ResponseFormat(resp.Header).FormatType() == expfmt.TypeOpenMetrics
 	ep.mu.Lock()
