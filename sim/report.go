@@ -44,9 +44,13 @@ func (sw *Sweep) policyIndex(name string) int {
 	return -1
 }
 
-// Verdict compares adaptive against the best policy at one level.
+// Verdict compares an adaptive policy against the best policy at one
+// level.
 type Verdict struct {
-	Level float64
+	// Policy is the adaptive policy judged ("adaptive", or a profile whose
+	// name starts with "adaptive").
+	Policy string
+	Level  float64
 	// BestP50Policy and BestP99Policy hold the lowest mean p50 / p99 TTFT.
 	BestP50Policy, BestP99Policy string
 	BestP50, BestP99             float64
@@ -60,17 +64,25 @@ type Verdict struct {
 	StaticP99Ratio, StaticThroughputRatio float64
 }
 
-// Verdicts returns one Verdict per level, or nil when adaptive was not run.
+// Verdicts returns one Verdict per adaptive policy (name starting with
+// "adaptive") and level; nil when none was run.
 func (sw *Sweep) Verdicts() []Verdict {
-	ai := sw.policyIndex(PolicyAdaptive)
-	if ai < 0 {
-		return nil
-	}
 	si := sw.policyIndex(PolicyStatic322)
 	sums := sw.Summaries()
 	var out []Verdict
+	for ai, name := range sw.Policies {
+		if !strings.HasPrefix(name, PolicyAdaptive) {
+			continue
+		}
+		out = append(out, sw.verdicts(sums, ai, si)...)
+	}
+	return out
+}
+
+func (sw *Sweep) verdicts(sums [][]Summary, ai, si int) []Verdict {
+	var out []Verdict
 	for l, row := range sums {
-		v := Verdict{Level: sw.Levels[l], BestP50: math.Inf(1), BestP99: math.Inf(1)}
+		v := Verdict{Policy: sw.Policies[ai], Level: sw.Levels[l], BestP50: math.Inf(1), BestP99: math.Inf(1)}
 		for _, s := range row {
 			if s.TTFTP50 < v.BestP50 {
 				v.BestP50, v.BestP50Policy = s.TTFTP50, s.Policy
@@ -123,11 +135,11 @@ func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
 	}
 	if vs := sw.Verdicts(); vs != nil {
 		b.WriteString("Adaptive against the best policy at each level (mean over seeds; + is slower):\n\n")
-		b.WriteString("| " + sc.LevelUnit() + " | best p50 | adaptive p50 | gap | best p99 | adaptive p99 | gap | adaptive ÷ static p99 | adaptive ÷ static tok/s |\n")
-		b.WriteString("|--:|---|--:|--:|---|--:|--:|--:|--:|\n")
+		b.WriteString("| policy | " + sc.LevelUnit() + " | best p50 | its p50 | gap | best p99 | its p99 | gap | ÷ static p99 | ÷ static tok/s |\n")
+		b.WriteString("|---|--:|---|--:|--:|---|--:|--:|--:|--:|\n")
 		for _, v := range vs {
-			fmt.Fprintf(&b, "| %s | %s %.1f | %.1f | %+.1f%% | %s %.1f | %.1f | %+.1f%% | %.2f | %.2f |\n",
-				fmtLevel(v.Level), v.BestP50Policy, v.BestP50, v.AdaptiveP50, 100*v.P50Gap,
+			fmt.Fprintf(&b, "| %s | %s | %s %.1f | %.1f | %+.1f%% | %s %.1f | %.1f | %+.1f%% | %.2f | %.2f |\n",
+				v.Policy, fmtLevel(v.Level), v.BestP50Policy, v.BestP50, v.AdaptiveP50, 100*v.P50Gap,
 				v.BestP99Policy, v.BestP99, v.AdaptiveP99, 100*v.P99Gap, v.StaticP99Ratio, v.StaticThroughputRatio)
 		}
 		b.WriteString("\n")

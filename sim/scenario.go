@@ -332,8 +332,13 @@ func LoadScenario(path string) (*Scenario, error) {
 	if serr != nil {
 		return nil, fmt.Errorf("scenario: %w (and no shipped scenario %q)", err, name)
 	}
-	return ParseScenario(data, "")
+	return ParseScenario(data, ShippedDir)
 }
+
+// ShippedDir is where the shipped scenarios live in the repository; their
+// relative paths (the trace) resolve from it, so run from the repository
+// root or pass the trace explicitly.
+const ShippedDir = "sim/scenarios"
 
 // Shipped returns the names of the embedded scenarios, sorted.
 func Shipped() []string {
@@ -352,7 +357,7 @@ func ShippedScenario(name string) (*Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scenario: no shipped scenario %q", name)
 	}
-	return ParseScenario(data, "")
+	return ParseScenario(data, ShippedDir)
 }
 
 // TracePath resolves the trace file: override when set, else the

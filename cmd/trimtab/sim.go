@@ -125,8 +125,8 @@ a profile can be tuned here before it goes to production.`,
 				fmt.Fprintf(stderr, "%s: %d runs of %v simulated in %v wall (%d in parallel) → %s\n",
 					sc.Name, runs, sc.Duration, wall.Round(time.Millisecond), parallel, filepath.Join(out, sc.Name+".md"))
 				for _, v := range sw.Verdicts() {
-					fmt.Fprintf(stderr, "  %s %g: adaptive p50 %+.1f%% vs %s, p99 %+.1f%% vs %s, p99 ÷ static %.2f, tok/s ÷ static %.2f\n",
-						sc.LevelUnit(), v.Level, 100*v.P50Gap, v.BestP50Policy, 100*v.P99Gap, v.BestP99Policy, v.StaticP99Ratio, v.StaticThroughputRatio)
+					fmt.Fprintf(stderr, "  %s %s %g: p50 %+.1f%% vs %s, p99 %+.1f%% vs %s, p99 ÷ static %.2f, tok/s ÷ static %.2f\n",
+						v.Policy, sc.LevelUnit(), v.Level, 100*v.P50Gap, v.BestP50Policy, 100*v.P99Gap, v.BestP99Policy, v.StaticP99Ratio, v.StaticThroughputRatio)
 				}
 			}
 			return nil
