@@ -73,6 +73,13 @@ func (sw *Sweep) drawTTFT(path string) error {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	sums := sw.Summaries()
+	top := 0.0
+	for _, row := range sums {
+		for _, s := range row {
+			top = max(top, s.TTFTP99)
+		}
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.45 // room for the legend
 	for pi, name := range sw.Policies {
 		xys := make(plotter.XYs, len(sw.Levels))
 		for l := range sw.Levels {
@@ -102,7 +109,9 @@ func (sw *Sweep) drawControl(path string, r *Result) error {
 	p.Title.Text = fmt.Sprintf("%s: adaptive control loop (seed %d)", sw.Scenario.Name, r.Seed)
 	p.X.Label.Text = "time (s)"
 	p.Y.Label.Text = "signal / mode / weight share"
-	p.Y.Min, p.Y.Max = 0, 1.05
+	// Headroom above 1 keeps the legend off the curves.
+	p.Y.Min, p.Y.Max = 0, 1.6
+	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25}, {Value: 0.5, Label: "0.5"}, {Value: 0.75}, {Value: 1, Label: "1"}})
 	p.Legend.Top = true
 	add := func(i int, label string, ys []float64, width vg.Length, dashed bool) error {
 		xys := make(plotter.XYs, len(tl.T))

@@ -28,6 +28,7 @@ func newSimCmd() *cobra.Command {
 		levels    []float64
 		noPlots   bool
 		profiles  []string
+		think     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -84,6 +85,9 @@ a profile can be tuned here before it goes to production.`,
 				}
 				if len(levels) > 0 {
 					sc.Load.Levels = levels
+				}
+				if think > 0 {
+					sc.Load.ThinkTime = think
 				}
 				start := time.Now()
 				bar := newProgress(stderr, sc.Name)
@@ -143,6 +147,7 @@ a profile can be tuned here before it goes to production.`,
 	f.DurationVar(&duration, "duration", 0, "override the scenario's simulated duration")
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
+	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
 }
