@@ -137,6 +137,7 @@ type EndpointView struct {
 	KVUtil         float64           `json:"kv_util"`
 	Capacity       float64           `json:"capacity"`
 	InFlight       int64             `json:"in_flight"`
+	Picks          uint64            `json:"picks"`
 	LoRAActive     []string          `json:"lora_active,omitempty"`
 	LoRAWaiting    []string          `json:"lora_waiting,omitempty"`
 	ScrapedAt      time.Time         `json:"scraped_at"`
@@ -147,14 +148,17 @@ type EndpointView struct {
 func (a *Admin) endpoints(w http.ResponseWriter, _ *http.Request) {
 	pool := a.deps.View.Pool()
 	out := struct {
-		Version   uint64         `json:"version"`
+		Version uint64 `json:"version"`
+		// Now is the server's time, so clients measure metrics age
+		// against it rather than their own clock.
+		Now       time.Time      `json:"now"`
 		Endpoints []EndpointView `json:"endpoints"`
-	}{Version: pool.Version, Endpoints: []EndpointView{}}
+	}{Version: pool.Version, Now: a.deps.Clock.Now(), Endpoints: []EndpointView{}}
 	for _, e := range pool.Pointers() {
 		out.Endpoints = append(out.Endpoints, EndpointView{
 			Address: e.Address, Name: e.Name, Models: e.Models, Labels: e.Labels, State: e.State.String(),
 			Waiting: e.Waiting, Running: e.Running, KVUtil: e.KVUtil, Capacity: e.CapacityOrOne(),
-			InFlight: e.InFlight(), LoRAActive: e.LoRA.Active, LoRAWaiting: e.LoRA.Waiting,
+			InFlight: e.InFlight(), Picks: e.Picks(), LoRAActive: e.LoRA.Active, LoRAWaiting: e.LoRA.Waiting,
 			ScrapedAt: e.ScrapedAt, CacheBlockSize: e.CacheBlockSize, CacheBlocks: e.CacheBlocks,
 		})
 	}

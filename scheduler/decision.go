@@ -72,10 +72,11 @@ func (d *Decision) Advance() bool {
 	if d.at+1 >= len(d.order) {
 		return false
 	}
-	d.Endpoint.inflight.Add(-1)
+	d.Endpoint.st.inflight.Add(-1)
 	d.at++
 	d.Endpoint = d.cands[d.order[d.at]]
-	d.Endpoint.inflight.Add(1)
+	d.Endpoint.st.inflight.Add(1)
+	d.Endpoint.st.picks.Add(1)
 	s := d.s
 	for _, si := range s.pickObs {
 		d.cs.cur = si
@@ -95,7 +96,7 @@ func (d *Decision) Done(o Outcome) {
 		return
 	}
 	s := d.s
-	d.Endpoint.inflight.Add(-1)
+	d.Endpoint.st.inflight.Add(-1)
 	for _, si := range s.doneObs {
 		s.entries[si].Scorer.(DoneObserver).Done(d.Request, d.Endpoint, o)
 	}

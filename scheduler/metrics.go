@@ -59,6 +59,8 @@ type poolCollector struct{ s *Scheduler }
 var (
 	inflightDesc = prometheus.NewDesc("trimtab_scheduler_inflight_requests",
 		"Requests this router sent to an endpoint that have not completed.", []string{"endpoint"}, nil)
+	picksDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_picks_total",
+		"Decisions that chose an endpoint (retries moved to it included), since this router first saw it.", []string{"endpoint"}, nil)
 	endpointsDesc = prometheus.NewDesc("trimtab_scheduler_endpoints",
 		"Endpoints in the installed pool, by metrics state.", []string{"state"}, nil)
 	weightDesc = prometheus.NewDesc("trimtab_scheduler_weight",
@@ -69,6 +71,7 @@ var (
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
+	ch <- picksDesc
 	ch <- endpointsDesc
 	ch <- weightDesc
 	ch <- weightsVersionDesc
@@ -79,6 +82,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	var states [3]int
 	for _, e := range p.ptrs {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
+		ch <- prometheus.MustNewConstMetric(picksDesc, prometheus.CounterValue, float64(e.Picks()), e.Address)
 		if int(e.State) < len(states) {
 			states[e.State]++
 		}

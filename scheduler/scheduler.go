@@ -93,7 +93,7 @@ type Scheduler struct {
 	seq     atomic.Uint64
 
 	mu       sync.Mutex // serialises SetEndpoints
-	counters map[string]*atomic.Int64
+	states   map[string]*endpointState // by address, across pools
 
 	decisions sync.Pool
 }
@@ -128,7 +128,7 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		filters:  append([]Filter(nil), filters...),
 		picker:   picker,
 		log:      deps.Logger,
-		counters: map[string]*atomic.Int64{},
+		states:   map[string]*endpointState{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -173,7 +173,7 @@ func (s *Scheduler) Publish(w *Weights) error {
 func (s *Scheduler) Pool() *Pool { return s.pool.Load() }
 
 // SetEndpoints installs a new pool built from a copy of eps, merges in the
-// router-local in-flight counters (kept across pools by address) and tells
+// router-local in-flight and pick counters (kept across pools by address) and tells
 // PoolObserver scorers. Counters of endpoints that left are dropped once
 // they reach zero.
 func (s *Scheduler) SetEndpoints(eps []Endpoint) {
@@ -184,18 +184,18 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 	present := make(map[string]bool, len(eps))
 	for i := range eps {
 		p.Endpoints[i] = eps[i]
-		c := s.counters[eps[i].Address]
-		if c == nil {
-			c = new(atomic.Int64)
-			s.counters[eps[i].Address] = c
+		st := s.states[eps[i].Address]
+		if st == nil {
+			st = new(endpointState)
+			s.states[eps[i].Address] = st
 		}
-		p.Endpoints[i].inflight = c
+		p.Endpoints[i].st = st
 		p.ptrs[i] = &p.Endpoints[i]
 		present[eps[i].Address] = true
 	}
-	for addr, c := range s.counters {
-		if !present[addr] && c.Load() <= 0 {
-			delete(s.counters, addr)
+	for addr, st := range s.states {
+		if !present[addr] && st.inflight.Load() <= 0 {
+			delete(s.states, addr)
 		}
 	}
 	for _, e := range s.entries {
@@ -274,7 +274,8 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.order = d.order[:k]
 	d.at = 0
 	d.Endpoint = cands[d.order[0]]
-	d.Endpoint.inflight.Add(1)
+	d.Endpoint.st.inflight.Add(1)
+	d.Endpoint.st.picks.Add(1)
 	s.m.picks.Inc()
 	for _, si := range s.pickObs {
 		d.cs.cur = si

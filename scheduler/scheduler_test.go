@@ -240,6 +240,14 @@ func TestInFlightAccountingAndObservers(t *testing.T) {
 	if total != 2 {
 		t.Fatalf("in flight after pool change = %d, want 2", total)
 	}
+	// Picks: d1, d2 and d1's retry.
+	var picks uint64
+	for _, e := range s.Pool().Pointers() {
+		picks += e.Picks()
+	}
+	if picks != 3 {
+		t.Errorf("picks = %d, want 3", picks)
+	}
 	d1.Done(Outcome{Kind: OutcomeError})
 	d1.Done(Outcome{Kind: OutcomeSuccess}) // ignored
 	d2.Done(Outcome{Kind: OutcomeCanceled})

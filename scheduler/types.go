@@ -128,17 +128,34 @@ type Endpoint struct {
 	// State is the freshness of the metrics at publication time.
 	State State
 
-	inflight *atomic.Int64
+	st *endpointState
+}
+
+// endpointState is the router-local state of an endpoint, kept by address
+// across pools.
+type endpointState struct {
+	inflight atomic.Int64
+	picks    atomic.Uint64
 }
 
 // InFlight returns the number of requests this router has sent to the
 // endpoint that have not completed yet. It is 0 for endpoints that were
 // never installed in a Scheduler.
 func (e *Endpoint) InFlight() int64 {
-	if e.inflight == nil {
+	if e.st == nil {
 		return 0
 	}
-	return e.inflight.Load()
+	return e.st.inflight.Load()
+}
+
+// Picks returns how many decisions chose this endpoint (including retries
+// moved to it) since this router first saw its address; 0 for endpoints
+// never installed in a Scheduler.
+func (e *Endpoint) Picks() uint64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.picks.Load()
 }
 
 // CapacityOrOne returns Capacity, or 1 when it is not positive.
