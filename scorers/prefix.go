@@ -123,7 +123,11 @@ type Prefix struct {
 	freed  []uint32   // ids released by the previous PoolChanged
 
 	unknown prometheus.Counter
-	log     *slog.Logger
+	// reqBlocks and hitBlocks count, per decision, the request's indexed
+	// blocks and the leading ones the chosen endpoint already held: the
+	// router's view of the prefix-cache hit ratio.
+	reqBlocks, hitBlocks prometheus.Counter
+	log                  *slog.Logger
 }
 
 // prefixEndpoints is the published mapping from endpoints to the index's
@@ -166,10 +170,26 @@ func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
 		return nil, err
 	}
 	p.unknown = n.counter(reasonUnknown)
+	p.reqBlocks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        "trimtab_prefix_request_blocks_total",
+		Help:        "Indexed prompt blocks of the requests the prefix scorer saw picked (retries count again).",
+		ConstLabels: prometheus.Labels{"scorer": name},
+	})
+	p.hitBlocks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        "trimtab_prefix_hit_blocks_total",
+		Help:        "Leading prompt blocks the chosen endpoint already held by the index: hit_blocks / request_blocks is the router-side prefix hit ratio.",
+		ConstLabels: prometheus.Labels{"scorer": name},
+	})
 	if deps.Registerer != nil {
-		if err := deps.Registerer.Register(newPrefixCollector(p, name)); err != nil {
-			deps.Registerer.Unregister(n.vec)
-			return nil, fmt.Errorf("scorer %q: register metrics: %w", name, err)
+		registered := []prometheus.Collector{n.vec}
+		for _, c := range []prometheus.Collector{newPrefixCollector(p, name), p.reqBlocks, p.hitBlocks} {
+			if err := deps.Registerer.Register(c); err != nil {
+				for _, r := range registered {
+					deps.Registerer.Unregister(r)
+				}
+				return nil, fmt.Errorf("scorer %q: register metrics: %w", name, err)
+			}
+			registered = append(registered, c)
 		}
 	}
 	return p, nil
@@ -189,6 +209,7 @@ type prefixScratch struct {
 	byShard []uint16              // block indexes grouped by shard, ascending within one
 	start   []int32               // byShard[start[s]:start[s+1]] are shard s's blocks
 	held    []uint64              // per candidate, a bitmap of blocks it holds
+	matched []int32               // per candidate, leading blocks held (Score's numerator)
 	ids     []uint32              // per candidate, its id
 	idsTab  *prefixEndpoints      // table ids was resolved with
 	idsFor  []*scheduler.Endpoint // candidates ids was resolved for
@@ -285,8 +306,9 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 
 	tab := p.tab.Load()
 	words := (n + 63) / 64
-	sc.held = growUint64(sc.held, len(eps)*words)
+	sc.held = grow(sc.held, len(eps)*words)
 	clear(sc.held)
+	sc.matched = grow(sc.matched, len(eps))
 	if need := int(tab.maxID) + 1; len(sc.candOf) < need {
 		sc.candOf = make([]int32, need)
 	}
@@ -321,7 +343,8 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 				break
 			}
 		}
-		out[i] = float64(min(run, n)) * inv
+		sc.matched[i] = int32(min(run, n))
+		out[i] = float64(sc.matched[i]) * inv
 	}
 	for _, id := range sc.ids[:len(eps)] {
 		candOf[id] = 0 // candOf[0] is never read as a candidate
@@ -381,7 +404,7 @@ func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*sche
 	if sc.idsTab == tab && slices.Equal(sc.idsFor, eps) {
 		return
 	}
-	sc.ids = growUint32(sc.ids, len(eps))
+	sc.ids = grow(sc.ids, len(eps))
 	for i, e := range eps {
 		sc.ids[i] = tab.id(e)
 	}
@@ -401,6 +424,15 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 	if id == 0 {
 		p.unknown.Inc()
 		return
+	}
+	p.reqBlocks.Add(float64(sc.n))
+	if sc.idsTab == tab {
+		for i, cid := range sc.ids[:len(sc.matched)] {
+			if cid == id {
+				p.hitBlocks.Add(float64(sc.matched[i]))
+				break
+			}
+		}
 	}
 	perShard := tab.perShard[id]
 	for s := range p.shards {
@@ -551,16 +583,11 @@ func (p *Prefix) Stats() PrefixStats {
 	return st
 }
 
-func growUint64(b []uint64, n int) []uint64 {
+// grow returns b resized to n, reallocating only when it is too small.
+// The contents are unspecified.
+func grow[T any](b []T, n int) []T {
 	if cap(b) < n {
-		return make([]uint64, n)
-	}
-	return b[:n]
-}
-
-func growUint32(b []uint32, n int) []uint32 {
-	if cap(b) < n {
-		return make([]uint32, n)
+		return make([]T, n)
 	}
 	return b[:n]
 }

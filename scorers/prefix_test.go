@@ -292,6 +292,21 @@ trimtab_prefix_index_evictions_total{scorer="prefix"} 0
 		"trimtab_prefix_index_capacity_blocks", "trimtab_prefix_index_evictions_total"); err != nil {
 		t.Error(err)
 	}
+	// Hit ratio: the first request found nothing (0 of 4 blocks); ABCX on
+	// a:1, where the index holds ABCD, finds the leading ABC: 3 of 4.
+	h.route(t, scheduler.Request{Prompt: prompt("ABCX")}, "a:1")
+	hits := `
+# HELP trimtab_prefix_hit_blocks_total Leading prompt blocks the chosen endpoint already held by the index: hit_blocks / request_blocks is the router-side prefix hit ratio.
+# TYPE trimtab_prefix_hit_blocks_total counter
+trimtab_prefix_hit_blocks_total{scorer="prefix"} 3
+# HELP trimtab_prefix_request_blocks_total Indexed prompt blocks of the requests the prefix scorer saw picked (retries count again).
+# TYPE trimtab_prefix_request_blocks_total counter
+trimtab_prefix_request_blocks_total{scorer="prefix"} 8
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(hits),
+		"trimtab_prefix_hit_blocks_total", "trimtab_prefix_request_blocks_total"); err != nil {
+		t.Error(err)
+	}
 	// 64 slots of 16 bytes in each of the (at most 4) shards holding a block.
 	if st.Bytes < 64*bytesPerSlot || st.Bytes > 1<<16 {
 		t.Errorf("bytes %d out of the plausible range", st.Bytes)
