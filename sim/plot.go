@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -20,8 +21,9 @@ type Image struct {
 }
 
 // Images lists the sweep's figures: TTFT p99 against load per policy;
-// adaptive's signal, mode and weights over time; per-pod load over time
-// for static 3:2:2 and adaptive (headline level, first seed).
+// each adaptive policy's signal, mode and weights over time; per-pod load
+// over time for static 3:2:2 and each adaptive policy (headline level,
+// first seed).
 func (sw *Sweep) Images() []Image {
 	name := sw.Scenario.Name
 	imgs := []Image{{
@@ -30,21 +32,25 @@ func (sw *Sweep) Images() []Image {
 		draw:  sw.drawTTFT,
 	}}
 	h := sw.HeadlineIndex()
-	if ai := sw.policyIndex(PolicyAdaptive); ai >= 0 && sw.Runs[h][ai][0].Timeline != nil {
-		imgs = append(imgs, Image{
-			Title: fmt.Sprintf("%s: adaptive signal, mode and weights at %s %s", name, sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])),
-			File:  "bench-" + name + "-adaptive.png",
-			draw:  func(path string) error { return sw.drawControl(path, sw.Runs[h][ai][0]) },
-		})
-	}
-	for _, pol := range []string{PolicyStatic322, PolicyAdaptive} {
-		pi := sw.policyIndex(pol)
-		if pi < 0 || sw.Runs[h][pi][0].Timeline == nil {
+	unit, level := sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])
+	for pi, pol := range sw.Policies {
+		if !strings.HasPrefix(pol, PolicyAdaptive) || sw.Runs[h][pi][0].Timeline == nil {
 			continue
 		}
 		r := sw.Runs[h][pi][0]
 		imgs = append(imgs, Image{
-			Title: fmt.Sprintf("%s: per-pod load (running + waiting) under %s at %s %s", name, pol, sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])),
+			Title: fmt.Sprintf("%s: %s signal, mode and weights at %s %s", name, pol, unit, level),
+			File:  "bench-" + name + "-" + pol + ".png",
+			draw:  func(path string) error { return sw.drawControl(path, r) },
+		})
+	}
+	for pi, pol := range sw.Policies {
+		if (pol != PolicyStatic322 && !strings.HasPrefix(pol, PolicyAdaptive)) || sw.Runs[h][pi][0].Timeline == nil {
+			continue
+		}
+		r := sw.Runs[h][pi][0]
+		imgs = append(imgs, Image{
+			Title: fmt.Sprintf("%s: per-pod load (running + waiting) under %s at %s %s", name, pol, unit, level),
 			File:  "bench-" + name + "-load-" + pol + ".png",
 			draw:  func(path string) error { return sw.drawLoad(path, r) },
 		})
@@ -106,7 +112,7 @@ func (sw *Sweep) drawTTFT(path string) error {
 func (sw *Sweep) drawControl(path string, r *Result) error {
 	tl := r.Timeline
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: adaptive control loop (seed %d)", sw.Scenario.Name, r.Seed)
+	p.Title.Text = fmt.Sprintf("%s: %s control loop (seed %d)", sw.Scenario.Name, r.Policy, r.Seed)
 	p.X.Label.Text = "time (s)"
 	p.Y.Label.Text = "signal / mode / weight share"
 	// Headroom above 1 keeps the legend off the curves.
