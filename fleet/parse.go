@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -63,6 +64,13 @@ type parser struct {
 	mp   *mapper
 	keep []byte
 	tp   expfmt.TextParser
+
+	// The last successful parse: when the kept lines and the models are
+	// the same again (an idle server), its result is reused.
+	prev       []byte
+	prevModels []string
+	prevM      Metrics
+	prevOK     bool
 }
 
 func newParser(mp *mapper) *parser {
@@ -85,13 +93,24 @@ func (p *parser) parse(body []byte, openMetrics bool, models []string) (Metrics,
 	keep, err := p.mp.filter(body, p.keep[:0], openMetrics)
 	p.keep = keep
 	if err != nil {
+		p.prevOK = false
 		return Metrics{}, &ScrapeError{ReasonParse, err}
 	}
+	if p.prevOK && bytes.Equal(keep, p.prev) && slices.Equal(models, p.prevModels) {
+		return p.prevM, nil
+	}
+	p.prevOK = false
 	fams, err := p.tp.TextToMetricFamilies(bytes.NewReader(keep))
 	if err != nil {
 		return Metrics{}, &ScrapeError{ReasonParse, err}
 	}
-	return p.mp.extract(fams, models)
+	m, err := p.mp.extract(fams, models)
+	if err != nil {
+		return Metrics{}, err
+	}
+	p.prev = append(p.prev[:0], keep...)
+	p.prevModels, p.prevM, p.prevOK = models, m, true
+	return m, nil
 }
 
 // filter appends to dst the sample lines of body that belong to metric

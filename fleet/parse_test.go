@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -269,8 +270,26 @@ func FuzzParseVLLM(f *testing.F) {
 
 func BenchmarkParseVLLM(b *testing.B) {
 	body := readTestdata(b, "vllm.txt")
+	// A second body with other load figures: alternating defeats the
+	// parser's unchanged-exposition shortcut, as a busy server does.
+	other := bytes.Replace(body, []byte("} 3.0\n"), []byte("} 4.0\n"), 1)
+	if bytes.Equal(body, other) {
+		b.Fatal("variant body equals the original")
+	}
 	p := newParser(mustMapper(b, EngineVLLM, Mapping{}))
-	b.Run("lines=328", func(b *testing.B) {
+	b.Run("lines=328/changing", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		bodies := [2][]byte{body, other}
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := p.parse(bodies[i&1], false, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("lines=328/unchanged", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
@@ -279,6 +298,38 @@ func BenchmarkParseVLLM(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestParseReusesUnchanged(t *testing.T) {
+	p := newParser(mustMapper(t, EngineVLLM, Mapping{}))
+	body := func(w int) []byte {
+		return []byte("vllm:num_requests_waiting " + strconv.Itoa(w) + "\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.5\n# HELP x\n")
+	}
+	steps := []struct {
+		body   []byte
+		models []string
+		want   float64 // waiting
+	}{
+		{body(1), nil, 1},
+		{body(1), nil, 1},                         // identical: reused
+		{append(body(1), "other 1\n"...), nil, 1}, // unread lines differ: still reused
+		{body(2), nil, 2},                         // a kept line changed: parsed again
+		{[]byte(multiModel), []string{"a"}, 1},    // model a: 1
+		{[]byte(multiModel), []string{"c"}, 100},  // same bytes, other models: parsed again
+	}
+	for i, st := range steps {
+		m, err := p.parse(st.body, false, st.models)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if m.Waiting != st.want {
+			t.Errorf("step %d: waiting %v, want %v", i, m.Waiting, st.want)
+		}
+	}
+	// An error is not cached as success.
+	if _, err := p.parse([]byte("vllm:num_requests_waiting NaN\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n"), false, nil); err == nil {
+		t.Fatal("NaN accepted")
+	}
 }
 
 // omRich exercises what the text normalisation must handle: float

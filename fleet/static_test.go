@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -231,4 +232,36 @@ func TestStaticBadFileAtStart(t *testing.T) {
 	if err == nil {
 		t.Fatal("missing file: no error")
 	}
+}
+
+func FuzzParseStatic(f *testing.F) {
+	for _, s := range []string{
+		"endpoints:\n  - address: 10.0.0.1:8000\n    name: a\n    models: [x]\n    labels: {k: v}\n    capacity: 2\n    engine: sglang\n",
+		"endpoints: []\n",
+		"endpoints:\n  - address: \"[::1]:80\"\n",
+		"endpoints: [\n",
+		"",
+		"endpoints:\n  - address: a:1\n  - address: a:1\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ts, err := ParseStatic(data, "f.yaml")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.yaml") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, tg := range ts {
+			if _, _, err := net.SplitHostPort(tg.Address); err != nil || seen[tg.Address] {
+				t.Fatalf("accepted bad or duplicate address %q", tg.Address)
+			}
+			seen[tg.Address] = true
+			if !(tg.Capacity > 0) || !tg.Ready {
+				t.Fatalf("accepted target %+v", tg)
+			}
+		}
+	})
 }
