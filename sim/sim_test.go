@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -112,12 +113,12 @@ func TestConservation(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	sc := smallScenario(t)
 	cfg := SweepConfig{Scenario: sc, Policies: allPolicies(t), Seed: 3, Seeds: 1, Parallel: 2}
-	a, err := RunSweep(cfg)
+	a, err := RunSweep(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Parallel = 1
-	b, err := RunSweep(cfg)
+	b, err := RunSweep(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestDeterminism(t *testing.T) {
 	}
 	// Another seed must change the outcome (else the seed is unused).
 	cfg.Seed, cfg.Policies = 4, cfg.Policies[len(cfg.Policies)-1:]
-	c, err := RunSweep(cfg)
+	c, err := RunSweep(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func slicesEqual(a, b []float64) bool {
 }
 
 func TestGoldenSummary(t *testing.T) {
-	sw, err := RunSweep(SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
+	sw, err := RunSweep(context.Background(), SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +336,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestReportAndPlots(t *testing.T) {
-	sw, err := RunSweep(SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
+	sw, err := RunSweep(context.Background(), SweepConfig{Scenario: smallScenario(t), Policies: allPolicies(t), Seed: 1, Seeds: 1, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

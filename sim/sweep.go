@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -33,8 +34,10 @@ type Sweep struct {
 
 // RunSweep runs every (level, policy, seed) combination. Runs are
 // independent and deterministic, so running them in parallel does not
-// change any result. Timelines are recorded for the first seed.
-func RunSweep(cfg SweepConfig) (*Sweep, error) {
+// change any result. Timelines are recorded for the first seed. When ctx
+// is cancelled no further run starts; RunSweep waits for the runs in
+// progress and returns ctx.Err().
+func RunSweep(ctx context.Context, cfg SweepConfig) (*Sweep, error) {
 	sc := cfg.Scenario
 	seeds := max(cfg.Seeds, 1)
 	sw := &Sweep{Scenario: sc, Levels: sc.Load.Levels}
@@ -90,13 +93,21 @@ func RunSweep(cfg SweepConfig) (*Sweep, error) {
 			}
 		}()
 	}
+feed:
 	for _, j := range jobs {
-		ch <- j
+		select {
+		case ch <- j:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(ch)
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return sw, nil
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,6 +76,9 @@ a profile can be tuned here before it goes to production.`,
 				return err
 			}
 			stderr := cmd.ErrOrStderr()
+			// Ctrl-C stops starting new runs; the runs in progress finish.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			for _, name := range scenarios {
 				sc, err := sim.LoadScenario(name)
 				if err != nil {
@@ -91,7 +96,7 @@ a profile can be tuned here before it goes to production.`,
 				}
 				start := time.Now()
 				bar := newProgress(stderr, sc.Name)
-				sw, err := sim.RunSweep(sim.SweepConfig{
+				sw, err := sim.RunSweep(ctx, sim.SweepConfig{
 					Scenario:  sc,
 					Policies:  pols,
 					Seed:      seed,
