@@ -1,0 +1,43 @@
+// Package sim is trimtab's fleet simulator: a discrete-event model of
+// vLLM-like servers (package sim/engine) on virtual time, driven by
+// workloads from YAML scenarios and routed by the real scheduler, scorers,
+// detector and configurator, so a profile can be tried, and policies
+// compared, before anything touches production.
+//
+// # A run
+//
+// Run simulates one scenario at one load level under one policy with one
+// seed. Its event loop orders events by (virtual time, insertion order):
+// request arrivals (closed-loop clients, Poisson arrivals or trace
+// timestamps), engine step ends, scrape ticks (scheduler.SetEndpoints with
+// the servers' waiting / running / KV utilisation as of that instant — the
+// router sees nothing fresher), control ticks (detector.Step then
+// configurator.Step, new weights through scheduler.Publish), sampling
+// ticks for the timelines, and client timeouts. Every request is picked by
+// scheduler.Pick with Request.Arrival set to the virtual time, and its
+// Decision.Done is called exactly once: on completion, on timeout
+// (cancelled) or when the engine rejects it (error). All randomness comes
+// from seeded generators, so a RunConfig always produces the same Result.
+//
+// # Scenarios
+//
+// A scenario (sim/scenarios/*.yaml, embedded; see Scenario for every key)
+// names the fleet (servers, engine overrides, scrape interval, client
+// timeout), the workload (shared-prefix groups with an optional hot
+// prefix, multi-turn chat sessions with session ids, unique uniform
+// prompts, or a Mooncake-format JSONL trace replayed with prompts
+// synthesised from its block hash ids) and the load (closed-loop
+// concurrencies, open-loop Poisson rates or trace speed-ups, optionally
+// shaped as a burst). Prompt bytes are synthesised deterministically from
+// segment keys, four bytes per token, so shared segments are shared
+// leading bytes for the router's prefix hashing and shared KV blocks for
+// the engine's prefix cache.
+//
+// # Concurrency model
+//
+// A run is single-threaded and owns everything it builds (scheduler,
+// scorers, control loop, engines); runs share nothing. RunSweep executes
+// independent runs on SweepConfig.Parallel worker goroutines that it
+// starts and waits for before returning; results do not depend on the
+// parallelism. Cancelling RunSweep's context stops new runs from starting.
+package sim
