@@ -94,6 +94,9 @@ func (p *parser) parse(body []byte, openMetrics bool, models []string) (Metrics,
 	p.keep = keep
 	if err != nil {
 		p.prevOK = false
+		if errors.Is(err, errTooManySeries) {
+			return Metrics{}, &ScrapeError{ReasonTooLarge, err}
+		}
 		return Metrics{}, &ScrapeError{ReasonParse, err}
 	}
 	if p.prevOK && bytes.Equal(keep, p.prev) && slices.Equal(models, p.prevModels) {
@@ -183,8 +186,14 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 		if om {
 			s = cutAfterValue(s)
 		}
-		dst = mp.appendSample(dst, s)
+		var err error
+		if dst, err = mp.appendSample(dst, s, name); err != nil {
+			return dst, fmt.Errorf("line %d: %w", line, err)
+		}
 		dst = append(dst, '\n')
+		if len(dst) > maxKeptBytes {
+			return dst, errTooManySeries
+		}
 	}
 	if om && !eof {
 		return dst, fmt.Errorf("line %d: OpenMetrics data does not end with # EOF", line)
@@ -192,27 +201,58 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 	return dst, nil
 }
 
-// appendSample appends sample line s to dst keeping only the labels the
-// mapping reads (selector labels, the model label, the info labels): the
-// text parser's cost grows with the square of a line's label count, and
-// vllm:cache_config_info carries fifteen. Series that differ only in
-// dropped labels stay separate samples, so sums are unchanged. A line the
-// scan does not understand is appended whole for the parser to judge.
-func (mp *mapper) appendSample(dst, s []byte) []byte {
-	orig := len(dst)
-	i := bytes.IndexByte(s, '{')
-	if i <= 0 || bytes.IndexByte(s[:i], ' ') >= 0 {
-		return append(dst, s...) // no labels, or quoted-name form
+// maxKeptBytes bounds the mapped series of one exposition (~5000 lines):
+// a real server exports a few per model and engine; a server flooding them
+// would otherwise cost the parser ~40 ms of CPU per MiB on every scrape.
+const maxKeptBytes = 256 << 10
+
+var errTooManySeries = fmt.Errorf("mapped series exceed %d KiB", maxKeptBytes>>10)
+
+// maxKeptLabels bounds the labels kept on one line: the mapping reads a
+// handful, and the text parser's cost grows with the square of a line's
+// label count.
+const maxKeptLabels = 16
+
+// appendSample appends sample line s, whose metric name is name, to dst in
+// the legacy text form, keeping only the labels the mapping reads (selector
+// labels, the model label, the info labels): vllm:cache_config_info carries
+// fifteen, and the parser's cost is quadratic in them. Series that differ
+// only in dropped labels stay separate samples, so sums are unchanged. A
+// malformed label set is an error.
+func (mp *mapper) appendSample(dst, s, name []byte) ([]byte, error) {
+	var j int
+	if s[0] == '{' {
+		// {"name", labels…} value: the name is quoted, labels follow.
+		j = 2 + len(name) + 1
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if j < len(s) && s[j] == ',' {
+			j++
+		} else if j >= len(s) || s[j] != '}' {
+			return dst, errors.New("malformed label set")
+		}
+	} else {
+		j = len(name)
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		if j >= len(s) || s[j] != '{' {
+			// no labels
+			dst = append(dst, name...)
+			return append(dst, s[len(name):]...), nil
+		}
+		j++
 	}
-	dst = append(dst, s[:i+1]...)
-	first := true
-	j := i + 1
+	dst = append(dst, name...)
+	dst = append(dst, '{')
+	kept := 0
 	for {
 		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
 			j++
 		}
 		if j >= len(s) {
-			return append(dst[:orig], s...)
+			return dst, errors.New("unterminated label set")
 		}
 		if s[j] == '}' {
 			j++
@@ -227,14 +267,14 @@ func (mp *mapper) appendSample(dst, s []byte) []byte {
 			j++
 		}
 		if len(key) == 0 || j >= len(s) || s[j] != '=' {
-			return append(dst[:orig], s...)
+			return dst, errors.New("malformed label set")
 		}
 		j++
 		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
 			j++
 		}
 		if j >= len(s) || s[j] != '"' {
-			return append(dst[:orig], s...)
+			return dst, errors.New("label value not quoted")
 		}
 		for j++; j < len(s) && s[j] != '"'; j++ {
 			if s[j] == '\\' {
@@ -242,25 +282,29 @@ func (mp *mapper) appendSample(dst, s []byte) []byte {
 			}
 		}
 		if j >= len(s) {
-			return append(dst[:orig], s...)
+			return dst, errors.New("unterminated label value")
 		}
 		j++ // closing quote
 		if mp.keepsLabel(key) {
-			if !first {
+			if kept++; kept > maxKeptLabels {
+				return dst, fmt.Errorf("more than %d labels read by the mapping", maxKeptLabels)
+			}
+			if kept > 1 {
 				dst = append(dst, ',')
 			}
 			dst = append(dst, s[k:j]...)
-			first = false
 		}
 		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
 			j++
 		}
 		if j < len(s) && s[j] == ',' {
 			j++
+		} else if j < len(s) && s[j] != '}' {
+			return dst, errors.New("malformed label set")
 		}
 	}
 	dst = append(dst, '}')
-	return append(dst, s[j:]...)
+	return append(dst, s[j:]...), nil
 }
 
 func (mp *mapper) keepsLabel(name []byte) bool {

@@ -147,6 +147,21 @@ func TestParseModelFilter(t *testing.T) {
 	}
 }
 
+func TestParseQuotedName(t *testing.T) {
+	// Prometheus text 1.0 may quote metric names: {"name", labels…} value.
+	body := `{"vllm:num_requests_waiting",model_name="a",engine="0"} 5
+{"vllm:num_requests_running"} 6
+vllm:kv_cache_usage_perc {model_name="a"} 0.25
+`
+	got, err := newParser(mustMapper(t, EngineVLLM, Mapping{})).parse([]byte(body), false, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Metrics{Waiting: 5, Running: 6, KVUtil: 0.25}); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
 func TestParseOverride(t *testing.T) {
 	// A renamed waiting metric in YAML replaces the engine default; the
 	// other fields keep vLLM's names.
@@ -186,6 +201,10 @@ func TestParseBadInput(t *testing.T) {
 		{"inf kv", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc +Inf\n", false, ReasonInvalidValue},
 		{"bad block size", "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\nvllm:cache_config_info{block_size=\"x\",num_gpu_blocks=\"1\"} 1\n", false, ReasonInvalidValue},
 		{"openmetrics without EOF", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n", true, ReasonParse},
+		{"flood of mapped series", strings.Repeat("vllm:num_requests_waiting{model_name=\"a\"} 1\n", 8000), false, ReasonTooLarge},
+		{"too many read labels", "vllm:num_requests_waiting{" + strings.Repeat("model_name=\"a\",", 17) + "} 1\n", false, ReasonParse},
+		{"unquoted label value", "vllm:num_requests_waiting{a=b} 1\n", false, ReasonParse},
+		{"junk between labels", "vllm:num_requests_waiting{a=\"b\" c=\"d\"} 1\n", false, ReasonParse},
 		{"data after EOF", "vllm:num_requests_waiting 1\n# EOF\nvllm:num_requests_running 1\n", true, ReasonParse},
 		{"unterminated labels", "vllm:num_requests_waiting{a=\"b 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n", false, ReasonParse},
 	}
