@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -354,3 +357,19 @@ func value(fams map[string]*dtoFamily, name string) float64 {
 }
 
 type dtoFamily = dto.MetricFamily
+
+func TestMetricsGolden(t *testing.T) {
+	// A fresh server's exposition, in vLLM's names (testdata golden file).
+	s, err := New(DefaultConfig(), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join("testdata", "metrics.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := testutil.GatherAndCompare(s.reg, f); err != nil {
+		t.Error(err)
+	}
+}
