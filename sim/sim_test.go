@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -380,5 +382,31 @@ func BenchmarkRun(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestPendingPrefill(t *testing.T) {
+	p := newPendingPrefill()
+	eps := []*scheduler.Endpoint{{Address: "a"}, {Address: "b"}, {Address: "c"}}
+	out := make([]float64, 3)
+	p.Score(nil, nil, eps, out)
+	if out[0] != 1 || out[1] != 1 || out[2] != 1 {
+		t.Errorf("nothing pending: %v, want all 1 (neutral)", out)
+	}
+	r1 := &scheduler.Request{Prompt: make([]byte, 400)} // 100 tokens
+	r2 := &scheduler.Request{Prompt: make([]byte, 200)} // 50 tokens
+	p.Picked(nil, r1, eps[0])
+	p.Picked(nil, r2, eps[1])
+	p.Score(nil, nil, eps, out)
+	// pending a 100, b 50, c 0: (100 − p) / (100 − 0) = 0, 0.5, 1.
+	if out[0] != 0 || out[1] != 0.5 || out[2] != 1 {
+		t.Errorf("scores %v, want [0 0.5 1]", out)
+	}
+	p.FirstToken(r1, eps[0])
+	p.Done(r1, eps[0], scheduler.Outcome{}) // after its first token: no double count
+	p.Done(r2, eps[1], scheduler.Outcome{}) // ended before its first token
+	p.Score(nil, nil, eps, out)
+	if out[0] != 1 || out[1] != 1 || out[2] != 1 || len(p.open) != 0 {
+		t.Errorf("after completion: %v, %d open, want all 1 and none open", out, len(p.open))
 	}
 }
