@@ -13,6 +13,16 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
+// palette has ten distinguishable colours (Tableau 10), so up to ten
+// policies never share one.
+var palette = []color.RGBA{
+	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
+	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+	{188, 189, 34, 255}, {23, 190, 207, 255},
+}
+
+func policyColor(i int) color.Color { return palette[i%len(palette)] }
+
 // Image is one figure of a sweep's report.
 type Image struct {
 	Title string
@@ -95,9 +105,9 @@ func (sw *Sweep) drawTTFT(path string) error {
 		if err != nil {
 			return err
 		}
-		line.Color = plotutil.Color(pi)
+		line.Color = policyColor(pi)
 		line.Dashes = plotutil.Dashes(pi)
-		pts.Color = plotutil.Color(pi)
+		pts.Color = policyColor(pi)
 		pts.Shape = plotutil.Shape(pi)
 		if name == PolicyAdaptive {
 			line.Width = vg.Points(2.5)
@@ -128,7 +138,7 @@ func (sw *Sweep) drawControl(path string, r *Result) error {
 		if err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
+		l.Color = policyColor(i)
 		l.Width = width
 		if dashed {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
