@@ -59,23 +59,25 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// DefaultConfig is the demo's hot-prefix burst: calm, a burst in which 90 %
-// of requests share one 3,000-token system prompt, calm again.
+// DefaultConfig is the demo's hot-prefix burst, the simulator's
+// hot-prefix-burst scenario scaled to a few servers: calm, a burst in which
+// 90 % of requests share one 6,000-token system prompt (the rest spread
+// over 16 groups of 1,000-token prompts), calm again.
 func DefaultConfig() Config {
 	return Config{
 		Model: "llama-3.1-8b-instruct",
 		Phases: []Phase{
 			{Name: "calm", Duration: 15 * time.Second, Concurrency: 4},
-			{Name: "burst", Duration: 30 * time.Second, Concurrency: 48},
+			{Name: "burst", Duration: 30 * time.Second, Concurrency: 64},
 			{Name: "calm again", Duration: 15 * time.Second, Concurrency: 4},
 		},
 		Seed:            1,
 		HotFraction:     0.9,
-		HotSystemTokens: 3000,
-		Groups:          8,
-		SystemTokens:    800,
-		QuestionTokens:  100,
-		OutputTokens:    64,
+		HotSystemTokens: 6000,
+		Groups:          16,
+		SystemTokens:    1000,
+		QuestionTokens:  150,
+		OutputTokens:    150,
 		Timeout:         60 * time.Second,
 	}
 }
