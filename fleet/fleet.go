@@ -423,7 +423,7 @@ func (f *Fleet) refresh(force bool) {
 		eps[i] = scheduler.Endpoint{
 			Address:        ep.addr,
 			Name:           ep.t.Name,
-			Models:         ep.t.Models,
+			Models:         servedModels(ep.t.Models, ep.m.Models),
 			Labels:         ep.t.Labels,
 			Capacity:       ep.t.Capacity,
 			Waiting:        ep.m.Waiting,
@@ -458,4 +458,13 @@ func (f *Fleet) state(ep *endpoint, now time.Time) scheduler.State {
 		return scheduler.StateStale
 	}
 	return scheduler.StateFresh
+}
+
+// servedModels is what discovery declared, or else what the server's
+// metrics name.
+func servedModels(declared, scraped []string) []string {
+	if len(declared) > 0 {
+		return declared
+	}
+	return scraped
 }

@@ -240,6 +240,29 @@ func TestFleetScrapesEveryEngine(t *testing.T) {
 	}
 }
 
+func TestFleetLearnsModelsFromMetrics(t *testing.T) {
+	sc := testScrapeConfig()
+	sc.MaxAge = time.Hour
+	h := newHarness(t, sc)
+	s := newModelServer(t, readTestdata(t, "vllm.txt"))
+	s.set("body", readTestdata(t, "vllm.txt"), "")
+	declared := newModelServer(t, readTestdata(t, "vllm.txt"))
+	declared.set("body", readTestdata(t, "vllm.txt"), "")
+	h.disc.push(
+		Target{Address: s.addr(), Engine: EngineVLLM, Ready: true},
+		Target{Address: declared.addr(), Engine: EngineVLLM, Ready: true, Models: []string{"declared"}},
+	)
+	snap := h.eventually("both fresh", func(s *Snapshot) bool { return s.Count(scheduler.StateFresh) == 2 })
+	// No declared models: the model_name of vllm.txt's running series.
+	if e := snap.Lookup(s.addr()); e == nil || strings.Join(e.Models, ",") != "meta-llama/Llama-3.1-8B-Instruct" {
+		t.Errorf("undeclared endpoint models: %+v", e)
+	}
+	// Declared models win over what the metrics say.
+	if e := snap.Lookup(declared.addr()); e == nil || strings.Join(e.Models, ",") != "declared" {
+		t.Errorf("declared endpoint models: %+v", e)
+	}
+}
+
 func metricsEqual(a, b Metrics) bool {
 	return a.Waiting == b.Waiting && a.Running == b.Running && a.KVUtil == b.KVUtil &&
 		a.CacheBlockSize == b.CacheBlockSize && a.CacheBlocks == b.CacheBlocks && a.LoRA.Max == b.LoRA.Max &&

@@ -56,6 +56,11 @@ type Metrics struct {
 	KVUtil                      float64
 	LoRA                        scheduler.LoRAState
 	CacheBlockSize, CacheBlocks int
+	// Models are the model names the server labels its request series
+	// with (the mapping's model label, e.g. vLLM's model_name), sorted;
+	// filled only when discovery declared no models for the endpoint, so
+	// /v1/models and the model filter know what it serves.
+	Models []string
 }
 
 // parser parses and maps expositions for one scrape loop; it keeps its
@@ -398,6 +403,9 @@ func (mp *mapper) extract(fams map[string]*dto.MetricFamily, models []string) (M
 		}
 		m.CacheBlockSize, m.CacheBlocks = bs, nb
 	}
+	if len(models) == 0 && mp.modelLabel != "" {
+		m.Models = mp.seenModels(fams, mp.running)
+	}
 	if s := mp.latest(fams, mp.lora, models); s != nil {
 		m.LoRA.Active = splitList(labelValue(s, "running_lora_adapters"))
 		m.LoRA.Waiting = splitList(labelValue(s, "waiting_lora_adapters"))
@@ -410,6 +418,29 @@ func (mp *mapper) extract(fams map[string]*dto.MetricFamily, models []string) (M
 		}
 	}
 	return m, nil
+}
+
+// seenModels returns the distinct values of the model label on the series
+// of the first selector in sels that has any, sorted; nil when none.
+func (mp *mapper) seenModels(fams map[string]*dto.MetricFamily, sels []selector) []string {
+	for i := range sels {
+		fam := fams[sels[i].name]
+		if fam == nil {
+			continue
+		}
+		var out []string
+		for _, s := range fam.GetMetric() {
+			if !sels[i].matches(s) {
+				continue
+			}
+			if v := labelValue(s, mp.modelLabel); v != "" && !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	return nil
 }
 
 func missing(field string, sels []selector) error {

@@ -55,6 +55,8 @@ func TestParseEngines(t *testing.T) {
 				// value (1.7645013e9 > 1.7645012e9) wins
 				LoRA:           scheduler.LoRAState{Active: []string{"sql-lora"}, Waiting: []string{"chat-lora"}, Max: 4},
 				CacheBlockSize: 16, CacheBlocks: 27690,
+				// no declared models: the running series' model_name
+				Models: []string{"meta-llama/Llama-3.1-8B-Instruct"},
 			},
 		},
 		{
@@ -68,17 +70,17 @@ func TestParseEngines(t *testing.T) {
 			// old KV name (gpu_cache_usage_perc) via the second selector;
 			// OpenMetrics parser
 			name: "vllm openmetrics old kv name", engine: EngineVLLM, file: "vllm_openmetrics.txt", om: true,
-			want: Metrics{Waiting: 1, Running: 2, KVUtil: 0.5},
+			want: Metrics{Waiting: 1, Running: 2, KVUtil: 0.5, Models: []string{"llama"}},
 		},
 		{
 			name: "sglang", engine: EngineSGLang, file: "sglang.txt",
-			want: Metrics{Waiting: 2826, Running: 162, KVUtil: 0.28},
+			want: Metrics{Waiting: 2826, Running: 162, KVUtil: 0.28, Models: []string{"Qwen/Qwen2.5-7B-Instruct"}},
 		},
 		{
 			// request_type="waiting" → 4, "scheduled" → 9,
 			// kv_cache_block_type="fraction" → 0.4875, tokens_per 64, max 6240
 			name: "trtllm triton", engine: EngineTRTLLM, file: "trtllm.txt",
-			want: Metrics{Waiting: 4, Running: 9, KVUtil: 0.4875, CacheBlockSize: 64, CacheBlocks: 6240},
+			want: Metrics{Waiting: 4, Running: 9, KVUtil: 0.4875, CacheBlockSize: 64, CacheBlocks: 6240, Models: []string{"tensorrt_llm"}},
 		},
 		{
 			name: "trtllm-serve", engine: EngineTRTLLM, file: "trtllm_serve.txt",
@@ -124,8 +126,9 @@ func TestParseModelFilter(t *testing.T) {
 		models []string
 		want   Metrics
 	}{
-		// no models: every series counts; waiting 1+10+100, running 2+20+200, kv max
-		{"all", nil, Metrics{Waiting: 111, Running: 222, KVUtil: 0.3}},
+		// no models: every series counts; waiting 1+10+100, running 2+20+200,
+		// kv max; the models served are learnt from the running series
+		{"all", nil, Metrics{Waiting: 111, Running: 222, KVUtil: 0.3, Models: []string{"a", "b", "c"}}},
 		// a and b: waiting 1+10, running 2+20, kv max(0.1,0.2)
 		{"a+b", []string{"a", "b"}, Metrics{Waiting: 11, Running: 22, KVUtil: 0.2}},
 		// only c
@@ -406,7 +409,7 @@ func TestOpenMetricsMatchesDecoder(t *testing.T) {
 	// rich: waiting 4, running 6 (unknown type → untyped), kv 0.75,
 	// block size 32, 100 blocks
 	got, _ := newParser(mp).parse([]byte(omRich), true, nil)
-	want := Metrics{Waiting: 4, Running: 6, KVUtil: 0.75, CacheBlockSize: 32, CacheBlocks: 100}
+	want := Metrics{Waiting: 4, Running: 6, KVUtil: 0.75, CacheBlockSize: 32, CacheBlocks: 100, Models: []string{"a } b"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rich: got %+v, want %+v", got, want)
 	}
