@@ -27,11 +27,21 @@ type Config struct {
 	// a warm cache always counts for something.
 	AffinityFloor float64 `mapstructure:"affinity_floor"`
 
-	// K is the sigmoid's steepness, > 0. Default 12: σ goes from 0.1 to
-	// 0.9 over a signal range of ln(81)/12 ≈ 0.37 (ν = 1).
+	// K is the sigmoid's steepness, > 0. Default 25: σ goes from 0.1 to
+	// 0.9 over a signal range of ln(81)/25 ≈ 0.18 (ν = 1), so a partial
+	// herd already gets nearly the full budget. With the shipped
+	// prefix 3 : queue 2 : kvcache 2 : inflight 1 profile a cold pod wins
+	// a request for a prefix cached on a hot pod only when D > 0.83
+	// (docs/benchmarks.md, finding 2); a half-herd on 16 pods (8 busy)
+	// reads only r ≈ 0.26, where σ(0.258) = 1/(1+e^(−25·0.108)) = 0.937
+	// gives D = 0.86, and a quarter-herd (r 0.447) gets σ 0.9994, D 0.8996.
 	K float64 `mapstructure:"k"`
-	// S0 is the sigmoid's midpoint, in [0,1]. Default 0.35 (σ(S0) = 0.5
-	// for ν = 1), between ThetaOn and the strongly imbalanced range.
+	// S0 is the sigmoid's midpoint, in [0,1]. Default 0.15 (σ(S0) = 0.5
+	// for ν = 1), below ThetaOn: entering rebalance at r = 0.2 already
+	// gives σ = 1/(1+e^(−25·0.05)) = 0.777, D = 0.766, and D passes 0.83
+	// (the level at which a cold pod takes hot-prefix requests,
+	// docs/benchmarks.md finding 2) at r ≈ 0.231, load concentrated on
+	// about 9 of 16 pods.
 	S0 float64 `mapstructure:"s0"`
 	// Nu is the generalised-logistic shape ν, > 0: σ(r) =
 	// (1 + e^(−K(r − S0)))^(−1/ν). 1 is the plain logistic; ν < 1 delays
@@ -39,10 +49,19 @@ type Config struct {
 	Nu float64 `mapstructure:"nu"`
 
 	// ThetaOn is the signal at or above which calm mode switches to
-	// rebalance, in (ThetaOff, 1]. Default 0.3.
+	// rebalance, in (ThetaOff, 1]. Default 0.2: a herd on 9 of 16 pods
+	// reads √((16/9 − 1)/15) ≈ 0.23 and must enter rebalance, a half-herd
+	// 0.26 (docs/benchmarks.md, finding 2). It cannot go much lower:
+	// random placement of μ requests per pod on N pods alone reads
+	// ≈ 1/√(μ(N−1)), ≈ 0.18 at two requests per pod on sixteen pods
+	// (finding 3), and a lower threshold would flap into rebalance on
+	// that noise at low concurrency.
 	ThetaOn float64 `mapstructure:"theta_on"`
 	// ThetaOff is the signal at or below which rebalance returns to calm,
-	// in [0, ThetaOn). Default 0.2.
+	// in [0, ThetaOn). Default 0.1: it keeps a gap of 0.1 below ThetaOn
+	// for hysteresis and sits above the random-placement noise
+	// 1/√(μ(N−1)) at eight or more requests per pod on sixteen pods
+	// (1/√(8·15) ≈ 0.091; docs/benchmarks.md, findings 2 and 3).
 	ThetaOff float64 `mapstructure:"theta_off"`
 	// MinDwell is the least time spent in calm or rebalance before a
 	// switch to the other, ≥ 0. Default 2s: 40 steps at 50 ms, longer than
@@ -85,11 +104,11 @@ func DefaultConfig() Config {
 		DMin:               0.3,
 		DMax:               0.9,
 		AffinityFloor:      0.1,
-		K:                  12,
-		S0:                 0.35,
+		K:                  25,
+		S0:                 0.15,
 		Nu:                 1,
-		ThetaOn:            0.3,
-		ThetaOff:           0.2,
+		ThetaOn:            0.2,
+		ThetaOff:           0.1,
 		MinDwell:           2 * time.Second,
 		SlewRate:           1,
 		MinChange:          0.01,
@@ -100,7 +119,7 @@ func DefaultConfig() Config {
 }
 
 // Validate checks the config. Errors name the field by its YAML path,
-// e.g. "adaptive.theta_off: must be < theta_on (0.3), got 0.4".
+// e.g. "adaptive.theta_off: must be < theta_on (0.2), got 0.4".
 func (c Config) Validate() error {
 	const p = "adaptive."
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -87,14 +87,20 @@ func TestSigmoid(t *testing.T) {
 	for _, tc := range []struct {
 		r, k, s0, nu, want float64
 	}{
-		{0.35, 12, 0.35, 1, 0.5},                    // at the midpoint
+		// The defaults k 25, s0 0.15.
+		{0.15, 25, 0.15, 1, 0.5},                      // at the midpoint
+		{0.15, 25, 0.15, 2, math.Sqrt(0.5)},           // 2^(−1/2)
+		{0.15, 25, 0.15, 0.5, 0.25},                   // 2^(−2)
+		{0.15 + math.Log(9)/25, 25, 0.15, 1, 0.9},     // e^(−ln 9) = 1/9 → 1/(1+1/9)
+		{0.15 - math.Log(9)/25, 25, 0.15, 1, 0.1},     // 1/(1+9)
+		{0.15 + math.Log(4)/25, 25, 0.15, 1, 0.8},     // e^(−ln 4) = 1/4 → 1/(1+1/4)
+		{0.2, 25, 0.15, 1, 1 / (1 + math.Exp(-1.25))}, // θ_on: 25·0.05 = 1.25 → 0.77730
+		{0.1, 25, 0.15, 1, 1 / (1 + math.Exp(1.25))},  // θ_off: 0.22270
+		{-1e6, 25, 0.15, 1, 0},                        // e^huge = +Inf → 0
+		{1e6, 25, 0.15, 1, 1},
+		// Other parameters: k 12, s0 0.35 (the former defaults).
+		{0.3, 12, 0.35, 1, 1 / (1 + math.Exp(0.6))}, // 12·0.05 = 0.6 → 0.35434
 		{0.35, 12, 0.35, 2, math.Sqrt(0.5)},         // 2^(−1/2)
-		{0.35, 12, 0.35, 0.5, 0.25},                 // 2^(−2)
-		{0.35 + math.Log(9)/12, 12, 0.35, 1, 0.9},   // e^(−ln 9) = 1/9 → 1/(1+1/9)
-		{0.35 - math.Log(9)/12, 12, 0.35, 1, 0.1},   // 1/(1+9)
-		{0.3, 12, 0.35, 1, 1 / (1 + math.Exp(0.6))}, // 0.3543
-		{-1e6, 12, 0.35, 1, 0},                      // e^huge = +Inf → 0
-		{1e6, 12, 0.35, 1, 1},
 	} {
 		if got := Sigmoid(tc.r, tc.k, tc.s0, tc.nu); !closeTo(got, tc.want, 1e-12) {
 			t.Errorf("σ(%v; k %v s0 %v ν %v) = %v, want %v", tc.r, tc.k, tc.s0, tc.nu, got, tc.want)
@@ -106,21 +112,25 @@ func TestTarget(t *testing.T) {
 	cfg := adaptive()
 	cfg.PressureCut = 0.5
 	c := mustNew(t, cfg, Deps{})
-	s8 := Sigmoid(0.8, 12, 0.35, 1) // 1/(1+e^−5.4) = 0.99550
+	// Defaults k 25, s0 0.15, D 0.3 … 0.9 (span 0.6).
+	s25 := 1 / (1 + math.Exp(-2.5))   // σ(0.25) = 1/(1+e^(−25·0.1)) = 0.92414
+	s80 := 1 / (1 + math.Exp(-16.25)) // σ(0.8) = 1/(1+e^(−25·0.65)) = 0.99999991
 	for _, tc := range []struct {
 		mode       string
 		r, p, hold float64
 		want       float64
 	}{
-		{ModeCalm, 0.9, 0, 0, 0.3},                                           // DMin whatever r
-		{ModeRebalance, 0.35, 0, 0, 0.3 + 0.5*0.6},                           // σ(s0) = 0.5 → 0.6
-		{ModeRebalance, 0.8, 0, 0, 0.3 + s8*0.6},                             // 0.8973
-		{ModeRebalance, 0.8, 1, 0, 0.3 + s8*0.6*0.5},                         // pressure 1 halves the span: 0.5987
-		{ModeRebalance, 0.35, 0.4, 0, 0.3 + 0.5*0.6*0.8},                     // 1 − 0.5·0.4 = 0.8 → 0.54
-		{ModeFrozen, 0.35, 0, 0.7, 0.7},                                      // hold above the rebalance 0.6
-		{ModeFrozen, 0.8, 0, 0.7, 0.3 + s8*0.6},                              // rebalance above the hold
-		{ModeStatic, 0.8, 0, 0, 0.5},                                         // profile budget
-		{ModeRebalance, math.NaN(), 0, 0, 0.3 + 0.6*Sigmoid(0, 12, 0.35, 1)}, // NaN reads as 0
+		{ModeCalm, 0.9, 0, 0, 0.3},                                      // DMin whatever r
+		{ModeRebalance, 0.15, 0, 0, 0.3 + 0.5*0.6},                      // σ(s0) = 0.5 → 0.6
+		{ModeRebalance, 0.15 + math.Log(4)/25, 0, 0, 0.78},              // σ = 0.8 → 0.3 + 0.48
+		{ModeRebalance, 0.25, 0, 0, 0.3 + s25*0.6},                      // 0.85449
+		{ModeRebalance, 0.25, 1, 0, 0.3 + s25*0.6*0.5},                  // pressure 1 halves the span: 0.57724
+		{ModeRebalance, 0.8, 0, 0, 0.3 + s80*0.6},                       // saturated: 0.89999995
+		{ModeRebalance, 0.15, 0.4, 0, 0.3 + 0.5*0.6*0.8},                // 1 − 0.5·0.4 = 0.8 → 0.54
+		{ModeFrozen, 0.15, 0, 0.7, 0.7},                                 // hold above the rebalance 0.6
+		{ModeFrozen, 0.25, 0, 0.7, 0.3 + s25*0.6},                       // rebalance 0.85449 above the hold
+		{ModeStatic, 0.8, 0, 0, 0.5},                                    // profile budget
+		{ModeRebalance, math.NaN(), 0, 0, 0.3 + 0.6/(1+math.Exp(3.75))}, // NaN reads as 0: σ(0) = 1/(1+e^3.75) = 0.02298 → 0.31379
 	} {
 		if got := c.Target(tc.mode, tc.r, tc.p, tc.hold); !closeTo(got, tc.want, 1e-12) {
 			t.Errorf("%s r=%v p=%v hold=%v: %v, want %v", tc.mode, tc.r, tc.p, tc.hold, got, tc.want)
@@ -191,13 +201,13 @@ func TestHysteresis(t *testing.T) {
 		mode string
 	}{
 		{0.0, ModeCalm},       // t=0 start
-		{0.29, ModeCalm},      // below theta_on 0.3
-		{0.30, ModeRebalance}, // ≥ theta_on, first transition needs no dwell (t=2)
-		{0.10, ModeRebalance}, // ≤ theta_off but only 1 s in rebalance
-		{0.25, ModeRebalance}, // between the thresholds: stays
-		{0.21, ModeRebalance}, // above theta_off
-		{0.20, ModeCalm},      // ≤ theta_off, 4 s in rebalance (t=6)
-		{0.29, ModeCalm},      // between: stays
+		{0.19, ModeCalm},      // below theta_on 0.2
+		{0.20, ModeRebalance}, // ≥ theta_on, first transition needs no dwell (t=2)
+		{0.05, ModeRebalance}, // ≤ theta_off 0.1 but only 1 s in rebalance
+		{0.15, ModeRebalance}, // between the thresholds: stays
+		{0.11, ModeRebalance}, // above theta_off
+		{0.10, ModeCalm},      // ≤ theta_off, 4 s in rebalance (t=6)
+		{0.19, ModeCalm},      // between: stays
 		{0.9, ModeRebalance},  // t=8, 2 s in calm
 	} {
 		w := c.Step(t0.Add(time.Duration(i)*time.Second), sig(tc.r))
@@ -213,11 +223,13 @@ func TestHysteresis(t *testing.T) {
 	}
 }
 
-// TestStepSettles: a step of the signal from 0 to 0.8 in a settled calm
-// configurator enters rebalance on the same tick and lands on the target
-// 0.3 + σ(0.8)·0.6 = 0.8973 after ceil(0.5973 / 0.05) = 12 ticks (0.6 s);
-// a step back to 0 after the dwell returns to calm and lands on 0.3 after
-// another 12 ticks.
+// TestStepSettles: a step of the signal from 0 to the half-herd reading
+// r = √(1/15) = 0.25820 (8 of 16 pods loaded, docs/benchmarks.md finding
+// 2) in a settled calm configurator enters rebalance on the same tick
+// (r ≥ theta_on 0.2) and lands on the target 0.3 + σ(0.25820)·0.6, σ =
+// 1/(1+e^(−25·0.10820)) = 1/(1+e^(−2.70497)) = 0.93732, = 0.86239 after
+// ceil(0.56239 / 0.05) = 12 ticks (0.6 s); a step back to 0 after the dwell
+// returns to calm and lands on 0.3 after another 12 ticks.
 func TestStepSettles(t *testing.T) {
 	c := mustNew(t, adaptive(), Deps{})
 	now := t0
@@ -225,7 +237,8 @@ func TestStepSettles(t *testing.T) {
 		c.Step(now, sig(0))
 		now = now.Add(tick)
 	}
-	target := 0.3 + 0.6*Sigmoid(0.8, 12, 0.35, 1)
+	half := math.Sqrt(1.0 / 15)
+	target := 0.3 + 0.6/(1+math.Exp(-25*(half-0.15))) // 0.86239
 	settle := func(r float64, mode string, want float64) int {
 		for n := 1; n <= 100; n++ {
 			w := c.Step(now, sig(r))
@@ -233,18 +246,18 @@ func TestStepSettles(t *testing.T) {
 			if w.Mode != mode {
 				t.Fatalf("tick %d: mode %s, want %s", n, w.Mode, mode)
 			}
-			if c.Budget(w) == want {
+			if closeTo(c.Budget(w), want, 1e-12) {
 				return n
 			}
 		}
 		t.Fatalf("D did not land on %v within 100 ticks", want)
 		return 0
 	}
-	if n := settle(0.8, ModeRebalance, target); n != 12 {
+	if n := settle(half, ModeRebalance, target); n != 12 {
 		t.Errorf("up: landed after %d ticks, want 12", n)
 	}
-	for i := 0; i < 40; i++ { // the dwell: 2 s at 0.8
-		c.Step(now, sig(0.8))
+	for i := 0; i < 40; i++ { // the dwell: 2 s at the half-herd signal
+		c.Step(now, sig(half))
 		now = now.Add(tick)
 	}
 	if n := settle(0, ModeCalm, 0.3); n != 12 {
@@ -252,23 +265,33 @@ func TestStepSettles(t *testing.T) {
 	}
 }
 
-// TestWatchdog: the signal swaps between 0.5 and 0.1 every 2 s (the dwell).
-// Transitions at 0, 2, 4, 6 s are the 4 allowed within the minute; the one
-// due at 8 s freezes the configurator at D ≥ hold = max(D then, 0.3 +
-// σ(0.3)·0.6 = 0.5126) until 68 s; then the mode follows the signal again.
+// TestWatchdog: the signal swaps between 0.5 and 0.05 every 2 s (the
+// dwell), crossing theta_on 0.2 and theta_off 0.1. Transitions at 0, 2, 4,
+// 6 s are the 4 allowed within the minute; the one due at 8 s freezes the
+// configurator at D ≥ hold = max(D then = 0.3 after 2 s of calm, 0.3 +
+// σ(0.2)·0.6 = 0.3 + 0.6/(1+e^(−25·0.05)) = 0.76638) until 68 s; then the
+// mode follows the signal again. While frozen, D settles on max(hold, the
+// rebalance target): 0.76638 at r 0.05 (σ(0.05) = 1/(1+e^2.5) = 0.07586,
+// target 0.34551 < hold), 0.3 + 0.6/(1+e^(−8.75)) = 0.89990 at r 0.5.
 func TestWatchdog(t *testing.T) {
 	c := mustNew(t, adaptive(), Deps{})
-	hold := 0.3 + 0.6/(1+math.Exp(0.6))
+	hold := 0.3 + 0.6/(1+math.Exp(-1.25))
+	high := 0.3 + 0.6/(1+math.Exp(-8.75))
 	var modes []string
 	for s := 0; s <= 72; s++ {
-		r := 0.5
+		r, settled := 0.5, high
 		if (s/2)%2 == 1 {
-			r = 0.1
+			r, settled = 0.05, hold
 		}
 		for k := 0; k < 20; k++ { // 20 ticks per second
 			w := c.Step(t0.Add(time.Duration(s)*time.Second+time.Duration(k)*tick), sig(r))
 			if w.Mode == ModeFrozen && s >= 9 && c.Budget(w) < hold-1e-12 { // 1 s to slew up
 				t.Fatalf("t=%ds: frozen at D %v < hold %v", s, c.Budget(w), hold)
+			}
+			// The largest move while frozen is 0.89990 − 0.76638 = 0.134,
+			// 3 ticks: by the last tick of each second D has landed.
+			if w.Mode == ModeFrozen && s >= 9 && k == 19 && !closeTo(c.Budget(w), settled, 1e-9) {
+				t.Errorf("t=%ds r=%v: frozen at D %v, want %v", s, r, c.Budget(w), settled)
 			}
 			if k == 0 {
 				modes = append(modes, w.Mode)
@@ -368,18 +391,25 @@ func TestValidate(t *testing.T) {
 }
 
 // TestLogLine: one structured line per new version, with old → new
-// weights, the budget, the signal components, the mode and the reason.
+// weights, the budget, the signal components, the mode and the reason. The
+// signal r = 0.15 + ln 4/25 = 0.20545 (≥ theta_on 0.2) has σ(r) =
+// 1/(1 + e^(−ln 4)) = 0.8, so the rebalance target is 0.3 + 0.8·0.6 = 0.78:
+// from the profile's D 0.5 that is 5 slew steps of 0.05 and a landing on
+// 0.78, one line each after the start's: 7 in all.
 func TestLogLine(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := mustNew(t, adaptive(), Deps{Logger: log})
-	c.Step(t0, detector.Signal{Value: 0.35, RequestCV: 0.4, Endpoints: 4, TotalLoad: 20}) // start → rebalance
-	c.Step(t0.Add(tick), detector.Signal{Value: 0.35})                                    // slew 0.5 → 0.55
-	c.Step(t0.Add(2*tick), detector.Signal{Value: 0.35})                                  // 0.55 → 0.6 = target
-	c.Step(t0.Add(3*tick), detector.Signal{Value: 0.35})                                  // nothing changes: no line
+	r := 0.15 + math.Log(4)/25
+	c.Step(t0, detector.Signal{Value: r, RequestCV: 0.4, Endpoints: 4, TotalLoad: 20}) // start → rebalance
+	// 0.5 → 0.55 → 0.60 → 0.65 → 0.70 → 0.75 → 0.78 = target.
+	for i := 1; i <= 6; i++ {
+		c.Step(t0.Add(time.Duration(i)*tick), detector.Signal{Value: r})
+	}
+	c.Step(t0.Add(7*tick), detector.Signal{Value: r}) // nothing changes: no line
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d log lines, want 3:\n%s", len(lines), buf.String())
+	if len(lines) != 7 {
+		t.Fatalf("%d log lines, want 7:\n%s", len(lines), buf.String())
 	}
 	var first struct {
 		Level, Msg, Mode, Reason string
@@ -394,10 +424,21 @@ func TestLogLine(t *testing.T) {
 	}
 	if first.Level != "INFO" || first.Msg != "weights" || first.Version != 2 || first.Mode != ModeRebalance || first.FromMode != ModeStatic ||
 		first.Budget != 0.5 || first.Old["prefix"] != 3 || first.New["prefix"] != 3 || first.Signal["request_cv"] != 0.4 ||
-		!strings.Contains(first.Reason, "signal 0.350 ≥ theta_on 0.300: rebalance") {
+		!strings.Contains(first.Reason, "signal 0.205 ≥ theta_on 0.200: rebalance") {
 		t.Errorf("first line %s", lines[0])
 	}
-	if !strings.Contains(lines[1], `"level":"DEBUG"`) || !strings.Contains(lines[1], `"reason":"rebalance: signal 0.350, D 0.500 → 0.550 (target 0.600)"`) {
+	if !strings.Contains(lines[1], `"level":"DEBUG"`) || !strings.Contains(lines[1], `"reason":"rebalance: signal 0.205, D 0.500 → 0.550 (target 0.780)"`) {
 		t.Errorf("second line %s", lines[1])
+	}
+	// The landing: 0.75 → 0.78; prefix 6·(1 − 0.78) = 1.32, queue 4·0.78 = 3.12.
+	var last struct {
+		Reason string
+		New    map[string]float64
+	}
+	if err := json.Unmarshal([]byte(lines[6]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Reason != "rebalance: signal 0.205, D 0.750 → 0.780 (target 0.780)" || !closeTo(last.New["prefix"], 1.32, 1e-9) || !closeTo(last.New["queue"], 3.12, 1e-9) {
+		t.Errorf("last line %s", lines[6])
 	}
 }

@@ -116,20 +116,22 @@ func TestLoopDwell(t *testing.T) {
 	cfg := adaptive()
 	cfg.FlapMaxTransitions = 0 // watch the dwell alone
 	t.Run("around theta_on", func(t *testing.T) {
-		// 0.25 / 0.35 around theta_on 0.3: one switch to rebalance, then the
-		// signal never reaches theta_off 0.2 — hysteresis, no chatter.
-		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.35, 0.25}[n%2] })
+		// 0.15 / 0.25 around theta_on 0.2 (the first signal, tick 1, is
+		// 0.15: calm): one switch to rebalance, then the signal never
+		// reaches theta_off 0.1 — hysteresis, no chatter.
+		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.25, 0.15}[n%2] })
 		if tr := modeChanges(ws); len(tr) != 1 {
 			t.Errorf("%d transitions %v, want 1", len(tr), tr)
 		}
 	})
 	t.Run("across both thresholds", func(t *testing.T) {
-		// 0.1 / 0.5 every tick crosses both thresholds all the time. A
-		// switch is due as soon as the dwell has passed and the signal
-		// is on the other side: 0.1 s (tick 2, 0.5), then 2.05 s later each
-		// time (the tick at exactly +2 s carries the wrong value): 0.1,
-		// 2.15, 4.2, 6.25, 8.3 s — five in 10 s, never two within 2 s.
-		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.5, 0.1}[n%2] })
+		// 0.05 / 0.5 every tick crosses both thresholds (0.1, 0.2) all the
+		// time. A switch is due as soon as the dwell has passed and the
+		// signal is on the other side: 0.1 s (tick 2, 0.5), then 2.05 s
+		// later each time (the tick at exactly +2 s carries the wrong
+		// value): 0.1, 2.15, 4.2, 6.25, 8.3 s — five in 10 s, never two
+		// within 2 s.
+		ws := runLoop(t, cfg, 10*time.Second, func(n int) float64 { return []float64{0.5, 0.05}[n%2] })
 		tr := modeChanges(ws)
 		if len(tr) != 5 {
 			t.Errorf("%d transitions at %v, want 5", len(tr), tr)
@@ -179,6 +181,16 @@ func TestRunStatic(t *testing.T) {
 // TestReplicasAgree: two replicas — detector and configurator each — fed
 // the same endpoint views compute identical weights and modes, step by
 // step, through calm, rebalance and a watchdog freeze.
+//
+// The views: 8 pods with noisy loads 8…10 running + 0…1 waiting (mean 9.5,
+// σ = √(2/3 + 1/4) = 0.957, CV 0.10) and KV 0.3…0.4 (CV 0.029/0.35 =
+// 0.08): calm, normalised CV ≈ 0.10/√7 ≈ 0.04 < theta_off 0.1. In cycles
+// of 15 s: 5 s calm; 5 s with pod 0 also queueing 40 (49.5 of 116: Σp² =
+// 0.4267² + 7·0.0819² = 0.2290, r = √((8·0.2290 − 1)/7) = 0.345 ≥
+// theta_on 0.2: rebalance); 5 s with pod 1 queueing 60 for 0.5 s out of
+// every 1 s (69.5 of 136: r = 0.441; the EWMA swings between ≈ 0.08 and
+// ≈ 0.40 across both thresholds), a switch every dwell, more than
+// flap_max_transitions 4 per minute: frozen.
 func TestReplicasAgree(t *testing.T) {
 	type replica struct {
 		d *detector.Detector
@@ -198,7 +210,7 @@ func TestReplicasAgree(t *testing.T) {
 		eps := make([]*scheduler.Endpoint, 8)
 		hot := (n / 100) % 3 // bursts: every 5 s one pod in three phases is hot
 		for i := range eps {
-			eps[i] = &scheduler.Endpoint{Address: fmt.Sprint(i), Running: float64(rnd.IntN(6)), Waiting: float64(rnd.IntN(3)), KVUtil: rnd.Float64() / 2}
+			eps[i] = &scheduler.Endpoint{Address: fmt.Sprint(i), Running: float64(8 + rnd.IntN(3)), Waiting: float64(rnd.IntN(2)), KVUtil: 0.3 + rnd.Float64()/10}
 			if hot == 1 && i == 0 {
 				eps[i].Waiting += 40
 			}
@@ -215,7 +227,7 @@ func TestReplicasAgree(t *testing.T) {
 		modes[wa.Mode] = true
 	}
 	if !modes[ModeCalm] || !modes[ModeRebalance] || !modes[ModeFrozen] {
-		t.Errorf("the input visited modes %v; it should exercise calm and rebalance", modes)
+		t.Errorf("the input visited modes %v; it should exercise calm, rebalance and frozen", modes)
 	}
 }
 
@@ -224,7 +236,8 @@ func TestReplicasAgree(t *testing.T) {
 // each category are the profile's, uncategorised weights are untouched,
 // the categorised sum is the profile's, and a second instance agrees.
 func FuzzWeights(f *testing.F) {
-	f.Add(12.0, 0.35, 1.0, 0.3, 0.9, 0.1, 1.0, []byte{3, 2, 2, 1, 0, 5}, []byte{0, 10, 200, 250, 30, 0, 255, 128})
+	f.Add(25.0, 0.15, 1.0, 0.3, 0.9, 0.1, 1.0, []byte{3, 2, 2, 1, 0, 5}, []byte{0, 10, 200, 250, 30, 0, 255, 128}) // the defaults
+	f.Add(12.0, 0.35, 1.0, 0.3, 0.9, 0.1, 1.0, []byte{3, 2, 2, 1, 0, 5}, []byte{0, 10, 200, 250, 30, 0, 255, 128}) // the former defaults
 	f.Add(50.0, 0.1, 0.2, 0.0, 1.0, 0.05, 20.0, []byte{1, 1, 1}, []byte{255, 0, 255, 0, 255, 0, 255, 0, 255})
 	f.Add(0.5, 0.9, 5.0, 0.6, 0.7, 0.3, 0.01, []byte{9, 0, 4, 7, 7}, []byte{100, 100, 101, 99})
 	f.Fuzz(func(t *testing.T, k, s0, nu, dmin, dmax, floor, slew float64, weights, signals []byte) {
@@ -306,11 +319,14 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestPipelineSettles: detector and configurator with their defaults, 16
 // pods with 8 requests each, then one pod also queues 80 (loads 88 and 15×8:
-// raw r = sqrt((16·Σp² − 1)/15) = 0.3846). The EWMA (α 0.2) crosses
-// theta_on 0.3 on tick ceil(ln(1 − 0.3/0.3846)/ln 0.8) = 7, which enters
-// rebalance; D then follows the rising target at ≤ 0.05 per tick and is
-// within 0.01 of its final value 0.3 + 0.6·σ(0.3846) = 0.6597 by tick 20
-// (1 s after the step).
+// raw r = sqrt((16·Σp² − 1)/15) = 5/13 = 0.38462). The EWMA (α 0.2)
+// 0.38462·(1 − 0.8^n) crosses theta_on 0.2 on tick
+// ceil(ln(1 − 0.2/0.38462)/ln 0.8) = ceil(3.29) = 4 (0.22708), which enters
+// rebalance with D 0.3 → 0.35. The target 0.3 + 0.6·σ(EWMA) (k 25, s0
+// 0.15) is 0.824 on tick 4 and keeps rising, so D climbs 0.05 per tick: 0.85
+// on tick 14 (target 0.89741), then lands on the target 0.89762 on tick 15
+// (EWMA 0.37108, σ = 1/(1+e^(−25·0.22108)) = 0.99604) — from then on within
+// 0.01 of the final 0.3 + 0.6·σ(0.38462) = 0.3 + 0.6·0.99717 = 0.89830.
 func TestPipelineSettles(t *testing.T) {
 	det, err := detector.New(detector.DefaultConfig(), detector.Deps{})
 	if err != nil {
@@ -332,7 +348,7 @@ func TestPipelineSettles(t *testing.T) {
 		c.Step(now, det.Step(now, pool(false)))
 		now = now.Add(tick)
 	}
-	final := 0.3 + 0.6*Sigmoid(0.38461538461538464, 12, 0.35, 1)
+	final := 0.3 + 0.6/(1+math.Exp(-25*(5.0/13-0.15))) // 0.89830
 	enter, settled := 0, 0
 	for n := 1; n <= 100; n++ {
 		w := c.Step(now, det.Step(now, pool(true)))
@@ -346,17 +362,20 @@ func TestPipelineSettles(t *testing.T) {
 			settled = n
 		}
 	}
-	if enter != 7 {
-		t.Errorf("entered rebalance on tick %d, want 7", enter)
+	if enter != 4 {
+		t.Errorf("entered rebalance on tick %d, want 4", enter)
 	}
-	if settled == 0 || settled > 20 {
-		t.Errorf("D within 0.01 of %.4f from tick %d, want ≤ 20", final, settled)
+	if settled != 15 {
+		t.Errorf("D within 0.01 of %.4f from tick %d, want 15", final, settled)
 	}
 	// The burst ends after 5 s (longer than the dwell). Raw r drops to 0;
-	// the EWMA 0.3846·0.8^n is ≤ theta_off 0.2 from n = 3 (0.197), which
-	// returns to calm. D falls from the first step on (the rebalance target
-	// follows the EWMA down faster than the slew), 0.05 per step: back at
-	// D_min after ceil((0.6597 − 0.3)/0.05) = 8 steps.
+	// the EWMA 0.38462·0.8^n is ≤ theta_off 0.1 from n = 7 (0.08066; n = 6
+	// gives 0.10083), which returns to calm. D falls from the first step on,
+	// following the rebalance target while the sigmoid is flat near its
+	// top: 0.88858 (EWMA 0.30769), 0.85027 (0.24615), then the target drops
+	// faster than the slew and D falls 0.05 per step: 0.80027 on step 3 …
+	// 0.65027 on step 6, calm on step 7 (0.60027), 0.30027 on step 13,
+	// D_min 0.3 on step 14.
 	calm, back := 0, 0
 	for n := 1; n <= 40; n++ {
 		w := c.Step(now, det.Step(now, pool(false)))
@@ -368,8 +387,8 @@ func TestPipelineSettles(t *testing.T) {
 			back = n
 		}
 	}
-	if calm != 3 || back != 8 {
-		t.Errorf("after the burst: calm on step %d, D_min on step %d; want 3 and 8", calm, back)
+	if calm != 7 || back != 14 {
+		t.Errorf("after the burst: calm on step %d, D_min on step %d; want 7 and 14", calm, back)
 	}
 }
 
@@ -382,19 +401,24 @@ func TestRunWithScheduler(t *testing.T) {
 	}
 	c := mustNew(t, adaptive(), Deps{Start: sched.Weights(), Publisher: sched})
 	ch := make(chan detector.Signal, 30)
-	for i := 0; i < 30; i++ { // 1.5 s at r 0.8: rebalance, D lands on 0.8973 after 12 steps
-		ch <- detector.Signal{At: t0.Add(time.Duration(i) * tick), Value: 0.8}
+	// 1.5 s at r = 0.15 + ln 4/25 = 0.20545 ≥ theta_on 0.2: rebalance,
+	// σ = 1/(1 + e^(−ln 4)) = 0.8, target 0.3 + 0.8·0.6 = 0.78.
+	for i := 0; i < 30; i++ {
+		ch <- detector.Signal{At: t0.Add(time.Duration(i) * tick), Value: 0.15 + math.Log(4)/25}
 	}
 	close(ch)
 	if err := c.Run(context.Background(), ch); err != nil {
 		t.Fatal(err)
 	}
 	w := sched.Weights()
-	if w != c.Weights() || w.Mode != ModeRebalance || w.Version < 3 {
+	// Versions: 1 the profile (scheduler.New), 2 rebalance at D 0.5, 3…8
+	// the six slew steps.
+	if w != c.Weights() || w.Mode != ModeRebalance || w.Version != 8 {
 		t.Fatalf("scheduler has %+v, configurator %+v", w, c.Weights())
 	}
-	d := 0.3 + 0.6*Sigmoid(0.8, 12, 0.35, 1) // from the profile's 0.5: 0.3973/0.05 → 8 steps
-	want := []float64{6 * (1 - d), 4 * d, 0.5, 4 * d, 2 * (1 - d)}
+	// From the profile's D 0.5: ceil(0.28/0.05) = 6 steps to land on 0.78.
+	// prefix 6·0.22 = 1.32, queue = kv = 4·0.78 = 3.12, lora 2·0.22 = 0.44.
+	want := []float64{1.32, 3.12, 0.5, 3.12, 0.44}
 	for i := range want {
 		if !closeTo(w.Values[i], want[i], 1e-9) {
 			t.Fatalf("weights %v, want %v", w.Values, want)
@@ -428,7 +452,10 @@ func BenchmarkStep(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			now = now.Add(tick)
-			c.Step(now, sig(0.4+0.2*float64(i%2)))
+			// r 0.2 / 0.22 (≥ theta_on 0.2): targets 0.3 + 0.6·σ = 0.76638 /
+			// 0.81117, 0.045 apart — above min_change 0.01 and within one
+			// slew step of 0.05, so every step lands and publishes.
+			c.Step(now, sig(0.2+0.02*float64(i%2)))
 		}
 	})
 }
