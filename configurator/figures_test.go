@@ -66,7 +66,7 @@ func sigmoidFigure() (*plot.Plot, error) {
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
 	grid(p)
 	var lines []any
-	for _, c := range []struct{ k, nu float64 }{{6, 1}, {12, 1}, {24, 1}, {12, 0.5}, {12, 2}} {
+	for _, c := range []struct{ k, nu float64 }{{10, 1}, {25, 1}, {50, 1}, {25, 0.5}, {25, 2}} {
 		xy := make(plotter.XYs, 201)
 		for i := range xy {
 			r := float64(i) / 200
@@ -81,7 +81,10 @@ func sigmoidFigure() (*plot.Plot, error) {
 	if err := plotutil.AddLines(p, lines...); err != nil {
 		return nil, err
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	// Bottom right: the curves rise around s0 = 0.15 and are flat near 1
+	// beyond 0.5, so that corner is empty.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.XOffs, p.Legend.YOffs = -vg.Points(10), vg.Points(20)
 	return p, nil
 }
 
@@ -143,7 +146,9 @@ func hysteresisFigure() (*plot.Plot, error) {
 	if err := plotutil.AddLines(p, "r rising (calm until θ_on)", up, "r falling (rebalance until θ_off)", down); err != nil {
 		return nil, err
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	// Bottom right: D is flat at D_max there, well above the legend.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.XOffs, p.Legend.YOffs = -vg.Points(10), vg.Points(20)
 	return p, nil
 }
 
