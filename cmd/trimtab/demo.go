@@ -41,7 +41,8 @@ func newDemoCmd() *cobra.Command {
 		Long: `demo starts simulated vLLM servers on loopback, trimtab serve in front of them with
 the demo profile (adaptive weights), and a load generator that plays the hot-prefix
 scenario: calm, a burst in which most requests share one long system prompt, calm
-again. A second, identical pool runs the same load with static weights. The terminal
+again. A second, identical pool runs the same load with the field's static weights
+(prefix 3 : queue 2 : kvcache 2, the Gateway API Inference Extension default). The terminal
 shows weights, signal, mode and per-pod load as they move, and a side-by-side of
 adaptive against static at the end. The status page URL is printed while it runs.`,
 		Args: cobra.NoArgs,
@@ -50,7 +51,7 @@ adaptive against static at the end. The status page URL is printed while it runs
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&o.servers, "servers", 4, "simulated vLLM servers per pool")
+	f.IntVar(&o.servers, "servers", 8, "simulated vLLM servers per pool")
 	f.DurationVar(&o.duration, "duration", time.Minute, "length of the load (calm ¼, burst ½, calm ¼)")
 	f.Float64Var(&o.timeScale, "time-scale", 4, "speed-up of the simulated GPUs")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "status page and admin address of the adaptive instance (a busy port falls back to any free one)")
@@ -116,6 +117,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 		}
 		f := *profile
 		f.Adaptive.Enabled = name == "adaptive"
+		if name == "static" {
+			// The field's static default, prefix 3 : queue 2 : kvcache 2
+			// (the Gateway API Inference Extension's weights).
+			f.Scorers = slices.DeleteFunc(slices.Clone(f.Scorers), func(s configs.ScorerConfig) bool { return s.Type == "inflight" })
+		}
 		admin := "127.0.0.1:0"
 		if name == "adaptive" {
 			admin = o.adminAddr
