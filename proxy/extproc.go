@@ -549,6 +549,7 @@ func (x *exchange) firstByte() {
 	if !x.gotFirst && x.d != nil {
 		x.gotFirst = true
 		x.ttfb = x.e.deps.Clock.Since(x.picked)
+		x.d.FirstByte()
 	}
 }
 

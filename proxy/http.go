@@ -332,7 +332,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 	}
 	w.WriteHeader(resp.StatusCode)
 	h.m.count(addr, resp.StatusCode)
-	res := stream(w, resp, clk, start)
+	res := stream(w, resp, clk, start, d)
 	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start)}
 	switch {
 	case res.clientGone || (res.err != nil && ctx.Err() != nil):
@@ -364,8 +364,11 @@ type streamResult struct {
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // stream copies resp.Body to w, flushing after every read so SSE events
-// reach the client as they arrive.
-func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(time.Time) time.Duration }, start time.Time) streamResult {
+// reach the client as they arrive. The first body byte (for a streamed
+// completion, the first token) is reported to the decision, which stops
+// counting the prompt as pending prefill on the endpoint (d is nil for
+// pass-through requests, which are not scheduled).
+func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision) streamResult {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -384,6 +387,9 @@ func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(tim
 		if n > 0 {
 			if res.n == 0 {
 				res.ttfb = clk.Since(start)
+				if d != nil {
+					d.FirstByte()
+				}
 			}
 			res.n += int64(n)
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -532,7 +538,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(HeaderEndpoint, addr)
 		w.WriteHeader(resp.StatusCode)
 		h.m.count(addr, resp.StatusCode)
-		res := stream(w, resp, clk, start)
+		res := stream(w, resp, clk, start, nil)
 		resp.Body.Close()
 		if res.err != nil && r.Context().Err() == nil {
 			abortStream(w, resp)

@@ -77,9 +77,21 @@ func TestHTTPStreamingFlushesEachEvent(t *testing.T) {
 		t.Fatalf("content-type %q", ct)
 	}
 	br := bufio.NewReader(resp.Body)
+	ep := f.sched.Pool().Pointers()[0]
+	// Before the first event the prompt counts as pending prefill.
+	if ep.PendingPrefill() <= 0 || ep.InFlight() != 1 {
+		t.Fatalf("before the first byte: pending %d, in flight %d; want > 0 and 1", ep.PendingPrefill(), ep.InFlight())
+	}
 	// The upstream writes event i only after the test got event i-1: if
 	// the proxy buffered, this would deadlock (and the test time out).
 	for i := 0; i < u.events; i++ {
+		if i == 1 {
+			// The first byte has come back: nothing is pending, though
+			// the request is still in flight.
+			if ep.PendingPrefill() != 0 || ep.InFlight() != 1 {
+				t.Errorf("after the first byte: pending %d, in flight %d; want 0 and 1", ep.PendingPrefill(), ep.InFlight())
+			}
+		}
 		u.gate <- struct{}{}
 		line, err := br.ReadString('\n')
 		if err != nil {

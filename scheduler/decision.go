@@ -22,7 +22,11 @@ type Decision struct {
 	order  []int // candidate indexes, best first; order[0] chosen
 	at     int   // index in order of the current endpoint
 	rnd    Rand  // per-decision random source (here so it does not escape per call)
-	done   atomic.Bool
+	// prefill is the prompt bytes counted as pending prefill on Endpoint
+	// until the first byte; firstByte says they were released.
+	prefill   int64
+	firstByte atomic.Bool
+	done      atomic.Bool
 }
 
 func (s *Scheduler) newDecision() *Decision {
@@ -32,6 +36,8 @@ func (s *Scheduler) newDecision() *Decision {
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
 	d.done.Store(false)
+	d.firstByte.Store(false)
+	d.prefill = int64(len(req.Prompt))
 	if cap(d.cands) < n {
 		d.cands = make([]*Endpoint, 0, n)
 		d.spare = make([]*Endpoint, 0, n)
@@ -72,17 +78,35 @@ func (d *Decision) Advance() bool {
 	if d.at+1 >= len(d.order) {
 		return false
 	}
+	prefill := !d.firstByte.Load()
 	d.Endpoint.st.inflight.Add(-1)
+	if prefill {
+		d.Endpoint.st.pending.Add(-d.prefill)
+	}
 	d.at++
 	d.Endpoint = d.cands[d.order[d.at]]
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
+	if prefill {
+		d.Endpoint.st.pending.Add(d.prefill)
+	}
 	s := d.s
 	for _, si := range s.pickObs {
 		d.cs.cur = si
 		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, d.Request, d.Endpoint)
 	}
 	return true
+}
+
+// FirstByte records that the first byte of the endpoint's response reached
+// the router: the request's prompt no longer counts as pending prefill on
+// the endpoint (Endpoint.PendingPrefill). Only the first call counts; Done
+// releases the prompt itself when FirstByte was never called.
+func (d *Decision) FirstByte() {
+	if d.firstByte.Swap(true) {
+		return
+	}
+	d.Endpoint.st.pending.Add(-d.prefill)
 }
 
 // Done records how the request ended: it releases the in-flight count,
@@ -96,6 +120,7 @@ func (d *Decision) Done(o Outcome) {
 		return
 	}
 	s := d.s
+	d.FirstByte()
 	d.Endpoint.st.inflight.Add(-1)
 	for _, si := range s.doneObs {
 		s.entries[si].Scorer.(DoneObserver).Done(d.Request, d.Endpoint, o)

@@ -59,6 +59,8 @@ type poolCollector struct{ s *Scheduler }
 var (
 	inflightDesc = prometheus.NewDesc("trimtab_scheduler_inflight_requests",
 		"Requests this router sent to an endpoint that have not completed.", []string{"endpoint"}, nil)
+	pendingDesc = prometheus.NewDesc("trimtab_scheduler_pending_prefill_bytes",
+		"Prompt bytes of requests this router sent to an endpoint that have no first response byte yet.", []string{"endpoint"}, nil)
 	picksDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_picks_total",
 		"Decisions that chose an endpoint (retries moved to it included), since this router first saw it.", []string{"endpoint"}, nil)
 	endpointsDesc = prometheus.NewDesc("trimtab_scheduler_endpoints",
@@ -72,6 +74,7 @@ var (
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- picksDesc
+	ch <- pendingDesc
 	ch <- endpointsDesc
 	ch <- weightDesc
 	ch <- weightsVersionDesc
@@ -83,6 +86,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range p.ptrs {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
 		ch <- prometheus.MustNewConstMetric(picksDesc, prometheus.CounterValue, float64(e.Picks()), e.Address)
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(e.PendingPrefill()), e.Address)
 		if int(e.State) < len(states) {
 			states[e.State]++
 		}

@@ -194,7 +194,7 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 		present[eps[i].Address] = true
 	}
 	for addr, st := range s.states {
-		if !present[addr] && st.inflight.Load() <= 0 {
+		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 {
 			delete(s.states, addr)
 		}
 	}
@@ -276,6 +276,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.Endpoint = cands[d.order[0]]
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
+	d.Endpoint.st.pending.Add(d.prefill)
 	s.m.picks.Inc()
 	for _, si := range s.pickObs {
 		d.cs.cur = si

@@ -500,3 +500,42 @@ func TestTopKOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestPendingPrefillAccounting(t *testing.T) {
+	s := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}})
+	s.SetEndpoints(eps("a:1", "b:1"))
+	pending := func() (total int64) {
+		for _, e := range s.Pool().Pointers() {
+			total += e.PendingPrefill()
+		}
+		return total
+	}
+	d1, _ := s.Pick(context.Background(), &Request{ID: "1", Prompt: make([]byte, 1000)})
+	d2, _ := s.Pick(context.Background(), &Request{ID: "2", Prompt: make([]byte, 300)})
+	// Both prompts wait for their first byte: 1000 + 300.
+	if got := pending(); got != 1300 {
+		t.Fatalf("pending = %d, want 1300", got)
+	}
+	// A retry moves d1's 1000 bytes with it.
+	first := d1.Endpoint
+	before := first.PendingPrefill()
+	if !d1.Advance() {
+		t.Fatal("no fallback")
+	}
+	if first.PendingPrefill() != before-1000 || pending() != 1300 {
+		t.Errorf("advance: old endpoint %d (was %d), total %d", first.PendingPrefill(), before, pending())
+	}
+	// The first byte of d1 releases 1000; a second call changes nothing.
+	d1.FirstByte()
+	d1.FirstByte()
+	if got := pending(); got != 300 {
+		t.Errorf("after first byte: pending = %d, want 300", got)
+	}
+	// Done releases a prompt whose first byte never came (d2), and does
+	// not release d1's twice.
+	d1.Done(Outcome{})
+	d2.Done(Outcome{Kind: OutcomeError})
+	if got := pending(); got != 0 {
+		t.Errorf("after Done: pending = %d, want 0", got)
+	}
+}

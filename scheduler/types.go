@@ -136,6 +136,7 @@ type Endpoint struct {
 type endpointState struct {
 	inflight atomic.Int64
 	picks    atomic.Uint64
+	pending  atomic.Int64 // prompt bytes of requests awaiting their first byte
 }
 
 // InFlight returns the number of requests this router has sent to the
@@ -146,6 +147,18 @@ func (e *Endpoint) InFlight() int64 {
 		return 0
 	}
 	return e.st.inflight.Load()
+}
+
+// PendingPrefill returns the prompt bytes of the requests this router sent
+// to the endpoint that have not received their first response byte yet: a
+// fresh, router-local estimate of the prefill work queued there, which is
+// what a new request's time to first token waits for. 0 for endpoints
+// never installed in a Scheduler.
+func (e *Endpoint) PendingPrefill() int64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.pending.Load()
 }
 
 // Picks returns how many decisions chose this endpoint (including retries

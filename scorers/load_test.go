@@ -184,6 +184,66 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
+func TestPendingPrefill(t *testing.T) {
+	// Prompts (bytes) left waiting for their first byte per endpoint.
+	tests := []struct {
+		name     string
+		prompts  [][]int
+		firstB   []bool // first byte seen for endpoint i's requests
+		capacity []float64
+		want     []float64
+	}{
+		// pending 3000, 1000, 0: (3000−3000)/3000 = 0, (3000−1000)/3000 = 0.667, 1.
+		{"spread", [][]int{{1000, 2000}, {1000}, nil}, nil, nil, []float64{0, 2.0 / 3, 1}},
+		// endpoint 0's requests got their first byte: pending 0, 1000, 0 →
+		// 1, (1000−1000)/1000 = 0, 1.
+		{"first byte released", [][]int{{1000, 2000}, {1000}, nil}, []bool{true, false, false}, nil, []float64{1, 0, 1}},
+		// nothing pending anywhere → 1.
+		{"idle", [][]int{nil, nil}, nil, nil, []float64{1, 1}},
+		// capacity 2 halves 4000 to 2000, against 1000 and 0:
+		// (2000−2000)/2000 = 0, (2000−1000)/2000 = 0.5, 1.
+		{"capacity", [][]int{{4000}, {1000}, nil}, nil, []float64{2, 1, 1}, []float64{0, 0.5, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pp, err := NewPendingPrefill("pending-prefill", DefaultPendingPrefillConfig(), Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := eps(addrs(len(tt.prompts))...)
+			for i := range es {
+				if tt.capacity != nil {
+					es[i].Capacity = tt.capacity[i]
+				}
+			}
+			h := newHarness(t, pp, es)
+			var open []*scheduler.Decision
+			for i, ps := range tt.prompts {
+				for _, n := range ps {
+					d, err := h.s.Pick(t.Context(), &scheduler.Request{Prompt: make([]byte, n), Subset: []string{es[i].Address}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if tt.firstB != nil && tt.firstB[i] {
+						d.FirstByte()
+					}
+					open = append(open, d)
+				}
+			}
+			got, _ := h.pick(t, &scheduler.Request{})
+			checkScores(t, got, tt.want)
+			for _, d := range open {
+				d.Done(scheduler.Outcome{})
+			}
+			for _, e := range h.s.Pool().Pointers() {
+				if e.PendingPrefill() != 0 {
+					t.Errorf("%s: %d bytes pending after Done", e.Address, e.PendingPrefill())
+				}
+			}
+		})
+	}
+}
+
 func TestLoRA(t *testing.T) {
 	st := func(max int, active ...string) scheduler.LoRAState {
 		return scheduler.LoRAState{Active: active, Max: max}

@@ -17,6 +17,8 @@ const (
 	TypeInFlight = "inflight"
 	TypeSession  = "session"
 	TypeLoRA     = "lora"
+
+	TypePendingPrefill = "pending-prefill"
 )
 
 // Deps are a scorer's collaborators. Nil fields get harmless defaults: no
@@ -80,6 +82,13 @@ func InTree() map[string]Factory {
 				return nil, err
 			}
 			return NewSession(name, cfg, deps)
+		},
+		TypePendingPrefill: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
+			cfg := DefaultPendingPrefillConfig()
+			if err := decodeInto(name, decode, &cfg); err != nil {
+				return nil, err
+			}
+			return NewPendingPrefill(name, cfg, deps)
 		},
 		TypeLoRA: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
 			cfg := DefaultLoRAConfig()

@@ -13,12 +13,13 @@ import (
 
 func TestInTreeBuildsEveryScorer(t *testing.T) {
 	want := map[string]scheduler.Category{
-		TypePrefix:   scheduler.CategoryAffinity,
-		TypeSession:  scheduler.CategoryAffinity,
-		TypeLoRA:     scheduler.CategoryAffinity,
-		TypeQueue:    scheduler.CategoryDistribution,
-		TypeKVCache:  scheduler.CategoryDistribution,
-		TypeInFlight: scheduler.CategoryDistribution,
+		TypePrefix:         scheduler.CategoryAffinity,
+		TypeSession:        scheduler.CategoryAffinity,
+		TypeLoRA:           scheduler.CategoryAffinity,
+		TypeQueue:          scheduler.CategoryDistribution,
+		TypeKVCache:        scheduler.CategoryDistribution,
+		TypeInFlight:       scheduler.CategoryDistribution,
+		TypePendingPrefill: scheduler.CategoryDistribution,
 	}
 	reg := InTree()
 	if len(reg) != len(want) {
