@@ -312,6 +312,23 @@ var strSafe = func() (t [256]bool) {
 	return t
 }()
 
+// skipPlain returns the first index ≥ i where b is not a run of plain
+// string bytes, 8 at a time (SWAR): a word is plain when none of its bytes
+// is < 0x20, '"' or '\\'. The tail shorter than a word is left to the caller.
+func skipPlain(b []byte, i int) int {
+	for i+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[i:])
+		const lo, hi = 0x0101010101010101, 0x8080808080808080
+		q := x ^ (lo * '"')
+		bs := x ^ (lo * '\\')
+		if ((x-lo*0x20)|(q-lo)|(bs-lo))&^x&hi != 0 {
+			break
+		}
+		i += 8
+	}
+	return i
+}
+
 // str reads a string at s.i and returns its raw contents (between the
 // quotes) and whether it contains escapes.
 func (s *scan) str() (raw []byte, esc bool, err error) {
@@ -322,18 +339,7 @@ func (s *scan) str() (raw []byte, esc bool, err error) {
 	start := s.i + 1
 	i := start
 	for i < len(b) {
-		// Skip 8 plain bytes at a time (SWAR): a word is plain when none of
-		// its bytes is < 0x20, '"' or '\\'.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			const lo, hi = 0x0101010101010101, 0x8080808080808080
-			q := x ^ (lo * '"')
-			bs := x ^ (lo * '\\')
-			if ((x-lo*0x20)|(q-lo)|(bs-lo))&^x&hi != 0 {
-				break
-			}
-			i += 8
-		}
+		i = skipPlain(b, i)
 		if i >= len(b) {
 			break
 		}
@@ -382,16 +388,7 @@ func (s *scan) strAppend(dst []byte) ([]byte, error) {
 	i := s.i + 1
 	run := i
 	for i < len(b) {
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			const lo, hi = 0x0101010101010101, 0x8080808080808080
-			q := x ^ (lo * '"')
-			bs := x ^ (lo * '\\')
-			if ((x-lo*0x20)|(q-lo)|(bs-lo))&^x&hi != 0 {
-				break
-			}
-			i += 8
-		}
+		i = skipPlain(b, i)
 		if i >= len(b) {
 			break
 		}
