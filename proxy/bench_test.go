@@ -123,6 +123,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.ReportMetric(us(percentile(pl, 0.50)), "proxy-p50-µs")
 		b.ReportMetric(us(percentile(pl, 0.50)-percentile(dl, 0.50)), "added-p50-µs")
 		b.ReportMetric(us(percentile(pl, 0.99)-percentile(dl, 0.99)), "added-p99-µs")
+		b.ReportMetric(us(percentile(dl, 0.99)), "direct-p99-µs")
+		b.ReportMetric(us(percentile(pl, 0.99)), "proxy-p99-µs")
 	})
 }
 
