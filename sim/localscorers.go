@@ -1,14 +1,9 @@
 package sim
 
 import (
-	"sync"
 	"sync/atomic"
 
-	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/configurator"
-	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
 )
 
 // The two baselines that are not weighted sums are sim-local scorers that
@@ -125,105 +120,4 @@ func buildSGLang(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, er
 	cfg.Seed = seed
 	s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "sglang-switch", Type: "sglang-switch", Scorer: sw, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
 	return s, nil, err
-}
-
-// pendingPrefill is an experimental distribution scorer, a proposal for
-// scorers/: the prompt tokens of requests this router sent to an endpoint
-// that have not produced their first token yet — a fresh, router-local
-// estimate of the prefill work queued there, which is what a new
-// request's time to first token waits for. Score = (max − p) / (max − min)
-// over the candidates (fewest pending tokens → 1); all equal → 1 (neutral).
-// It needs to hear about first tokens (FirstTokenObserver); the simulator
-// calls that hook, the scheduler has none yet. Category distribution.
-type pendingPrefill struct {
-	mu      sync.Mutex
-	pending map[string]float64             // endpoint address → pending prompt tokens
-	open    map[*scheduler.Request]openReq // requests still before their first token
-}
-
-type openReq struct {
-	addr   string
-	tokens float64
-}
-
-func newPendingPrefill() *pendingPrefill {
-	return &pendingPrefill{pending: map[string]float64{}, open: map[*scheduler.Request]openReq{}}
-}
-
-func (*pendingPrefill) Category() scheduler.Category { return scheduler.CategoryDistribution }
-
-func (p *pendingPrefill) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	lo, hi := p.pending[eps[0].Address], p.pending[eps[0].Address]
-	for _, e := range eps[1:] {
-		v := p.pending[e.Address]
-		lo, hi = min(lo, v), max(hi, v)
-	}
-	for i, e := range eps {
-		if hi == lo {
-			out[i] = 1
-			continue
-		}
-		out[i] = (hi - p.pending[e.Address]) / (hi - lo)
-	}
-}
-
-// Picked adds the request's prompt tokens (4 bytes each) to the endpoint.
-func (p *pendingPrefill) Picked(_ *scheduler.CycleState, req *scheduler.Request, ep *scheduler.Endpoint) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if o, ok := p.open[req]; ok { // a retry moved it: take it off the old endpoint
-		p.pending[o.addr] -= o.tokens
-	}
-	t := float64(len(req.Prompt)) / BytesPerToken
-	p.pending[ep.Address] += t
-	p.open[req] = openReq{ep.Address, t}
-}
-
-// FirstToken takes the request's tokens off its endpoint.
-func (p *pendingPrefill) FirstToken(req *scheduler.Request, _ *scheduler.Endpoint) { p.close(req) }
-
-// Done does the same for requests that ended before their first token.
-func (p *pendingPrefill) Done(req *scheduler.Request, _ *scheduler.Endpoint, _ scheduler.Outcome) {
-	p.close(req)
-}
-
-func (p *pendingPrefill) close(req *scheduler.Request) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if o, ok := p.open[req]; ok {
-		p.pending[o.addr] -= o.tokens
-		delete(p.open, req)
-	}
-}
-
-// buildAdaptivePendingPrefill is the shipped adaptive profile plus the
-// experimental pending-prefill scorer (weight 2, distribution).
-func buildAdaptivePendingPrefill(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error) {
-	f, err := configs.LoadShipped("adaptive")
-	if err != nil {
-		return nil, nil, err
-	}
-	fc := *f
-	fc.Scheduler.Seed = seed
-	base, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
-	if err != nil {
-		return nil, nil, err
-	}
-	entries := append([]scheduler.ScorerEntry(nil), base.Scorers()...)
-	entries = append(entries, scheduler.ScorerEntry{Name: "pending-prefill", Type: "pending-prefill", Scorer: newPendingPrefill(), Weight: 2})
-	s, err := scheduler.New(fc.Scheduler, entries, []scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
-	if err != nil {
-		return nil, nil, err
-	}
-	det, err := detector.New(f.Adaptive.Detector, detector.Deps{})
-	if err != nil {
-		return nil, nil, err
-	}
-	conf, err := configurator.New(f.Adaptive.Config, s.Scorers(), configurator.Deps{Start: s.Weights()})
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, &adaptiveLoop{det: det, conf: conf}, nil
 }

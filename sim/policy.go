@@ -43,8 +43,8 @@ const (
 	PolicyStatic322  = "static-3-2-2"
 	PolicySGLang     = "sglang-switch"
 	PolicyAdaptive   = "adaptive"
-	// PolicyAdaptivePP is an experiment, not a default: the adaptive
-	// profile plus the sim-local pending-prefill scorer (a proposal).
+	// PolicyAdaptivePP is the adaptive profile plus the pending-prefill
+	// scorer at weight 2.
 	PolicyAdaptivePP = "adaptive+pending-prefill"
 )
 
@@ -91,7 +91,7 @@ scorers:
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
 		{Name: PolicyAdaptive, Description: "trimtab: default profile with adaptive weights", Build: buildAdaptive},
-		{Name: PolicyAdaptivePP, Description: "experiment: adaptive plus a pending-prefill scorer (weight 2)", Build: buildAdaptivePendingPrefill},
+		{Name: PolicyAdaptivePP, Description: "adaptive plus the pending-prefill scorer (weight 2)", Build: buildAdaptivePendingPrefill},
 	}
 }
 

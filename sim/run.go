@@ -98,15 +98,6 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[min(max(k, 0), len(sorted)-1)]
 }
 
-// FirstTokenObserver is implemented by scorers that track requests until
-// their first token (a pending-prefill load signal). The simulator calls
-// FirstToken when a request's first token is produced, before the
-// request's Decision.Done; the scheduler itself has no such hook yet (a
-// proxy would call it on the first response byte).
-type FirstTokenObserver interface {
-	FirstToken(req *scheduler.Request, ep *scheduler.Endpoint)
-}
-
 type simReq struct {
 	req      scheduler.Request
 	seq      engine.Seq
@@ -133,10 +124,8 @@ type runner struct {
 
 	servers []*engine.Engine
 	emit    []func(engine.Event)
-	// firstObs are the scorers that want to hear about first tokens.
-	firstObs []FirstTokenObserver
-	addrIdx  map[string]int
-	eps      []scheduler.Endpoint
+	addrIdx map[string]int
+	eps     []scheduler.Endpoint
 
 	h        eventHeap
 	now      time.Duration
@@ -224,11 +213,6 @@ func (r *runner) setup() error {
 		}
 	}
 	r.sched.SetEndpoints(r.eps)
-	for _, e := range r.sched.Scorers() {
-		if o, ok := e.Scorer.(FirstTokenObserver); ok {
-			r.firstObs = append(r.firstObs, o)
-		}
-	}
 	r.markGen = make([]int64, n)
 	r.markHits = make([]int64, n)
 	r.markQuery = make([]int64, n)
@@ -500,9 +484,9 @@ func (r *runner) stepEnd(i int) {
 func (r *runner) onEvent(ev engine.Event) {
 	q := ev.Seq.Data.(*simReq)
 	if ev.Kind == engine.EventFirstToken {
-		for _, o := range r.firstObs {
-			o.FirstToken(&q.req, q.dec.Endpoint)
-		}
+		// The first token is the first response byte a proxy would see:
+		// the prompt stops counting as pending prefill on the endpoint.
+		q.dec.FirstByte()
 	}
 	if ev.Kind != engine.EventFinished {
 		return

@@ -385,28 +385,71 @@ func BenchmarkRun(b *testing.B) {
 	}
 }
 
-func TestPendingPrefill(t *testing.T) {
-	p := newPendingPrefill()
-	eps := []*scheduler.Endpoint{{Address: "a"}, {Address: "b"}, {Address: "c"}}
-	out := make([]float64, 3)
-	p.Score(nil, nil, eps, out)
-	if out[0] != 1 || out[1] != 1 || out[2] != 1 {
-		t.Errorf("nothing pending: %v, want all 1 (neutral)", out)
+// pendingProbe is a test scorer that records, at every decision, whether
+// some endpoint had requests in flight but no pending prefill — which
+// happens only if the driver releases prompts at their first token
+// (Decision.FirstByte) rather than at Done.
+type pendingProbe struct {
+	decisions      int
+	decodingOnly   int   // decisions where some endpoint was only decoding
+	maxPending     int64 // largest PendingPrefill seen on one endpoint
+	negativeOrLeak bool  // a negative count, or pending with nothing in flight
+}
+
+func (*pendingProbe) Category() scheduler.Category { return scheduler.CategoryNone }
+
+func (p *pendingProbe) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	p.decisions++
+	only := false
+	for i, e := range eps {
+		out[i] = 0
+		pp, inf := e.PendingPrefill(), e.InFlight()
+		p.maxPending = max(p.maxPending, pp)
+		if pp < 0 || (pp > 0 && inf == 0) {
+			p.negativeOrLeak = true
+		}
+		if inf > 0 && pp == 0 {
+			only = true
+		}
 	}
-	r1 := &scheduler.Request{Prompt: make([]byte, 400)} // 100 tokens
-	r2 := &scheduler.Request{Prompt: make([]byte, 200)} // 50 tokens
-	p.Picked(nil, r1, eps[0])
-	p.Picked(nil, r2, eps[1])
-	p.Score(nil, nil, eps, out)
-	// pending a 100, b 50, c 0: (100 − p) / (100 − 0) = 0, 0.5, 1.
-	if out[0] != 0 || out[1] != 0.5 || out[2] != 1 {
-		t.Errorf("scores %v, want [0 0.5 1]", out)
+	if only {
+		p.decodingOnly++
 	}
-	p.FirstToken(r1, eps[0])
-	p.Done(r1, eps[0], scheduler.Outcome{}) // after its first token: no double count
-	p.Done(r2, eps[1], scheduler.Outcome{}) // ended before its first token
-	p.Score(nil, nil, eps, out)
-	if out[0] != 1 || out[1] != 1 || out[2] != 1 || len(p.open) != 0 {
-		t.Errorf("after completion: %v, %d open, want all 1 and none open", out, len(p.open))
+}
+
+func TestFirstByteReleasesPendingPrefill(t *testing.T) {
+	probe := &pendingProbe{}
+	var sched *scheduler.Scheduler
+	pol := Policy{Name: "probe", Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+		cfg := scheduler.DefaultConfig()
+		cfg.Seed = seed
+		s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "probe", Type: "probe", Scorer: probe, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+		sched = s
+		return s, nil, err
+	}}
+	sc := smallScenario(t)
+	r, err := Run(RunConfig{Scenario: sc, Policy: pol, Level: sc.Load.Levels[0], Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Requests decode 60 tokens (≈ 30 steps) after a one- or two-step
+	// prefill, so a pod that holds only decoding requests is the common
+	// case; with the prompts released only at Done it could never occur.
+	if probe.decodingOnly == 0 {
+		t.Errorf("%d decisions, none saw an endpoint with requests in flight and no pending prefill: first tokens do not release prompts", probe.decisions)
+	}
+	if probe.maxPending == 0 {
+		t.Error("pending prefill never counted")
+	}
+	if probe.negativeOrLeak {
+		t.Error("pending prefill went negative or stayed with nothing in flight")
+	}
+	if r.Completed == 0 {
+		t.Fatal("nothing completed")
+	}
+	for _, e := range sched.Pool().Pointers() {
+		if e.PendingPrefill() != 0 || e.InFlight() != 0 {
+			t.Errorf("%s after the run: pending prefill %d, in flight %d, want 0 and 0", e.Address, e.PendingPrefill(), e.InFlight())
+		}
 	}
 }
