@@ -92,8 +92,8 @@ type Scheduler struct {
 	weights atomic.Pointer[Weights]
 	seq     atomic.Uint64
 
-	mu       sync.Mutex // serialises SetEndpoints
-	states   map[string]*endpointState // by address, across pools
+	mu     sync.Mutex                // serialises SetEndpoints
+	states map[string]*endpointState // by address, across pools
 
 	decisions sync.Pool
 }
@@ -123,12 +123,12 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		base[i] = e.Weight
 	}
 	s := &Scheduler{
-		cfg:      cfg,
-		entries:  append([]ScorerEntry(nil), entries...),
-		filters:  append([]Filter(nil), filters...),
-		picker:   picker,
-		log:      deps.Logger,
-		states:   map[string]*endpointState{},
+		cfg:     cfg,
+		entries: append([]ScorerEntry(nil), entries...),
+		filters: append([]Filter(nil), filters...),
+		picker:  picker,
+		log:     deps.Logger,
+		states:  map[string]*endpointState{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
