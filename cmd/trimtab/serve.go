@@ -48,8 +48,15 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
-			ctx := cmd.Context()
-			go watchProfile(ctx, path, log, svc.reload)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				watchProfile(ctx, path, log, svc.reload)
+			}()
+			// The watcher stops with the service (cancel) and is waited for.
+			defer func() { cancel(); <-watched }()
 			log.Info("trimtab serving", "version", buildVersion(), "profile", path,
 				"http", svc.srv.HTTP.Addr, "ext_proc", svc.srv.ExtProc.Addr, "admin", svc.srv.Admin.Addr,
 				"adaptive", f.Adaptive.Enabled)
