@@ -69,25 +69,12 @@ func LoadProfilePolicy(path string) (Policy, error) {
 }
 
 // buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
-// profile (default scorers, adaptive on, package defaults for the loop).
+// profile (default scorers plus pending-prefill, adaptive on, package
+// defaults for the loop).
 func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error) {
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		return nil, nil, fmt.Errorf("adaptive policy: %w", err)
 	}
 	return ProfilePolicy(PolicyAdaptive, "", f).Build(seed, sc)
-}
-
-// buildAdaptivePendingPrefill is the "adaptive+pending-prefill" policy: the
-// shipped configs/adaptive.yaml profile plus the pending-prefill scorer
-// (weight 2, distribution) as the last scorer.
-func buildAdaptivePendingPrefill(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error) {
-	f, err := configs.LoadShipped("adaptive")
-	if err != nil {
-		return nil, nil, fmt.Errorf("adaptive+pending-prefill policy: %w", err)
-	}
-	fc := *f
-	w := 2.0
-	fc.Scorers = append(append([]configs.ScorerConfig(nil), f.Scorers...), configs.ScorerConfig{Type: scorers.TypePendingPrefill, Weight: &w})
-	return ProfilePolicy(PolicyAdaptivePP, "", &fc).Build(seed, sc)
 }

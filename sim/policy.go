@@ -43,9 +43,6 @@ const (
 	PolicyStatic322  = "static-3-2-2"
 	PolicySGLang     = "sglang-switch"
 	PolicyAdaptive   = "adaptive"
-	// PolicyAdaptivePP is the adaptive profile plus the pending-prefill
-	// scorer at weight 2.
-	PolicyAdaptivePP = "adaptive+pending-prefill"
 )
 
 // prefixParams are the default profile's prefix settings, shared by every
@@ -90,8 +87,7 @@ scorers:
     weight: 2
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
-		{Name: PolicyAdaptive, Description: "trimtab: default profile with adaptive weights", Build: buildAdaptive},
-		{Name: PolicyAdaptivePP, Description: "adaptive plus the pending-prefill scorer (weight 2)", Build: buildAdaptivePendingPrefill},
+		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml (default scorers plus pending-prefill) with adaptive weights", Build: buildAdaptive},
 	}
 }
 
