@@ -20,6 +20,7 @@ import (
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/loadgen"
 	"github.com/trimtab/trimtab/internal/status"
+	"github.com/trimtab/trimtab/scorers"
 	"github.com/trimtab/trimtab/sim/fakeserver"
 )
 
@@ -120,7 +121,9 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 		if name == "static" {
 			// The field's static default, prefix 3 : queue 2 : kvcache 2
 			// (the Gateway API Inference Extension's weights).
-			f.Scorers = slices.DeleteFunc(slices.Clone(f.Scorers), func(s configs.ScorerConfig) bool { return s.Type == "inflight" })
+			f.Scorers = slices.DeleteFunc(slices.Clone(f.Scorers), func(s configs.ScorerConfig) bool {
+				return s.Type != scorers.TypePrefix && s.Type != scorers.TypeQueue && s.Type != scorers.TypeKVCache
+			})
 		}
 		admin := "127.0.0.1:0"
 		if name == "adaptive" {
