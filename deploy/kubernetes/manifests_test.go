@@ -639,17 +639,17 @@ func TestProfile(t *testing.T) {
 	if !f.HasEndpoints || f.Fleet.Endpoints.Mode != fleet.ModePods {
 		t.Fatalf("endpoints.mode %q, want pods (serve needs an endpoints: section)", f.Fleet.Endpoints.Mode)
 	}
-	// The default scorers and weights (configs/default.yaml).
-	def, err := configs.LoadShipped("default")
+	// The adaptive profile's scorers and weights (configs/adaptive.yaml).
+	def, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(f.Scorers) != len(def.Scorers) {
-		t.Fatalf("%d scorers, configs/default.yaml has %d", len(f.Scorers), len(def.Scorers))
+		t.Fatalf("%d scorers, configs/adaptive.yaml has %d", len(f.Scorers), len(def.Scorers))
 	}
 	for i, sc := range f.Scorers {
 		if sc.Type != def.Scorers[i].Type || *sc.Weight != *def.Scorers[i].Weight {
-			t.Errorf("scorers[%d] = %s %v, configs/default.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
+			t.Errorf("scorers[%d] = %s %v, configs/adaptive.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
 		}
 	}
 	ep := f.Fleet.Endpoints
