@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -52,18 +52,16 @@ func queueLike(_ *scheduler.Request, e *scheduler.Endpoint) float64 {
 }
 func kvLike(_ *scheduler.Request, e *scheduler.Endpoint) float64 { return 1 - e.KVUtil }
 
-// pageFixture is a real scheduler, a Recorder fed a synthetic burst, and an
-// admin-like HTTP server serving the Recorder's handlers next to
-// /debug/endpoints, /debug/decisions and /debug/weights in the proxy's
-// shape.
+// pageFixture is a real scheduler, a Recorder fed a synthetic burst, and
+// the real admin server (proxy.Admin: /debug/endpoints, /debug/decisions,
+// /debug/weights) with the Recorder's handlers mounted on it, as serve
+// does.
 type pageFixture struct {
 	rec   *Recorder
 	sched *scheduler.Scheduler
+	dec   *proxy.Recorder
 	names []string
 	srv   *httptest.Server
-
-	mu        sync.Mutex
-	decisions []scheduler.Explanation // newest first, like proxy.Recorder.Recent
 }
 
 var fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
@@ -88,12 +86,15 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	f.scrape(end)
 	f.feedHistory(end)
 
-	mux := http.NewServeMux()
-	f.rec.Register(mux)
-	mux.HandleFunc("GET /debug/endpoints", f.serveEndpoints)
-	mux.HandleFunc("GET /debug/decisions", f.serveDecisions)
-	mux.HandleFunc("GET /debug/weights", f.serveWeights)
-	f.srv = httptest.NewServer(mux)
+	f.dec = proxy.NewRecorder(64, 1)
+	admin, err := proxy.NewAdmin(proxy.DefaultConfig(), proxy.Deps{View: s, Recorder: f.dec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Handle("GET "+PathHistory, f.rec.Handler())
+	admin.Handle("GET "+PathUI, UI())
+	admin.Handle("GET "+PathUI+"/", UI())
+	f.srv = httptest.NewServer(admin)
 	t.Cleanup(f.srv.Close)
 	return f
 }
@@ -105,8 +106,9 @@ func (f *pageFixture) scrape(now time.Time) {
 	for i, a := range fixtureAddrs {
 		eps[i] = scheduler.Endpoint{
 			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
+			Labels:  map[string]string{"app": "vllm"},
 			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
-			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1,
+			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1, CacheBlockSize: 16, CacheBlocks: 8192,
 			ScrapedAt: now.Add(-time.Duration(12+9*i) * time.Millisecond), State: scheduler.StateFresh,
 		}
 	}
@@ -183,88 +185,14 @@ func (f *pageFixture) feedHistory(end time.Time) {
 	}
 }
 
-// pick runs a real decision and keeps its explanation, as the proxy's
-// recorder does.
+// pick runs a real decision and keeps its explanation, as the proxy does.
 func (f *pageFixture) pick(id string) {
 	d, err := f.sched.Pick(context.Background(), &scheduler.Request{ID: id, Model: "llama-3.1-8b"})
 	if err != nil {
 		return
 	}
-	x := d.Explain()
+	f.dec.Record(d.Explain())
 	d.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200})
-	f.mu.Lock()
-	f.decisions = append([]scheduler.Explanation{x}, f.decisions...)
-	if len(f.decisions) > 64 {
-		f.decisions = f.decisions[:64]
-	}
-	f.mu.Unlock()
-}
-
-// The three handlers below answer in the JSON shapes of proxy.Admin
-// (proxy/admin.go: EndpointView, WeightsView, {"decisions": [...]}, newest
-// first), field for field.
-
-func (f *pageFixture) serveEndpoints(w http.ResponseWriter, _ *http.Request) {
-	type endpointView struct {
-		Address        string            `json:"address"`
-		Name           string            `json:"name,omitempty"`
-		Models         []string          `json:"models,omitempty"`
-		Labels         map[string]string `json:"labels,omitempty"`
-		State          string            `json:"state"`
-		Waiting        float64           `json:"waiting"`
-		Running        float64           `json:"running"`
-		KVUtil         float64           `json:"kv_util"`
-		Capacity       float64           `json:"capacity"`
-		InFlight       int64             `json:"in_flight"`
-		LoRAActive     []string          `json:"lora_active,omitempty"`
-		LoRAWaiting    []string          `json:"lora_waiting,omitempty"`
-		ScrapedAt      time.Time         `json:"scraped_at"`
-		CacheBlockSize int               `json:"cache_block_size,omitempty"`
-		CacheBlocks    int               `json:"cache_blocks,omitempty"`
-	}
-	p := f.sched.Pool()
-	out := struct {
-		Version   uint64         `json:"version"`
-		Endpoints []endpointView `json:"endpoints"`
-	}{Version: p.Version, Endpoints: []endpointView{}}
-	for _, e := range p.Pointers() {
-		out.Endpoints = append(out.Endpoints, endpointView{
-			Address: e.Address, Name: e.Name, Models: e.Models, Labels: map[string]string{"app": "vllm"}, State: e.State.String(),
-			Waiting: e.Waiting, Running: e.Running, KVUtil: e.KVUtil, Capacity: e.CapacityOrOne(),
-			InFlight: e.InFlight() + int64(len(e.Address)%3), ScrapedAt: e.ScrapedAt, CacheBlockSize: 16, CacheBlocks: 8192,
-		})
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (f *pageFixture) serveDecisions(w http.ResponseWriter, _ *http.Request) {
-	f.mu.Lock()
-	out := append([]scheduler.Explanation{}, f.decisions...)
-	f.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"decisions": out})
-}
-
-func (f *pageFixture) serveWeights(w http.ResponseWriter, _ *http.Request) {
-	type scorerView struct {
-		Name       string  `json:"name"`
-		Type       string  `json:"type"`
-		Category   string  `json:"category"`
-		Weight     float64 `json:"weight"`
-		BaseWeight float64 `json:"base_weight"`
-	}
-	cur := f.sched.Weights()
-	v := struct {
-		Version uint64       `json:"version"`
-		Mode    string       `json:"mode"`
-		Reason  string       `json:"reason"`
-		Signal  float64      `json:"signal"`
-		At      time.Time    `json:"at"`
-		Scorers []scorerView `json:"scorers"`
-	}{Version: cur.Version, Mode: cur.Mode, Reason: cur.Reason, Signal: cur.Signal, At: cur.At}
-	for i, e := range f.sched.Scorers() {
-		v.Scorers = append(v.Scorers, scorerView{e.Name, e.Type, e.Scorer.Category().String(), cur.Values[i], e.Weight})
-	}
-	writeJSON(w, http.StatusOK, v)
 }
 
 // TestStatusPageInBrowser loads /ui in a real headless Chromium against a
