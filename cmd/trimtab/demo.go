@@ -20,6 +20,7 @@ import (
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/loadgen"
 	"github.com/trimtab/trimtab/internal/status"
+	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 	"github.com/trimtab/trimtab/sim/fakeserver"
 )
@@ -227,7 +228,7 @@ func waitReady(ctx context.Context, svc *service, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		snap := svc.fleet.Load()
-		if snap != nil && len(svc.sched.Pool().Endpoints) > 0 && snap.Count(0) == len(snap.Endpoints) {
+		if snap != nil && len(svc.sched.Pool().Endpoints) > 0 && snap.Count(scheduler.StateFresh) == len(snap.Endpoints) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,7 +187,7 @@ func TestServeEndToEnd(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(body, `"text_completion"`) {
 			t.Fatalf("status %d body %s", resp.StatusCode, body)
 		}
-		if ep := resp.Header.Get("x-trimtab-endpoint"); !contains(addrs, ep) {
+		if ep := resp.Header.Get("x-trimtab-endpoint"); !slices.Contains(addrs, ep) {
 			t.Errorf("x-trimtab-endpoint %q is not one of %v", ep, addrs)
 		}
 	})
@@ -332,13 +333,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package arch
 
 import (
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestDependencyDirection(t *testing.T) {
 			if to == "" || to == from {
 				continue
 			}
-			if !contains(ok, to) {
+			if !slices.Contains(ok, to) {
 				violations = append(violations, fields[0]+" imports "+imp)
 			}
 		}
@@ -80,15 +81,6 @@ func TestDependencyDirection(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func TestTableCatchesAViolation(t *testing.T) {
 	// The table itself must forbid the edges DESIGN.md rules out, or the
 	// test above could never fail.
@@ -96,7 +88,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"scheduler", "scorers"}, {"scheduler", "fleet"}, {"scorers", "proxy"},
 		{"fleet", "detector"}, {"sim", "proxy"}, {"sim", "cmd"}, {"configs", "proxy"},
 	} {
-		if contains(allowed[bad[0]], bad[1]) {
+		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
 		}
 	}
