@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -281,7 +282,7 @@ func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weigh
 	if !c.cfg.Enabled {
 		if !c.started {
 			c.started = true
-			if cur.Mode != ModeStatic || !equal(cur.Values, c.base) {
+			if cur.Mode != ModeStatic || !slices.Equal(cur.Values, c.base) {
 				c.publish(now, sig, ModeStatic, c.budget(c.base), "adaptive mode off: profile weights")
 			}
 		}
@@ -468,18 +469,6 @@ func (c *Configurator) publishTo(w *scheduler.Weights) {
 	if err := c.pub.Publish(w); err != nil {
 		c.log.Error("publishing weights failed; the previous weights stay in force", "version", w.Version, "err", err)
 	}
-}
-
-func equal(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func clamp01(v float64) float64 {

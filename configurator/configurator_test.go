@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,7 +160,7 @@ func TestStaticMode(t *testing.T) {
 	start := &scheduler.Weights{Version: 7, Values: []float64{1, 3, 0.5, 3, 0.3}, Mode: ModeRebalance}
 	c = mustNew(t, DefaultConfig(), Deps{Start: start})
 	w := c.Step(t0, sig(0.9))
-	if w.Version != 8 || w.Mode != ModeStatic || !equal(w.Values, []float64{3, 2, 0.5, 2, 1}) || !w.At.Equal(t0) {
+	if w.Version != 8 || w.Mode != ModeStatic || !slices.Equal(w.Values, []float64{3, 2, 0.5, 2, 1}) || !w.At.Equal(t0) {
 		t.Errorf("got %+v, want version 8 static with the profile weights", w)
 	}
 	if w2 := c.Step(t0.Add(tick), sig(0.9)); w2 != w {

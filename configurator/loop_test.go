@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -173,7 +174,7 @@ func TestRunStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := rec.all()
-	if len(got) != 1 || got[0].Version != 6 || got[0].Mode != ModeStatic || !got[0].At.Equal(t0) || !equal(got[0].Values, []float64{3, 2, 0.5, 2, 1}) {
+	if len(got) != 1 || got[0].Version != 6 || got[0].Mode != ModeStatic || !got[0].At.Equal(t0) || !slices.Equal(got[0].Values, []float64{3, 2, 0.5, 2, 1}) {
 		t.Errorf("published %+v, want one static version 6 at t0 with the profile weights", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,21 +139,9 @@ func TestDeterminism(t *testing.T) {
 	if ra.Policy != rc.Policy {
 		t.Fatalf("compared %s with %s", ra.Policy, rc.Policy)
 	}
-	if ra.Issued == rc.Issued && slicesEqual(ra.TTFT, rc.TTFT) {
+	if ra.Issued == rc.Issued && slices.Equal(ra.TTFT, rc.TTFT) {
 		t.Error("seeds 3 and 4 gave identical results; the seed is not used")
 	}
-}
-
-func slicesEqual(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGoldenSummary(t *testing.T) {
