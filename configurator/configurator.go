@@ -200,7 +200,7 @@ func Sigmoid(r, k, s0, nu float64) float64 {
 // capped at 1 − AffinityFloor. r and p are clamped to [0,1] (NaN → 0).
 // hold is only used in frozen mode.
 func (c *Configurator) Target(mode string, r, p, hold float64) float64 {
-	r, p = clamp01(r), clamp01(p)
+	r, p = scheduler.Clamp01(r), scheduler.Clamp01(p)
 	var d float64
 	switch mode {
 	case ModeCalm:
@@ -288,7 +288,7 @@ func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weigh
 		}
 		return c.cur.Load()
 	}
-	r := clamp01(sig.Value)
+	r := scheduler.Clamp01(sig.Value)
 	from := c.mode
 	var reason string
 	if !c.started {
@@ -400,7 +400,7 @@ func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, 
 	} else {
 		vals = c.values(d)
 	}
-	w := &scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: clamp01(sig.Value), At: now}
+	w := &scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: scheduler.Clamp01(sig.Value), At: now}
 	c.cur.Store(w)
 	c.dPub = d
 	level := slog.LevelDebug
@@ -469,14 +469,4 @@ func (c *Configurator) publishTo(w *scheduler.Weights) {
 	if err := c.pub.Publish(w); err != nil {
 		c.log.Error("publishing weights failed; the previous weights stay in force", "version", w.Version, "err", err)
 	}
-}
-
-func clamp01(v float64) float64 {
-	switch {
-	case !(v >= 0):
-		return 0
-	case v > 1:
-		return 1
-	}
-	return v
 }

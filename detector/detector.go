@@ -156,7 +156,7 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		if math.IsInf(l, 0) || math.IsNaN(l) { // capacity NaN/Inf guard
 			l = 0
 		}
-		kv := clamp01(e.KVUtil)
+		kv := scheduler.Clamp01(e.KVUtil)
 		d.loads = append(d.loads, l)
 		d.kv = append(d.kv, kv)
 		total += l
@@ -193,7 +193,7 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		}
 	}
 	a := d.cfg.Smoothing
-	d.smoothed = clamp01(a*sig.Raw + (1-a)*d.smoothed)
+	d.smoothed = scheduler.Clamp01(a*sig.Raw + (1-a)*d.smoothed)
 	sig.Smoothed = d.smoothed
 	if sig.Gate == GateNone {
 		sig.Value = sig.Smoothed
@@ -235,7 +235,7 @@ func NormalisedCV(x []float64) float64 {
 	if !(mean > zeroMean) {
 		return 0
 	}
-	return clamp01(std / mean / math.Sqrt(float64(n-1)))
+	return scheduler.Clamp01(std / mean / math.Sqrt(float64(n-1)))
 }
 
 // Run steps the detector every Config.Interval on Deps.Clock until ctx is
@@ -272,16 +272,6 @@ func (d *Detector) Run(ctx context.Context) error {
 func count(v float64) float64 {
 	if !(v >= 0) || math.IsInf(v, 1) {
 		return 0
-	}
-	return v
-}
-
-func clamp01(v float64) float64 {
-	switch {
-	case !(v >= 0): // also NaN
-		return 0
-	case v > 1:
-		return 1
 	}
 	return v
 }

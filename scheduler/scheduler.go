@@ -256,7 +256,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		wi := w.Values[si]
 		for i, v := range out {
 			if !(v >= 0 && v <= 1) { // also catches NaN
-				v = clamp01(v)
+				v = Clamp01(v)
 				out[i] = v
 				s.m.clamped[si].Inc()
 			}
@@ -294,7 +294,8 @@ func inSubset(subset []string, addr string) bool {
 	return false
 }
 
-func clamp01(v float64) float64 {
+// Clamp01 returns v clamped to [0,1], with NaN mapped to 0.
+func Clamp01(v float64) float64 {
 	switch {
 	case math.IsNaN(v) || v < 0:
 		return 0

@@ -2,6 +2,7 @@ package scorers
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -56,7 +57,7 @@ func (*LoRA) Score(_ *scheduler.CycleState, req *scheduler.Request, eps []*sched
 	}
 	for i, e := range eps {
 		switch {
-		case contains(e.LoRA.Active, req.LoRA):
+		case slices.Contains(e.LoRA.Active, req.LoRA):
 			out[i] = loraActive
 		case len(e.LoRA.Active) < e.LoRA.Max:
 			out[i] = loraFreeSlot
@@ -64,13 +65,4 @@ func (*LoRA) Score(_ *scheduler.CycleState, req *scheduler.Request, eps []*sched
 			out[i] = 0
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
