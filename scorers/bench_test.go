@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -263,5 +265,40 @@ func reportBytesPerBlock(b *testing.B, p *Prefix) {
 	if st.Blocks > 0 {
 		b.ReportMetric(float64(st.Bytes)/float64(st.Blocks), "B/block")
 		b.ReportMetric(float64(st.Blocks), "blocks")
+	}
+}
+
+// BenchmarkPrefixHash measures the part of a Pick no index or scheduler
+// work can remove: cutting a prompt into blocks and computing their chained
+// xxhash64 (plus grouping them by shard), over the same cold-ish workload
+// as BenchmarkPick (128 distinct prompts of the given size, in turn). At 8k
+// tokens this is 128 blocks of 256 bytes. The xxhash64 row hashes each
+// whole prompt in one call, without block boundaries: the library's
+// throughput ceiling on this CPU.
+func BenchmarkPrefixHash(b *testing.B) {
+	for _, tok := range benchSizes.tokens {
+		reqs := benchWorkload(tok, 16, 8, 128, 1)
+		b.Run(fmt.Sprintf("blocks/prompt=%dk", tok>>10), func(b *testing.B) {
+			p := mustPrefix(b, DefaultPrefixConfig())
+			sc := p.scratch(newHarness(b, p, benchEndpoints(8, 1)).cycleState(b))
+			b.SetBytes(int64(len(reqs[0].Prompt)))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				req := &reqs[i%len(reqs)]
+				i++
+				p.hashBlocks(sc, req, p.blocks(req.Prompt))
+			}
+		})
+		b.Run(fmt.Sprintf("xxhash64/prompt=%dk", tok>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(reqs[0].Prompt)))
+			var sink uint64
+			i := 0
+			for b.Loop() {
+				sink += xxhash.Sum64(reqs[i%len(reqs)].Prompt)
+				i++
+			}
+			runtime.KeepAlive(sink)
+		})
 	}
 }
