@@ -90,7 +90,7 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
 		deps:   deps,
-		m:      newPathMetrics("extproc", deps.Registerer),
+		m:      newPathMetrics("extproc", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		health: health.NewServer(),
 		ln:     deps.Listener,
 	}, nil

@@ -58,7 +58,7 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
 		deps:   deps,
-		m:      newPathMetrics("proxy", deps.Registerer),
+		m:      newPathMetrics("proxy", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		transport: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: cfg.HTTP.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   cfg.HTTP.MaxIdleConnsPerHost,

@@ -3,8 +3,12 @@ package proxy
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 // pathMetrics are the per-endpoint latency and outcome metrics of one
@@ -14,13 +18,28 @@ import (
 // Endpoints come and go, so children are resolved on first use and cached
 // per endpoint (a sync.Map read on the hot path, no allocation); requests
 // rejected before a pick are counted under endpoint "none".
+//
+// Pod addresses change with every rollout, so the series of an endpoint
+// that has left the pool are deleted once it has been gone for
+// forgetAfter, checked whenever the metrics are collected: a long-running
+// router keeps series for its current endpoints, not for every pod it ever
+// saw. A request still running on a departed endpoint after that (longer
+// than forgetAfter) is not counted.
 type pathMetrics struct {
 	ttfb     *prometheus.HistogramVec
 	duration *prometheus.HistogramVec
 	requests *prometheus.CounterVec
 	retries  prometheus.Counter
 	eps      sync.Map // address → *epMetrics
+
+	pool  func() *scheduler.Pool // nil: never prune
+	clock clock.PassiveClock
+	mu    sync.Mutex // serialises prune
 }
+
+// forgetAfter is how long an endpoint's series outlive its departure from
+// the pool: longer than any request, so late completions still count.
+const forgetAfter = 10 * time.Minute
 
 type epMetrics struct {
 	m              *pathMetrics
@@ -28,6 +47,7 @@ type epMetrics struct {
 	once           sync.Once
 	ttfb, duration prometheus.Observer // resolved on first observation
 	codes          sync.Map            // int → prometheus.Counter
+	goneSince      time.Time           // when prune first missed it from the pool; guarded by m.mu
 }
 
 // observe records a completed request's first-byte time (when got) and
@@ -48,8 +68,13 @@ func (e *epMetrics) observe(ttfb float64, got bool, duration float64) {
 // a long generation.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 18)
 
-func newPathMetrics(component string, reg prometheus.Registerer) *pathMetrics {
+// newPathMetrics builds and registers the metrics of one request path.
+// pool, when not nil, returns the installed pool, whose addresses keep
+// their endpoints' series.
+func newPathMetrics(component string, reg prometheus.Registerer, pool func() *scheduler.Pool, clk clock.PassiveClock) *pathMetrics {
 	m := &pathMetrics{
+		pool:  pool,
+		clock: clk,
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "trimtab_" + component + "_ttfb_seconds",
 			Help:    "Time from pick to the first response byte, per endpoint.",
@@ -70,9 +95,56 @@ func newPathMetrics(component string, reg prometheus.Registerer) *pathMetrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttfb, m.duration, m.requests, m.retries)
+		reg.MustRegister(m.ttfb, m.duration, m.requests, m.retries, pruner{m})
 	}
 	return m
+}
+
+// pruner prunes departed endpoints whenever the registry is gathered. It
+// describes no metrics (an unchecked collector) and reports none; the
+// registry collects concurrently, so a pruned series may still appear in
+// the gather that pruned it, and is gone from the next.
+type pruner struct{ m *pathMetrics }
+
+func (pruner) Describe(chan<- *prometheus.Desc)   {}
+func (p pruner) Collect(chan<- prometheus.Metric) { p.m.prune() }
+
+// prune deletes the series of endpoints absent from the pool for at least
+// forgetAfter. Endpoint "none" is never pruned.
+func (m *pathMetrics) prune() {
+	if m.pool == nil {
+		return
+	}
+	p := m.pool()
+	if p == nil {
+		return
+	}
+	live := make(map[string]struct{}, len(p.Endpoints))
+	for i := range p.Endpoints {
+		live[p.Endpoints[i].Address] = struct{}{}
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.eps.Range(func(k, v any) bool {
+		addr, e := k.(string), v.(*epMetrics)
+		if _, ok := live[addr]; ok || addr == "none" {
+			e.goneSince = time.Time{}
+			return true
+		}
+		if e.goneSince.IsZero() {
+			e.goneSince = now
+			return true
+		}
+		if now.Sub(e.goneSince) < forgetAfter {
+			return true
+		}
+		m.eps.Delete(addr)
+		m.ttfb.DeleteLabelValues(addr)
+		m.duration.DeleteLabelValues(addr)
+		m.requests.DeletePartialMatch(prometheus.Labels{"endpoint": addr})
+		return true
+	})
 }
 
 func (m *pathMetrics) endpoint(addr string) *epMetrics {
