@@ -44,6 +44,15 @@ type Config struct {
 	// KVWeight is the KV share of the weighted rule, in [0,1]. Default 0.5.
 	// Ignored by min and max.
 	KVWeight float64 `mapstructure:"kv_weight"`
+	// SubtractNoise removes from the request-load signal the imbalance
+	// that random placement of the same number of requests would show by
+	// chance (see NoiseCorrected), so a small, calm pool does not read as
+	// imbalanced. Default false: the shipped thresholds (theta_off 0.1)
+	// were tuned on the uncorrected signal, and with the correction the
+	// simulated hot-prefix burst leaves rebalance too early (p50 TTFT
+	// +10 %, throughput −10 % at 125 clients). Pools of a few endpoints
+	// at low concurrency gain most from it (docs/benchmarks.md, finding 6).
+	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
 	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default
 	// 0.2: at 50 ms steps a half-life of ln 2 / −ln 0.8 ≈ 3.1 steps

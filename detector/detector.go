@@ -42,11 +42,25 @@ type Signal struct {
 	// exactly 0 when Gate is set.
 	Value float64
 	// RequestCV is the normalised CV of per-endpoint load
-	// ((running + waiting [+ in-flight]) / capacity), in [0,1]. 0 when gated.
+	// ((running + waiting [+ in-flight]) / capacity), in [0,1], with the
+	// chance imbalance of Requests randomly placed requests subtracted
+	// (NoiseCorrected) when Config.SubtractNoise is set. 0 when gated.
 	RequestCV float64
-	// KVCV is the normalised CV of per-endpoint KV utilisation, in [0,1];
-	// 0 when gated or when KVUsed is false.
+	// RequestCVUncorrected is the normalised CV before that subtraction
+	// (equal to RequestCV without SubtractNoise). 0 when gated.
+	RequestCVUncorrected float64
+	// Requests is Σ (running + waiting [+ in-flight]) over the fresh
+	// endpoints: raw counts, not capacity-divided; the noise correction's
+	// sample size.
+	Requests float64
+	// KVCV is the normalised CV of per-endpoint KV utilisation times
+	// KVMax, in [0,1]; 0 when gated or when KVUsed is false. Scaling by the
+	// fullest endpoint's utilisation keeps a spread of 1 % against 5 %
+	// (no endpoint near full, nothing to relieve) from reading as a hot
+	// spot; one endpoint full and the rest empty still reads 1.
 	KVCV float64
+	// KVMax is the highest KV utilisation of a fresh endpoint, in [0,1].
+	KVMax float64
 	// KVUsed is false when every fresh endpoint reports zero KV
 	// utilisation (the server does not export it, or the pool is empty of
 	// sequences); Raw is then RequestCV alone, whatever the rule.
@@ -142,7 +156,7 @@ func (d *Detector) Last() Signal {
 // to the pool size. It is not safe for concurrent use.
 func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	d.loads, d.kv = d.loads[:0], d.kv[:0]
-	var total, waiting, busy, kvSum float64
+	var total, requests, waiting, busy, kvSum, kvMax float64
 	for _, e := range eps {
 		if e == nil || e.State != scheduler.StateFresh {
 			continue
@@ -152,6 +166,7 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		if d.cfg.IncludeInFlight {
 			l += float64(max(e.InFlight(), 0))
 		}
+		requests += l
 		l /= e.CapacityOrOne()
 		if math.IsInf(l, 0) || math.IsNaN(l) { // capacity NaN/Inf guard
 			l = 0
@@ -161,10 +176,11 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		d.kv = append(d.kv, kv)
 		total += l
 		kvSum += kv
+		kvMax = max(kvMax, kv)
 		waiting += w
 		busy += r + w
 	}
-	sig := Signal{At: now, Endpoints: len(d.loads), TotalLoad: total}
+	sig := Signal{At: now, Endpoints: len(d.loads), TotalLoad: total, Requests: requests}
 	if busy > 0 {
 		sig.Pressure = waiting / busy
 	}
@@ -177,11 +193,16 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		sig.Gate = GateZeroMean
 	}
 	if sig.Gate == GateNone {
-		sig.RequestCV = NormalisedCV(d.loads)
+		sig.RequestCVUncorrected = NormalisedCV(d.loads)
+		sig.RequestCV = sig.RequestCVUncorrected
+		if d.cfg.SubtractNoise {
+			sig.RequestCV = NoiseCorrected(sig.RequestCV, requests)
+		}
 		sig.KVUsed = kvSum/float64(sig.Endpoints) > zeroMean
 		sig.Raw = sig.RequestCV
 		if sig.KVUsed {
-			sig.KVCV = NormalisedCV(d.kv)
+			sig.KVMax = kvMax
+			sig.KVCV = NormalisedCV(d.kv) * kvMax
 			switch d.cfg.Combine {
 			case CombineMax:
 				sig.Raw = max(sig.RequestCV, sig.KVCV)
@@ -236,6 +257,28 @@ func NormalisedCV(x []float64) float64 {
 		return 0
 	}
 	return scheduler.Clamp01(std / mean / math.Sqrt(float64(n-1)))
+}
+
+// NoiseCorrected returns the normalised CV r of a load spread made of n
+// requests with the imbalance that chance alone gives n requests removed:
+//
+//	r' = sqrt(max(0, r² − 1/n) / (1 − 1/n)),   0 when n ≤ 1.
+//
+// Why 1/n: place n requests on N endpoints independently and uniformly at
+// random. Each count X_i is binomial with mean μ = n/N and variance
+// μ(1 − 1/N), and the counts sum to n, so the population variance has
+// expectation E[σ²] = μ(1 − 1/N) and E[CV²] = (1 − 1/N)/μ = (N − 1)/n,
+// i.e. E[r²] = 1/n, whatever N. That is the reading of a pool with no
+// preference at all: 0.35 for 8 requests, 0.1 for 100. The correction maps
+// that expectation to 0, keeps 1 (all requests on one endpoint) at 1, and
+// shrinks readings in between, most when n is small; for n in the
+// thousands it changes nothing. With capacity weights or in-flight counts
+// (which the server may also count) the model is approximate.
+func NoiseCorrected(r, n float64) float64 {
+	if !(n > 1) {
+		return 0
+	}
+	return math.Sqrt(max(0, r*r-1/n) / (1 - 1/n))
 }
 
 // Run steps the detector every Config.Interval on Deps.Clock until ctx is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -56,12 +57,19 @@ func TestExtremesEveryN(t *testing.T) {
 		for i := range even {
 			even[i], kvEven[i] = 7, 0.4
 		}
-		one[n-1], kvOne[0] = 7*float64(n), 0.9
+		// One endpoint's KV full, the others empty: the KV CV (1) times the
+		// fullest utilisation (1).
+		one[n-1], kvOne[0] = 7*float64(n), 1
 		if s := d.Step(t0, pool(even, kvEven)); s.Value != 0 || s.RequestCV != 0 || s.KVCV != 0 {
 			t.Errorf("N=%d even: value %v request %v kv %v, want exactly 0", n, s.Value, s.RequestCV, s.KVCV)
 		}
-		if s := d.Step(t0, pool(one, kvOne)); !near(s.Value, 1) || !near(s.RequestCV, 1) || !near(s.KVCV, 1) {
-			t.Errorf("N=%d all on one: value %v request %v kv %v, want 1", n, s.Value, s.RequestCV, s.KVCV)
+		if s := d.Step(t0, pool(one, kvOne)); !near(s.Value, 1) || !near(s.RequestCV, 1) || !near(s.KVCV, 1) || s.KVMax != 1 {
+			t.Errorf("N=%d all on one: value %v request %v kv %v (max %v), want 1", n, s.Value, s.RequestCV, s.KVCV, s.KVMax)
+		}
+		// The same shape at 90 % reads 0.9: nothing is full yet.
+		kvOne[0] = 0.9
+		if s := d.Step(t0, pool(one, kvOne)); !near(s.KVCV, 0.9) {
+			t.Errorf("N=%d one endpoint's KV at 0.9: kv %v, want 0.9", n, s.KVCV)
 		}
 	}
 }
@@ -222,25 +230,32 @@ func TestGarbageInput(t *testing.T) {
 }
 
 func TestCombine(t *testing.T) {
-	// Request loads 3,1 → μ 2, σ 1, CV 0.5. KV 0.1,0.7 → μ 0.4, σ 0.3, CV 0.75.
+	// Request loads 3,1 → μ 2, σ 1, CV 0.5. KV 0.1,0.7 → μ 0.4, σ 0.3,
+	// CV 0.75, times the fullest utilisation 0.7 = 0.525.
 	loads, kv := []float64{3, 1}, []float64{0.1, 0.7}
 	for _, tc := range []struct {
 		rule string
 		w    float64
 		want float64
 	}{
-		{CombineMax, 0.5, 0.75},
+		{CombineMax, 0.5, 0.525},
 		{CombineMin, 0.5, 0.5},
-		{CombineWeighted, 0.5, 0.625}, // 0.5·0.5 + 0.5·0.75
-		{CombineWeighted, 0.2, 0.55},  // 0.8·0.5 + 0.2·0.75
-		{CombineWeighted, 1, 0.75},    // KV only
+		{CombineWeighted, 0.5, 0.5125}, // 0.5·0.5 + 0.5·0.525
+		{CombineWeighted, 0.2, 0.505},  // 0.8·0.5 + 0.2·0.525
+		{CombineWeighted, 1, 0.525},    // KV only
 	} {
 		c := raw()
 		c.Combine, c.KVWeight = tc.rule, tc.w
 		s := mustNew(t, c).Step(t0, pool(loads, kv))
-		if !near(s.RequestCV, 0.5) || !near(s.KVCV, 0.75) || !s.KVUsed || !near(s.Value, tc.want) {
-			t.Errorf("%s w=%v: request %v kv %v used %v value %v, want 0.5 0.75 true %v", tc.rule, tc.w, s.RequestCV, s.KVCV, s.KVUsed, s.Value, tc.want)
+		if !near(s.RequestCV, 0.5) || !near(s.KVCV, 0.525) || s.KVMax != 0.7 || !s.KVUsed || !near(s.Value, tc.want) {
+			t.Errorf("%s w=%v: request %v kv %v (max %v) used %v value %v, want 0.5 0.525 (0.7) true %v", tc.rule, tc.w, s.RequestCV, s.KVCV, s.KVMax, s.KVUsed, s.Value, tc.want)
 		}
+	}
+	// The same relative spread at low utilisation, 1 % against 7 %, is no
+	// hot spot: 0.75 × 0.07 = 0.0525.
+	s := mustNew(t, raw()).Step(t0, pool([]float64{2, 2}, []float64{0.01, 0.07}))
+	if !near(s.KVCV, 0.0525) || !near(s.Value, 0.0525) {
+		t.Errorf("kv 0.01,0.07: kv %v value %v, want 0.0525", s.KVCV, s.Value)
 	}
 	// No KV reported: every rule uses the request CV alone.
 	for _, rule := range []string{CombineMax, CombineMin, CombineWeighted} {
@@ -485,5 +500,76 @@ func BenchmarkStep(b *testing.B) {
 				d.Step(t0, eps)
 			}
 		})
+	}
+}
+
+func TestNoiseCorrected(t *testing.T) {
+	for _, tc := range []struct {
+		r, n, want float64
+	}{
+		{1, 8, 1},                            // all on one stays 1
+		{0, 8, 0},                            // even stays 0
+		{0.25, 16, 0},                        // exactly the chance reading of 16 requests, 1/sqrt(16)
+		{0.2, 8, 0},                          // below it: 0, not negative
+		{0.75, 8, math.Sqrt(0.4375 / 0.875)}, // (0.5625 − 0.125) / (1 − 0.125) = 0.5
+		{0.3, 1000, math.Sqrt((0.09 - 0.001) / 0.999)},
+		{1, 1, 0}, // one request cannot be spread: no signal
+		{0.5, 0, 0},
+		{0.5, math.NaN(), 0},
+	} {
+		if got := NoiseCorrected(tc.r, tc.n); !near(got, tc.want) {
+			t.Errorf("NoiseCorrected(%v, %v) = %v, want %v", tc.r, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestChanceReading checks the model behind NoiseCorrected by simulation:
+// n requests placed uniformly at random on N endpoints read E[r²] = 1/n,
+// whatever N, and the corrected reading of such a pool is small.
+func TestChanceReading(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct{ n, endpoints int }{{8, 4}, {16, 4}, {16, 16}, {125, 16}, {40, 64}} {
+		const trials = 20000
+		x := make([]float64, tc.endpoints)
+		var sumR2, sumR, sumCorr float64
+		for range trials {
+			clear(x)
+			for range tc.n {
+				x[rng.IntN(tc.endpoints)]++
+			}
+			r := NormalisedCV(x)
+			sumR2 += r * r
+			sumR += r
+			sumCorr += NoiseCorrected(r, float64(tc.n))
+		}
+		meanR2, meanR, meanCorr := sumR2/trials, sumR/trials, sumCorr/trials
+		// The standard error of the mean of r² over 20000 trials is below
+		// 1 % of 1/n for these sizes; allow 5 %.
+		if want := 1 / float64(tc.n); math.Abs(meanR2-want) > 0.05*want {
+			t.Errorf("n=%d N=%d: mean r² %.5f, want 1/n = %.5f", tc.n, tc.endpoints, meanR2, want)
+		}
+		if meanCorr > meanR/2 {
+			t.Errorf("n=%d N=%d: corrected mean %.3f not well below uncorrected %.3f", tc.n, tc.endpoints, meanCorr, meanR)
+		}
+		t.Logf("n=%d N=%d: mean r %.3f, corrected %.3f", tc.n, tc.endpoints, meanR, meanCorr)
+	}
+}
+
+func TestSubtractNoiseStep(t *testing.T) {
+	c := raw()
+	c.SubtractNoise = true
+	d := mustNew(t, c)
+	// 3,1: r 0.5, r² 0.25 = 1/4 for 4 requests: pure chance → 0, and the
+	// gate is not involved (Gate "" and Value exactly 0).
+	if s := d.Step(t0, pool([]float64{3, 1}, nil)); s.RequestCV != 0 || !near(s.RequestCVUncorrected, 0.5) || s.Requests != 4 || s.Value != 0 || s.Gate != GateNone {
+		t.Errorf("3,1: %+v, want request 0 (uncorrected 0.5, 4 requests)", s)
+	}
+	// 7,1: μ 4, σ 3, r 0.75; (0.5625 − 1/8)/(1 − 1/8) = 0.5 → 0.7071.
+	if s := d.Step(t0, pool([]float64{7, 1}, nil)); !near(s.RequestCV, math.Sqrt(0.5)) || !near(s.RequestCVUncorrected, 0.75) || !near(s.Value, math.Sqrt(0.5)) {
+		t.Errorf("7,1: request %v uncorrected %v value %v, want 0.7071 0.75 0.7071", s.RequestCV, s.RequestCVUncorrected, s.Value)
+	}
+	// Off (the default), RequestCV is the uncorrected value.
+	if s := mustNew(t, raw()).Step(t0, pool([]float64{7, 1}, nil)); !near(s.RequestCV, 0.75) || s.RequestCV != s.RequestCVUncorrected {
+		t.Errorf("default: request %v uncorrected %v, want both 0.75", s.RequestCV, s.RequestCVUncorrected)
 	}
 }
