@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -69,6 +71,109 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// startHelperServers runs the test binary again as TestHelperServers with
+// n loopback servers and returns their targets; the child stops when the
+// benchmark ends.
+func startHelperServers(b *testing.B, n int) []Target {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServers$", fmt.Sprintf("-fleet.serve=%d", n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	var targets []Target
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "READY" {
+		if a := strings.TrimSpace(sc.Text()); strings.HasPrefix(a, "127.0.0.1:") {
+			targets = append(targets, Target{Address: a, Ready: true})
+		}
+	}
+	go io.Copy(io.Discard, out)
+	if len(targets) != n {
+		b.Fatalf("helper served %d endpoints, want %d", len(targets), n)
+	}
+	return targets
+}
+
+// BenchmarkScrapeFloor is BenchmarkScrapeFleet without trimtab's scraper:
+// n goroutines, each fetching one server's exposition every 50 ms (spread
+// evenly over the interval, as the scraper's jittered start does) with the
+// scraper's transport and reading the body, nothing else: no parsing, no
+// state, no snapshot. Its cores and cpu-µs/scrape are what net/http, the
+// Go runtime and the loopback round trips cost on this machine, the floor
+// under BenchmarkScrapeFleet. aligned=true starts every fetch of an
+// interval at once instead, which lets the runtime stay awake across a
+// burst of round trips.
+func BenchmarkScrapeFloor(b *testing.B) {
+	const n, interval = 256, 50 * time.Millisecond
+	for _, aligned := range []bool{false, true} {
+		b.Run(fmt.Sprintf("endpoints=%d/interval=50ms/aligned=%v", n, aligned), func(b *testing.B) {
+			targets := startHelperServers(b, n)
+			client := &http.Client{Transport: NewTransport(DefaultConfig().Scrape), Timeout: time.Second}
+			var fetched, failed atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i, t := range targets {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if !aligned {
+						time.Sleep(time.Duration(i) * interval / n)
+					}
+					tick := time.NewTicker(interval)
+					defer tick.Stop()
+					var buf bytes.Buffer
+					url := "http://" + t.Address + "/metrics"
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+						}
+						resp, err := client.Get(url)
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						buf.Reset()
+						_, err = buf.ReadFrom(resp.Body)
+						resp.Body.Close()
+						if err != nil || resp.StatusCode != http.StatusOK {
+							failed.Add(1)
+							continue
+						}
+						fetched.Add(1)
+					}
+				}()
+			}
+			defer func() { close(stop); wg.Wait() }()
+			time.Sleep(time.Second) // connections open, tickers in phase
+			f0, c0, w0 := fetched.Load(), cpuTime(), time.Now()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				time.Sleep(interval)
+			}
+			b.StopTimer()
+			wall, cpu, ok := time.Since(w0), cpuTime()-c0, fetched.Load()-f0
+			if failed.Load() > 0 {
+				b.Errorf("%d fetches failed", failed.Load())
+			}
+			b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cores")
+			b.ReportMetric(float64(ok)/wall.Seconds(), "scrapes/s")
+			if ok > 0 {
+				b.ReportMetric(float64(cpu.Microseconds())/float64(ok), "cpu-µs/scrape")
+			}
+		})
+	}
+}
+
 // BenchmarkScrapeFleet scrapes N loopback servers (in a child process)
 // every 50 ms with the real clock and reports the scraper's CPU use in
 // cores (process CPU time / wall time) and CPU per scrape. One op is one
@@ -76,30 +181,7 @@ func cpuTime() time.Duration {
 func BenchmarkScrapeFleet(b *testing.B) {
 	for _, n := range []int{64, 256} {
 		b.Run(fmt.Sprintf("endpoints=%d/interval=50ms", n), func(b *testing.B) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServers$", fmt.Sprintf("-fleet.serve=%d", n))
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { stdin.Close(); cmd.Wait() }()
-			var targets []Target
-			sc := bufio.NewScanner(out)
-			for sc.Scan() && sc.Text() != "READY" {
-				if a := strings.TrimSpace(sc.Text()); strings.HasPrefix(a, "127.0.0.1:") {
-					targets = append(targets, Target{Address: a, Ready: true})
-				}
-			}
-			go io.Copy(io.Discard, out)
-			if len(targets) != n {
-				b.Fatalf("helper served %d endpoints, want %d", len(targets), n)
-			}
+			targets := startHelperServers(b, n)
 
 			reg := prometheus.NewRegistry()
 			disc := newListDiscoverer()
