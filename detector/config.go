@@ -47,11 +47,12 @@ type Config struct {
 	// SubtractNoise removes from the request-load signal the imbalance
 	// that random placement of the same number of requests would show by
 	// chance (see NoiseCorrected), so a small, calm pool does not read as
-	// imbalanced. Default false: the shipped thresholds (theta_off 0.1)
-	// were tuned on the uncorrected signal, and with the correction the
-	// simulated hot-prefix burst leaves rebalance too early (p50 TTFT
-	// +10 %, throughput −10 % at 125 clients). Pools of a few endpoints
-	// at low concurrency gain most from it (docs/benchmarks.md, finding 6).
+	// imbalanced. Default false, the reading the configurator's default
+	// midpoint (s0 0.15) was tuned on: the corrected signal is lower, so
+	// turning it on alone shrinks the distribution budget (the simulated
+	// hot-prefix burst: p50 TTFT +10 %, throughput −10 % at 125 clients).
+	// configs/adaptive.yaml turns it on with s0 0.06 (docs/benchmarks.md,
+	// finding 6).
 	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
 	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default
