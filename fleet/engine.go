@@ -234,6 +234,9 @@ type mapper struct {
 	// de-duplicated; everything else in an exposition is skipped before
 	// parsing.
 	names []string
+	// nameLens has bit n%64 set when some name is n bytes long: most
+	// lines of an exposition are rejected by their name's length alone.
+	nameLens uint64
 	// labels are the label names the mapping reads; other labels are
 	// dropped before parsing.
 	labels []string
@@ -281,6 +284,9 @@ func (m Mapping) compile() (*mapper, error) {
 		return nil, fmt.Errorf("cache_info: cache_info_block_size_label and cache_info_blocks_label are required")
 	}
 	sort.Strings(mp.names)
+	for _, n := range mp.names {
+		mp.nameLens |= 1 << (len(n) % 64)
+	}
 	for _, l := range []string{mp.modelLabel, mp.bsLabel, mp.nbLabel} {
 		mp.addLabel(l)
 	}
@@ -300,6 +306,9 @@ func (mp *mapper) addLabel(name string) {
 
 // wants reports whether the metric family name is read by the mapping.
 func (mp *mapper) wants(name []byte) bool {
+	if mp.nameLens&(1<<(len(name)%64)) == 0 {
+		return false
+	}
 	for _, n := range mp.names {
 		if string(name) == n {
 			return true

@@ -174,8 +174,11 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 			name = s[2 : 2+end]
 		default:
 			i := 0
-			for i < len(s) && metricNameByte(s[i], i == 0) {
-				i++
+			if metricNameByte(s[0], true) {
+				i = 1
+				for i < len(s) && nameBytes[s[i]] != 0 {
+					i++
+				}
 			}
 			if i == 0 || (i < len(s) && s[i] != '{' && s[i] != ' ' && s[i] != '\t') {
 				return dst, fmt.Errorf("line %d: invalid metric name in %q", line, truncate(s, 40))
