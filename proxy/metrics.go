@@ -3,6 +3,7 @@ package proxy
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +24,13 @@ import (
 // that has left the pool are deleted once it has been gone for
 // forgetAfter, checked whenever the metrics are collected: a long-running
 // router keeps series for its current endpoints, not for every pod it ever
-// saw. A request still running on a departed endpoint after that (longer
-// than forgetAfter) is not counted.
+// saw. Deletion happens at the first gather at least forgetAfter after the
+// first gather that missed the endpoint, so a registry nobody gathers
+// keeps growing. A request that completes on an endpoint after its series
+// were deleted records on fresh series, which are deleted again the same
+// way. Series are created and deleted under mu, so a late completion can
+// never re-create series that nothing would delete (one racing the delete
+// itself may be lost).
 type pathMetrics struct {
 	ttfb     *prometheus.HistogramVec
 	duration *prometheus.HistogramVec
@@ -34,18 +40,21 @@ type pathMetrics struct {
 
 	pool  func() *scheduler.Pool // nil: never prune
 	clock clock.PassiveClock
-	mu    sync.Mutex // serialises prune
+	mu    sync.Mutex // serialises prune and series creation
 }
 
 // forgetAfter is how long an endpoint's series outlive its departure from
 // the pool: longer than any request, so late completions still count.
 const forgetAfter = 10 * time.Minute
 
+// epMetrics caches one endpoint's series. ready and dead are read on the
+// hot path without the lock; they only change under m.mu.
 type epMetrics struct {
 	m              *pathMetrics
 	addr           string
-	once           sync.Once
-	ttfb, duration prometheus.Observer // resolved on first observation
+	ready          atomic.Bool         // ttfb and duration are set
+	dead           atomic.Bool         // prune deleted its series and dropped it from m.eps
+	ttfb, duration prometheus.Observer // set once, before ready
 	codes          sync.Map            // int → prometheus.Counter
 	goneSince      time.Time           // when prune first missed it from the pool; guarded by m.mu
 }
@@ -54,10 +63,9 @@ type epMetrics struct {
 // duration, in seconds. Histogram series exist only for endpoints that
 // answered.
 func (e *epMetrics) observe(ttfb float64, got bool, duration float64) {
-	e.once.Do(func() {
-		e.ttfb = e.m.ttfb.WithLabelValues(e.addr)
-		e.duration = e.m.duration.WithLabelValues(e.addr)
-	})
+	if e.dead.Load() || !e.ready.Load() {
+		e = e.m.histograms(e)
+	}
 	if got {
 		e.ttfb.Observe(ttfb)
 	}
@@ -139,12 +147,38 @@ func (m *pathMetrics) prune() {
 		if now.Sub(e.goneSince) < forgetAfter {
 			return true
 		}
+		e.dead.Store(true)
 		m.eps.Delete(addr)
 		m.ttfb.DeleteLabelValues(addr)
 		m.duration.DeleteLabelValues(addr)
 		m.requests.DeletePartialMatch(prometheus.Labels{"endpoint": addr})
 		return true
 	})
+}
+
+// histograms returns the entry to record e's address on, with its
+// histogram series created: e, or the address's current entry when prune
+// has retired e.
+func (m *pathMetrics) histograms(e *epMetrics) *epMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e = m.current(e)
+	if !e.ready.Load() {
+		e.ttfb = m.ttfb.WithLabelValues(e.addr)
+		e.duration = m.duration.WithLabelValues(e.addr)
+		e.ready.Store(true)
+	}
+	return e
+}
+
+// current returns e, or when prune has retired it the live entry for its
+// address. The caller holds m.mu, so the result stays live until it
+// unlocks.
+func (m *pathMetrics) current(e *epMetrics) *epMetrics {
+	for e.dead.Load() {
+		e = m.endpoint(e.addr)
+	}
+	return e
 }
 
 func (m *pathMetrics) endpoint(addr string) *epMetrics {
@@ -156,13 +190,22 @@ func (m *pathMetrics) endpoint(addr string) *epMetrics {
 	return actual.(*epMetrics)
 }
 
+// count counts one answered request by endpoint and status code.
 func (m *pathMetrics) count(addr string, code int) {
 	e := m.endpoint(addr)
-	if c, ok := e.codes.Load(code); ok {
-		c.(prometheus.Counter).Inc()
-		return
+	if !e.dead.Load() {
+		if c, ok := e.codes.Load(code); ok {
+			c.(prometheus.Counter).Inc()
+			return
+		}
 	}
-	c := m.requests.WithLabelValues(addr, strconv.Itoa(code))
-	actual, _ := e.codes.LoadOrStore(code, c)
-	actual.(prometheus.Counter).Inc()
+	m.mu.Lock()
+	e = m.current(e)
+	c, ok := e.codes.Load(code)
+	if !ok {
+		c = m.requests.WithLabelValues(addr, strconv.Itoa(code))
+		e.codes.Store(code, c)
+	}
+	m.mu.Unlock()
+	c.(prometheus.Counter).Inc()
 }
