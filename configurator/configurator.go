@@ -415,7 +415,9 @@ func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, 
 		"version", w.Version, "mode", mode, "from_mode", old.Mode, "reason", reason,
 		"distribution_budget", d,
 		slog.Group("old", c.attrs(old.Values)...), slog.Group("new", c.attrs(vals)...),
-		slog.Group("signal", "value", sig.Value, "request_cv", sig.RequestCV, "kv_cv", sig.KVCV, "kv_used", sig.KVUsed,
+		slog.Group("signal", "value", sig.Value, "request_cv", sig.RequestCV,
+			"request_cv_uncorrected", sig.RequestCVUncorrected, "requests", sig.Requests,
+			"kv_cv", sig.KVCV, "kv_max", sig.KVMax, "kv_used", sig.KVUsed,
 			"raw", sig.Raw, "smoothed", sig.Smoothed, "pressure", sig.Pressure, "endpoints", sig.Endpoints,
 			"total_load", sig.TotalLoad, "gate", string(sig.Gate)))
 }

@@ -46,13 +46,11 @@ type Config struct {
 	KVWeight float64 `mapstructure:"kv_weight"`
 	// SubtractNoise removes from the request-load signal the imbalance
 	// that random placement of the same number of requests would show by
-	// chance (see NoiseCorrected), so a small, calm pool does not read as
-	// imbalanced. Default false, the reading the configurator's default
-	// midpoint (s0 0.15) was tuned on: the corrected signal is lower, so
-	// turning it on alone shrinks the distribution budget (the simulated
-	// hot-prefix burst: p50 TTFT +10 %, throughput −10 % at 125 clients).
-	// configs/adaptive.yaml turns it on with s0 0.06 (docs/benchmarks.md,
-	// finding 6).
+	// chance (see NoiseCorrected), so a small, calm pool reads calmer.
+	// Default false. The corrected signal is lower at every level, so it
+	// pairs with a lower S0 than the default, which was chosen on the
+	// uncorrected signal; configs/adaptive.yaml sets true with s0 0.06
+	// (docs/benchmarks.md, finding 6).
 	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
 	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default

@@ -51,7 +51,8 @@ type Signal struct {
 	RequestCVUncorrected float64
 	// Requests is Σ (running + waiting [+ in-flight]) over the fresh
 	// endpoints: raw counts, not capacity-divided; the noise correction's
-	// sample size.
+	// sample size. Endpoints whose capacity makes their load undefined
+	// (load read as 0) are left out. Reported even when gated.
 	Requests float64
 	// KVCV is the normalised CV of per-endpoint KV utilisation times
 	// KVMax, in [0,1]; 0 when gated or when KVUsed is false. Scaling by the
@@ -60,6 +61,7 @@ type Signal struct {
 	// spot; one endpoint full and the rest empty still reads 1.
 	KVCV float64
 	// KVMax is the highest KV utilisation of a fresh endpoint, in [0,1].
+	// Reported even when gated.
 	KVMax float64
 	// KVUsed is false when every fresh endpoint reports zero KV
 	// utilisation (the server does not export it, or the pool is empty of
@@ -162,15 +164,15 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 			continue
 		}
 		r, w := count(e.Running), count(e.Waiting)
-		l := r + w
+		n := r + w
 		if d.cfg.IncludeInFlight {
-			l += float64(max(e.InFlight(), 0))
+			n += float64(max(e.InFlight(), 0))
 		}
-		requests += l
-		l /= e.CapacityOrOne()
+		l := n / e.CapacityOrOne()
 		if math.IsInf(l, 0) || math.IsNaN(l) { // capacity NaN/Inf guard
-			l = 0
+			l, n = 0, 0
 		}
+		requests += n
 		kv := scheduler.Clamp01(e.KVUtil)
 		d.loads = append(d.loads, l)
 		d.kv = append(d.kv, kv)
@@ -180,7 +182,7 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		waiting += w
 		busy += r + w
 	}
-	sig := Signal{At: now, Endpoints: len(d.loads), TotalLoad: total, Requests: requests}
+	sig := Signal{At: now, Endpoints: len(d.loads), TotalLoad: total, Requests: requests, KVMax: kvMax}
 	if busy > 0 {
 		sig.Pressure = waiting / busy
 	}
@@ -201,7 +203,6 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 		sig.KVUsed = kvSum/float64(sig.Endpoints) > zeroMean
 		sig.Raw = sig.RequestCV
 		if sig.KVUsed {
-			sig.KVMax = kvMax
 			sig.KVCV = NormalisedCV(d.kv) * kvMax
 			switch d.cfg.Combine {
 			case CombineMax:
@@ -259,26 +260,31 @@ func NormalisedCV(x []float64) float64 {
 	return scheduler.Clamp01(std / mean / math.Sqrt(float64(n-1)))
 }
 
-// NoiseCorrected returns the normalised CV r of a load spread made of n
-// requests with the imbalance that chance alone gives n requests removed:
+// NoiseCorrected returns the normalised CV r ∈ [0,1] of a load spread made
+// of n requests with the imbalance that chance alone gives n requests
+// removed, in [0,1]:
 //
-//	r' = sqrt(max(0, r² − 1/n) / (1 − 1/n)),   0 when n ≤ 1.
+//	r' = sqrt(max(0, r² − 1/n) / (1 − 1/n)),   0 when n ≤ 1 or r is NaN.
 //
 // Why 1/n: place n requests on N endpoints independently and uniformly at
 // random. Each count X_i is binomial with mean μ = n/N and variance
 // μ(1 − 1/N), and the counts sum to n, so the population variance has
 // expectation E[σ²] = μ(1 − 1/N) and E[CV²] = (1 − 1/N)/μ = (N − 1)/n,
 // i.e. E[r²] = 1/n, whatever N. That is the reading of a pool with no
-// preference at all: 0.35 for 8 requests, 0.1 for 100. The correction maps
-// that expectation to 0, keeps 1 (all requests on one endpoint) at 1, and
-// shrinks readings in between, most when n is small; for n in the
-// thousands it changes nothing. With capacity weights or in-flight counts
+// preference at all: 0.35 for 8 requests, 0.1 for 100. More generally, if
+// each request goes to endpoint i with probability p_i, whose own
+// normalised CV is r_p, then E[r²] = r_p² + (1 − r_p²)/n, so
+// (r² − 1/n)/(1 − 1/n) is an unbiased estimate of r_p²: the correction
+// measures the placement's preference, not the dice. It maps the
+// no-preference expectation to 0, keeps 1 (all requests on one endpoint)
+// at 1, and shrinks readings in between, most when n is small; for n in
+// the thousands it changes nothing. With capacity weights or in-flight counts
 // (which the server may also count) the model is approximate.
 func NoiseCorrected(r, n float64) float64 {
 	if !(n > 1) {
 		return 0
 	}
-	return math.Sqrt(max(0, r*r-1/n) / (1 - 1/n))
+	return scheduler.Clamp01(math.Sqrt(max(0, r*r-1/n) / (1 - 1/n)))
 }
 
 // Run steps the detector every Config.Interval on Deps.Clock until ctx is
@@ -292,7 +298,8 @@ func (d *Detector) Run(ctx context.Context) error {
 	t := d.deps.Clock.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	d.deps.Logger.Info("detector started", "interval", d.cfg.Interval, "combine", d.cfg.Combine,
-		"min_endpoints", d.cfg.MinEndpoints, "min_load", d.cfg.MinLoad, "smoothing", d.cfg.Smoothing)
+		"min_endpoints", d.cfg.MinEndpoints, "min_load", d.cfg.MinLoad, "smoothing", d.cfg.Smoothing,
+		"subtract_noise", d.cfg.SubtractNoise)
 	for {
 		select {
 		case <-ctx.Done():

@@ -223,7 +223,7 @@ func TestGarbageInput(t *testing.T) {
 	if !near(s.RequestCV, 1) || s.TotalLoad != 10 {
 		t.Errorf("request %v total %v, want 1 and 10", s.RequestCV, s.TotalLoad)
 	}
-	// kv 0,1,0,0.5: μ 0.375, σ² = (0.140625+0.390625+0.140625+0.015625)/4 = 0.171875, CV 1.1055, ÷ sqrt 3 = 0.6383
+	// kv 0,1,0,0.5: μ 0.375, σ² = (0.140625+0.390625+0.140625+0.015625)/4 = 0.171875, CV 1.1055, ÷ sqrt 3 = 0.6383, × KVMax 1
 	if want := math.Sqrt(0.171875) / 0.375 / math.Sqrt(3); !near(s.KVCV, want) {
 		t.Errorf("kv %v, want %v", s.KVCV, want)
 	}
@@ -329,14 +329,14 @@ func TestInFlight(t *testing.T) {
 		}
 	}
 	eps := s.Pool().Pointers()
-	if got := mustNew(t, raw()).Step(t0, eps).Value; got != 0 { // 3,3 → 0
-		t.Errorf("without in-flight: %v, want 0", got)
+	if s := mustNew(t, raw()).Step(t0, eps); s.Value != 0 || s.Requests != 6 { // 3,3 → 0; 3 + 3 requests
+		t.Errorf("without in-flight: value %v requests %v, want 0 and 6", s.Value, s.Requests)
 	}
 	c := raw()
 	c.IncludeInFlight = true
-	// 3+6, 3 → |9−3|/12 = 0.5
-	if got := mustNew(t, c).Step(t0, eps).Value; !near(got, 0.5) {
-		t.Errorf("with in-flight: %v, want 0.5", got)
+	// 3+6, 3 → |9−3|/12 = 0.5; 9 + 3 requests
+	if s := mustNew(t, c).Step(t0, eps); !near(s.Value, 0.5) || s.Requests != 12 {
+		t.Errorf("with in-flight: value %v requests %v, want 0.5 and 12", s.Value, s.Requests)
 	}
 }
 
@@ -507,15 +507,17 @@ func TestNoiseCorrected(t *testing.T) {
 	for _, tc := range []struct {
 		r, n, want float64
 	}{
-		{1, 8, 1},                            // all on one stays 1
-		{0, 8, 0},                            // even stays 0
-		{0.25, 16, 0},                        // exactly the chance reading of 16 requests, 1/sqrt(16)
-		{0.2, 8, 0},                          // below it: 0, not negative
-		{0.75, 8, math.Sqrt(0.4375 / 0.875)}, // (0.5625 − 0.125) / (1 − 0.125) = 0.5
-		{0.3, 1000, math.Sqrt((0.09 - 0.001) / 0.999)},
-		{1, 1, 0}, // one request cannot be spread: no signal
-		{0.5, 0, 0},
-		{0.5, math.NaN(), 0},
+		{1, 8, 1},                            // (1 − 1/8)/(1 − 1/8) = 1: all on one stays 1
+		{0, 8, 0},                            // max(0, 0 − 1/8) = 0: even stays 0
+		{0.25, 16, 0},                        // 0.0625 − 1/16 = 0: exactly the chance reading of 16 requests
+		{0.2, 8, 0},                          // 0.04 − 0.125 < 0 → 0, not negative or NaN
+		{0.75, 8, math.Sqrt(0.4375 / 0.875)}, // r'² = (0.5625 − 0.125)/(1 − 0.125) = 0.5 → 0.7071
+		{0.3, 1000, math.Sqrt((0.09 - 0.001) / 0.999)}, // r'² = 0.0891/0.999 → 0.2985: large n barely moves it
+		{1, 1, 0},            // n = 1: one request cannot be spread, no signal
+		{0.5, 0, 0},          // n = 0: no requests
+		{0.5, math.NaN(), 0}, // n NaN
+		{math.NaN(), 8, 0},   // r NaN: no signal rather than NaN
+		{1.5, 8, 1},          // r outside [0,1] (not from NormalisedCV): clamped
 	} {
 		if got := NoiseCorrected(tc.r, tc.n); !near(got, tc.want) {
 			t.Errorf("NoiseCorrected(%v, %v) = %v, want %v", tc.r, tc.n, got, tc.want)
@@ -565,11 +567,68 @@ func TestSubtractNoiseStep(t *testing.T) {
 		t.Errorf("3,1: %+v, want request 0 (uncorrected 0.5, 4 requests)", s)
 	}
 	// 7,1: μ 4, σ 3, r 0.75; (0.5625 − 1/8)/(1 − 1/8) = 0.5 → 0.7071.
+	// The same requests on endpoints of capacity 2 (loads 3.5, 0.5): r is
+	// scale-free (0.75) and n stays the raw count 8, so the same 0.7071;
+	// a capacity-divided n (4) would give sqrt(0.3125/0.75) = 0.6455.
+	capEps := pool([]float64{7, 1}, nil)
+	capacity(capEps, 2)
+	if s := d.Step(t0, capEps); !near(s.RequestCV, math.Sqrt(0.5)) || s.Requests != 8 || s.TotalLoad != 4 {
+		t.Errorf("capacity 2: request %v requests %v total %v, want 0.7071, 8, 4", s.RequestCV, s.Requests, s.TotalLoad)
+	}
 	if s := d.Step(t0, pool([]float64{7, 1}, nil)); !near(s.RequestCV, math.Sqrt(0.5)) || !near(s.RequestCVUncorrected, 0.75) || !near(s.Value, math.Sqrt(0.5)) {
 		t.Errorf("7,1: request %v uncorrected %v value %v, want 0.7071 0.75 0.7071", s.RequestCV, s.RequestCVUncorrected, s.Value)
 	}
 	// Off (the default), RequestCV is the uncorrected value.
 	if s := mustNew(t, raw()).Step(t0, pool([]float64{7, 1}, nil)); !near(s.RequestCV, 0.75) || s.RequestCV != s.RequestCVUncorrected {
 		t.Errorf("default: request %v uncorrected %v, want both 0.75", s.RequestCV, s.RequestCVUncorrected)
+	}
+}
+
+// TestNoiseCorrectedUnbiased: with a preference p (not uniform), the
+// uncorrected r² is biased up by (1 − r_p²)/n, and the unclamped
+// correction (r² − 1/n)/(1 − 1/n) averages to r_p², the preference's own
+// reading (NoiseCorrected's comment derives it).
+func TestNoiseCorrectedUnbiased(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := []float64{0.5, 0.3, 0.2, 0}
+	rp := NormalisedCV(p) // shares .5,.3,.2,0: N·Σp² − 1 = 4·0.38 − 1 = 0.52; ÷ 3 → r_p² 0.17333
+	if !near(rp*rp, 0.52/3) {
+		t.Fatalf("r_p² = %v, want 0.17333", rp*rp)
+	}
+	const n, trials = 12, 40000
+	x := make([]float64, len(p))
+	var sumR2, sumEst float64
+	for range trials {
+		clear(x)
+		for range n {
+			u, i := rng.Float64(), 0
+			for u >= p[i] {
+				u -= p[i]
+				i++
+			}
+			x[i]++
+		}
+		r := NormalisedCV(x)
+		sumR2 += r * r
+		sumEst += (r*r - 1.0/n) / (1 - 1.0/n)
+	}
+	meanR2, meanEst := sumR2/trials, sumEst/trials
+	want := rp * rp
+	if biased := want + (1-want)/n; math.Abs(meanR2-biased) > 0.03*biased {
+		t.Errorf("mean r² %.5f, want r_p² + (1 − r_p²)/n = %.5f", meanR2, biased)
+	}
+	if math.Abs(meanEst-want) > 0.03*want {
+		t.Errorf("mean corrected r² %.5f, want r_p² = %.5f", meanEst, want)
+	}
+}
+
+// TestKVMaxReported: the fullest endpoint's utilisation is reported even
+// when the step is gated, while the KV CV then stays 0.
+func TestKVMaxReported(t *testing.T) {
+	c := raw()
+	c.MinLoad = 100
+	s := mustNew(t, c).Step(t0, pool([]float64{3, 1}, []float64{0.2, 0.6}))
+	if s.Gate != GateLowLoad || s.KVMax != 0.6 || s.KVCV != 0 || s.Requests != 4 {
+		t.Errorf("gated: gate %q kv max %v kv %v requests %v, want low_load 0.6 0 4", s.Gate, s.KVMax, s.KVCV, s.Requests)
 	}
 }

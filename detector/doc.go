@@ -16,7 +16,11 @@
 //
 // with σ the POPULATION standard deviation (divide by N, gonum
 // stat.PopMeanStdDev). NormalisedCV proves why that gives exactly 0 for even
-// load and exactly 1 for all load on one endpoint for every N ≥ 2. The two
+// load and exactly 1 for all load on one endpoint for every N ≥ 2. With
+// Config.SubtractNoise the load's value has the imbalance that chance alone
+// gives that many requests removed (NoiseCorrected); the KV value is
+// multiplied by the fullest endpoint's utilisation, so a spread of a few
+// per cent is no hot spot. The two
 // series are combined (max, min or weighted), smoothed by an EWMA, and
 // reported together with every intermediate number, so a reader can
 // recompute the value by hand (see Signal).

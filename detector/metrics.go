@@ -3,7 +3,7 @@ package detector
 import "github.com/prometheus/client_golang/prometheus"
 
 // Component label values of trimtab_detector_component.
-var components = [...]string{"request_cv", "request_cv_uncorrected", "kv_cv", "raw", "smoothed", "pressure", "endpoints", "total_load", "requests"}
+var components = [...]string{"request_cv", "request_cv_uncorrected", "kv_cv", "kv_max", "raw", "smoothed", "pressure", "endpoints", "total_load", "requests"}
 
 // metrics are the detector's Prometheus metrics. Children are resolved at
 // construction; Step only sets gauges and increments counters, which does
@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	comp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "trimtab_detector_component",
-		Help: "Components of the latest detector step: request_cv, request_cv_uncorrected, kv_cv, raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
+		Help: "Components of the latest detector step: request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
 	}, []string{"component"})
 	for i, c := range components {
 		m.component[i] = comp.WithLabelValues(c)
@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 func (m *metrics) observe(s *Signal) {
 	m.signal.Set(s.Value)
-	for i, v := range [len(components)]float64{s.RequestCV, s.RequestCVUncorrected, s.KVCV, s.Raw, s.Smoothed, s.Pressure, float64(s.Endpoints), s.TotalLoad, s.Requests} {
+	for i, v := range [len(components)]float64{s.RequestCV, s.RequestCVUncorrected, s.KVCV, s.KVMax, s.Raw, s.Smoothed, s.Pressure, float64(s.Endpoints), s.TotalLoad, s.Requests} {
 		m.component[i].Set(v)
 	}
 	if s.Gate != GateNone {

@@ -301,8 +301,10 @@ func sampleOf(sig detector.Signal, w *scheduler.Weights, names []string) status.
 		Gate:   string(sig.Gate),
 		Mode:   w.Mode,
 		Components: map[string]float64{
-			"request_cv": sig.RequestCV, "kv_cv": sig.KVCV, "raw": sig.Raw, "smoothed": sig.Smoothed,
+			"request_cv": sig.RequestCV, "request_cv_uncorrected": sig.RequestCVUncorrected,
+			"kv_cv": sig.KVCV, "kv_max": sig.KVMax, "raw": sig.Raw, "smoothed": sig.Smoothed,
 			"pressure": sig.Pressure, "endpoints": float64(sig.Endpoints), "total_load": sig.TotalLoad,
+			"requests": sig.Requests,
 		},
 	}
 	smp.SetWeights(w, names)
