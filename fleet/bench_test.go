@@ -24,15 +24,15 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-var serveN = flag.Int("fleet.serve", 0, "internal: serve the vLLM exposition on this many loopback ports for BenchmarkScrapeFleet")
+var serveN = flag.Int("fleet.serve", 0, "internal: serve the vLLM exposition on this many loopback ports for BenchmarkScrapeFleet and BenchmarkScrapeFloor")
 
-// TestHelperServers is not a test: BenchmarkScrapeFleet runs the test
-// binary again with -fleet.serve=N so the model servers' CPU is not charged
+// TestHelperServers is not a test: BenchmarkScrapeFleet and
+// BenchmarkScrapeFloor run the test binary again with -fleet.serve=N so the model servers' CPU is not charged
 // to the scraper. It prints one address per line, then READY, and serves
 // until its stdin closes.
 func TestHelperServers(t *testing.T) {
 	if *serveN == 0 {
-		t.Skip("helper process for BenchmarkScrapeFleet")
+		t.Skip("helper process for BenchmarkScrapeFleet and BenchmarkScrapeFloor")
 	}
 	// Sixteen variants with different load figures, served in turn, so
 	// no scrape sees the previous scrape's bytes.
@@ -104,7 +104,8 @@ func startHelperServers(b *testing.B, n int) []Target {
 
 // BenchmarkScrapeFloor is BenchmarkScrapeFleet without trimtab's scraper:
 // n goroutines, each fetching one server's exposition every 50 ms (spread
-// evenly over the interval, as the scraper's jittered start does) with the
+// exactly evenly over the interval, the ideal of the scraper's hashed start
+// offsets) with the
 // scraper's transport and reading the body, nothing else: no parsing, no
 // state, no snapshot. Its cores and cpu-µs/scrape are what net/http, the
 // Go runtime and the loopback round trips cost on this machine, the floor
@@ -117,7 +118,9 @@ func BenchmarkScrapeFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("endpoints=%d/interval=50ms/aligned=%v", n, aligned), func(b *testing.B) {
 			targets := startHelperServers(b, n)
 			client := &http.Client{Transport: NewTransport(DefaultConfig().Scrape), Timeout: time.Second}
+			defer client.CloseIdleConnections()
 			var fetched, failed atomic.Int64
+			var firstErr atomic.Pointer[error]
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			for i, t := range targets {
@@ -138,15 +141,17 @@ func BenchmarkScrapeFloor(b *testing.B) {
 						case <-tick.C:
 						}
 						resp, err := client.Get(url)
+						if err == nil {
+							buf.Reset()
+							_, err = buf.ReadFrom(resp.Body)
+							resp.Body.Close()
+							if err == nil && resp.StatusCode != http.StatusOK {
+								err = fmt.Errorf("GET %s: %s", url, resp.Status)
+							}
+						}
 						if err != nil {
 							failed.Add(1)
-							continue
-						}
-						buf.Reset()
-						_, err = buf.ReadFrom(resp.Body)
-						resp.Body.Close()
-						if err != nil || resp.StatusCode != http.StatusOK {
-							failed.Add(1)
+							firstErr.CompareAndSwap(nil, &err)
 							continue
 						}
 						fetched.Add(1)
@@ -156,14 +161,15 @@ func BenchmarkScrapeFloor(b *testing.B) {
 			defer func() { close(stop); wg.Wait() }()
 			time.Sleep(time.Second) // connections open, tickers in phase
 			f0, c0, w0 := fetched.Load(), cpuTime(), time.Now()
+			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				time.Sleep(interval)
 			}
 			b.StopTimer()
 			wall, cpu, ok := time.Since(w0), cpuTime()-c0, fetched.Load()-f0
-			if failed.Load() > 0 {
-				b.Errorf("%d fetches failed", failed.Load())
+			if n := failed.Load(); n > 0 {
+				b.Errorf("%d fetches failed, the first: %v", n, *firstErr.Load())
 			}
 			b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cores")
 			b.ReportMetric(float64(ok)/wall.Seconds(), "scrapes/s")

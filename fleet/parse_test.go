@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -413,4 +414,47 @@ func TestOpenMetricsMatchesDecoder(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rich: got %+v, want %+v", got, want)
 	}
+}
+
+// TestWantsLongNames: the name-length prefilter keeps wanted names of any
+// length, including ones whose length shares a bit (len % 64) with other
+// wanted names or exceeds 63 bytes.
+func TestWantsLongNames(t *testing.T) {
+	name := func(n int) string { return "x:" + strings.Repeat("a", n-2) }
+	n64, n66, n89 := name(64), name(66), name(89) // 89 % 64 = 25 = len("vllm:num_requests_waiting")
+	mp := mustMapper(t, EngineVLLM, Mapping{Waiting: []string{n64}, Running: []string{n66}, KVUtil: []string{n89}})
+	for _, n := range []string{n64, n66, n89} {
+		if !mp.wants([]byte(n)) {
+			t.Errorf("wants(%d-byte name) = false", len(n))
+		}
+	}
+	for _, n := range []string{name(63), name(65), name(25), "vllm:num_requests_waitinX"} {
+		if mp.wants([]byte(n)) {
+			t.Errorf("wants(%q) = true", n)
+		}
+	}
+	body := n64 + " 3\n" + n66 + " 5\n" + `{"` + n89 + `"} 0.25` + "\n"
+	m, err := newParser(mp).parse([]byte(body), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Waiting != 3 || m.Running != 5 || m.KVUtil != 0.25 {
+		t.Errorf("got waiting %v running %v kv %v, want 3 5 0.25", m.Waiting, m.Running, m.KVUtil)
+	}
+}
+
+// FuzzWants: the length prefilter never changes the answer of an exact
+// comparison against the mapping's names.
+func FuzzWants(f *testing.F) {
+	mp := mustMapper(f, EngineVLLM, Mapping{Waiting: []string{"x:" + strings.Repeat("a", 87)}})
+	for _, n := range mp.names {
+		f.Add([]byte(n))
+	}
+	f.Add([]byte("vllm:num_requests_waitinX"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, name []byte) {
+		if got, want := mp.wants(name), slices.Contains(mp.names, string(name)); got != want {
+			t.Fatalf("wants(%q) = %v, exact comparison says %v", name, got, want)
+		}
+	})
 }

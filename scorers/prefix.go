@@ -66,9 +66,8 @@ func (c PrefixConfig) Validate() error {
 //
 // Blocks: the prompt is cut into blocks of BlockSize tokens × BytesPerToken
 // bytes (default 64 × 4 = 256 bytes); a trailing partial block is not
-// indexed, and at most MaxBlocks blocks are. Block hashes are chained
-// xxhash64: block i's hash is the xxhash64, seeded, of the whole prefix up
-// to and including it,
+// indexed, and at most MaxBlocks blocks are. Block i's hash is the
+// xxhash64, seeded, of the whole prefix up to and including it,
 //
 //	h_i = xxhash64_seed(block_0 ‖ block_1 ‖ … ‖ block_i),
 //
@@ -257,11 +256,11 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// hashBlocks fills sc.hashes with the chained hashes of the first n blocks
+// hashBlocks fills sc.hashes with the prefix hashes of the first n blocks
 // of req.Prompt and groups the block indexes by shard. Streaming the prompt
 // through one digest is ≈ 10 % cheaper than hashing each block afresh with
 // its predecessor's hash prepended (BenchmarkPrefixHash), and copies
-// nothing.
+// nothing when a block is a multiple of 32 bytes (the default 256 is).
 func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
 	bb := p.blockBytes
 	sc.hashes = sc.hashes[:n]
@@ -270,7 +269,7 @@ func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
 	var d xxhash.Digest
 	d.ResetWithSeed(seed(req.Model, req.CacheSalt))
 	for i := range n {
-		d.Write(req.Prompt[i*bb : (i+1)*bb])
+		_, _ = d.Write(req.Prompt[i*bb : (i+1)*bb]) // never fails
 		sc.hashes[i] = d.Sum64()
 	}
 	// Counting sort of block indexes by shard.
