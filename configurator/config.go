@@ -42,9 +42,9 @@ type Config struct {
 	// (the level at which a cold pod takes hot-prefix requests,
 	// docs/benchmarks.md finding 2) at r ≈ 0.231, load concentrated on
 	// about 9 of 16 pods. With the detector's SubtractNoise the signal
-	// reads lower; configs/adaptive.yaml pairs it with 0.06, which gives
-	// D = 0.739 at ThetaOff (0.1), 0.882 at ThetaOn and passes 0.83 at
-	// r ≈ 0.141 (finding 6).
+	// reads lower, and docs/benchmarks.md finding 6 pairs it with 0.06,
+	// which gives D = 0.739 at ThetaOff (0.1), 0.882 at ThetaOn and passes
+	// 0.83 at r ≈ 0.141.
 	S0 float64 `mapstructure:"s0"`
 	// Nu is the generalised-logistic shape ν, > 0: σ(r) =
 	// (1 + e^(−K(r − S0)))^(−1/ν). 1 is the plain logistic; ν < 1 delays

@@ -49,8 +49,8 @@ type Config struct {
 	// chance (see NoiseCorrected), so a small, calm pool reads calmer.
 	// Default false. The corrected signal is lower at every level, so it
 	// pairs with a lower S0 than the default, which was chosen on the
-	// uncorrected signal; configs/adaptive.yaml sets true with s0 0.06
-	// (docs/benchmarks.md, finding 6).
+	// uncorrected signal: docs/benchmarks.md finding 6 recommends s0 0.06
+	// for pools of a few endpoints, and says why it is not the default.
 	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
 	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default
