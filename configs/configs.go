@@ -20,8 +20,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
-	"github.com/trimtab/trimtab/configurator"
-	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
@@ -38,7 +37,7 @@ type File struct {
 	// Scorers with their weights; weights are index-aligned with this list.
 	Scorers []ScorerConfig `mapstructure:"scorers"`
 	// Adaptive is the control loop: detector and configurator.
-	Adaptive AdaptiveConfig `mapstructure:"adaptive"`
+	Adaptive control.Config `mapstructure:"adaptive"`
 	// Fleet is discovery (endpoints:) and metrics scraping (scrape:). The
 	// endpoints: section is optional in a profile used only offline (the
 	// simulator); serve requires it.
@@ -53,14 +52,6 @@ type File struct {
 
 	// Path is the file the profile was read from ("" when parsed from bytes).
 	Path string `mapstructure:"-"`
-}
-
-// AdaptiveConfig is the adaptive: section. The configurator's settings sit
-// directly under it (adaptive.enabled, adaptive.d_min, …) and the
-// detector's under adaptive.detector.
-type AdaptiveConfig struct {
-	configurator.Config `mapstructure:",squash"`
-	Detector            detector.Config `mapstructure:"detector"`
 }
 
 // PickerConfig selects the picker.
@@ -89,7 +80,7 @@ func Default() *File {
 		Scheduler: scheduler.DefaultConfig(),
 		Picker:    PickerConfig{Type: scheduler.PickerMaxScore, Temperature: 0.1},
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
-		Adaptive:  AdaptiveConfig{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig()},
+		Adaptive:  control.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
 	}
 }
@@ -194,10 +185,7 @@ func (f *File) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := f.Adaptive.Detector.Validate(); err != nil {
-		return err
-	}
-	if _, err := configurator.New(f.Adaptive.Config, entries, configurator.Deps{}); err != nil {
+	if err := f.Adaptive.CheckProfile(entries); err != nil {
 		return err
 	}
 	if f.HasEndpoints {

@@ -1,19 +1,13 @@
 package configurator
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/utils/clock"
-
-	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -30,31 +24,15 @@ const (
 	ModeFrozen = "frozen"
 )
 
-// Publisher installs weights for the request path. *scheduler.Scheduler
-// implements it.
-type Publisher interface {
-	Publish(*scheduler.Weights) error
-}
+// Modes lists every mode, in the order metrics export them.
+var Modes = [...]string{ModeStatic, ModeCalm, ModeRebalance, ModeFrozen}
 
-var _ Publisher = (*scheduler.Scheduler)(nil)
-
-// Deps are the configurator's collaborators; all are optional.
-type Deps struct {
-	// Start is the weights in force when the configurator starts
-	// (Scheduler.Weights()). Versions continue from it and D starts from
-	// its distribution budget. Nil means the profile weights as version 1,
-	// which is what scheduler.New publishes.
-	Start *scheduler.Weights
-	// Publisher receives every new weights version from Run; nil: Run
-	// computes weights without publishing them.
-	Publisher Publisher
-	// Clock stamps the single step Run takes in static mode; nil means
-	// clock.RealClock{}. Step itself never reads a clock.
-	Clock clock.PassiveClock
-	// Registerer receives the configurator's metrics; nil registers none.
-	Registerer prometheus.Registerer
-	// Logger receives one line per new weights version; nil discards.
-	Logger *slog.Logger
+// Input is what one step consumes: the imbalance signal and the pool's
+// queueing pressure, both in [0,1] (out-of-range and NaN values are
+// clamped, NaN to 0). The detector's Signal provides them as Value and
+// Pressure; the configurator does not depend on where they come from.
+type Input struct {
+	Value, Pressure float64
 }
 
 // Configurator turns detector signals into weights. See the package
@@ -67,11 +45,6 @@ type Configurator struct {
 	// sa, sd: Σ base weights of the affinity and distribution scorers;
 	// total = sa + sd, kept constant by every published version.
 	sa, sd, total float64
-
-	pub   Publisher
-	clock clock.PassiveClock
-	log   *slog.Logger
-	m     *metrics
 
 	// Step state, owned by the goroutine calling Step.
 	started     bool
@@ -88,10 +61,13 @@ type Configurator struct {
 }
 
 // New builds a configurator for a profile's scorers (names, categories
-// from Scorer.Category, base weights). In adaptive mode the profile must
+// from Scorer.Category, base weights). start is the weights in force when
+// it starts (the scheduler's): versions continue from it and D starts from
+// its distribution budget; nil means the profile weights as version 1,
+// which is what scheduler.New publishes. In adaptive mode the profile must
 // have a scorer with weight > 0 in both the affinity and the distribution
 // category. It fails if cfg is invalid.
-func New(cfg Config, profile []scheduler.ScorerEntry, deps Deps) (*Configurator, error) {
+func New(cfg Config, profile []scheduler.ScorerEntry, start *scheduler.Weights) (*Configurator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -100,17 +76,8 @@ func New(cfg Config, profile []scheduler.ScorerEntry, deps Deps) (*Configurator,
 	}
 	c := &Configurator{
 		cfg:   cfg,
-		pub:   deps.Publisher,
-		clock: deps.Clock,
-		log:   deps.Logger,
 		mode:  ModeStatic,
 		flips: make([]time.Time, 0, cfg.FlapMaxTransitions),
-	}
-	if c.clock == nil {
-		c.clock = clock.RealClock{}
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
 	}
 	for i, e := range profile {
 		if e.Scorer == nil {
@@ -134,20 +101,28 @@ func New(cfg Config, profile []scheduler.ScorerEntry, deps Deps) (*Configurator,
 	if cfg.Enabled && (c.sa <= 0 || c.sd <= 0) {
 		return nil, fmt.Errorf("adaptive.enabled: adaptive mode needs affinity and distribution scorers with weight > 0; the profile's sums are affinity %v, distribution %v", c.sa, c.sd)
 	}
-	start := deps.Start
 	if start == nil || len(start.Values) != len(c.base) {
 		start = &scheduler.Weights{Version: 1, Values: append([]float64(nil), c.base...), Mode: ModeStatic, Reason: "profile weights"}
 	}
 	c.cur.Store(start)
 	c.d = c.budget(start.Values)
 	c.dPub = c.d
-	c.m = newMetrics(c, deps.Registerer)
-	c.m.published(c, start, start.Mode)
 	return c, nil
 }
 
 // Config returns the configurator's configuration.
 func (c *Configurator) Config() Config { return c.cfg }
+
+// Names returns the profile's scorer names, in weight-index order.
+func (c *Configurator) Names() []string { return c.names }
+
+// Categories returns the profile's scorer categories, in weight-index
+// order.
+func (c *Configurator) Categories() []scheduler.Category { return c.cats }
+
+// Mode returns the mode after the latest Step (ModeStatic before the
+// first). Not safe for concurrent use with Step.
+func (c *Configurator) Mode() string { return c.mode }
 
 // Weights returns the latest weights Step produced (Deps.Start, or the
 // profile weights, before the first Step). Safe for concurrent use.
@@ -241,11 +216,11 @@ func (c *Configurator) values(d float64) []float64 {
 	return v
 }
 
-// Step advances the configurator to now with signal sig and returns the
-// weights in force afterwards: a new *Weights (Version+1) when anything
-// changed, otherwise the same pointer as before — publish when the pointer
-// differs. Only sig.Value (the signal r) and sig.Pressure are used; the
-// rest is logged.
+// Step advances the configurator to now with input in (the signal r and
+// the pressure) and returns the weights in force afterwards: a new
+// *Weights (Version+1) when anything changed, otherwise the same pointer
+// as before — publish when the pointer differs. Weights.Reason says why
+// the version was made.
 //
 // Static mode (Enabled false): the first Step returns the profile weights,
 // as a new version if Deps.Start differed from them; later steps change
@@ -273,22 +248,21 @@ func (c *Configurator) values(d float64) []float64 {
 //
 // If now is before the previous step's time the step counts as taking no
 // time. Step is deterministic: two configurators with the same config,
-// profile and start fed the same sequence of (now, sig) return equal
-// weights (Values, Mode, Reason, Version, At) and modes. It logs one line
-// per new version (Info when the mode changed, Debug otherwise) and
-// updates the metrics. It is not safe for concurrent use.
-func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weights {
+// profile and start fed the same sequence of (now, in) return equal
+// weights (Values, Mode, Reason, Version, At) and modes. It is not safe
+// for concurrent use.
+func (c *Configurator) Step(now time.Time, in Input) *scheduler.Weights {
 	cur := c.cur.Load()
 	if !c.cfg.Enabled {
 		if !c.started {
 			c.started = true
 			if cur.Mode != ModeStatic || !slices.Equal(cur.Values, c.base) {
-				c.publish(now, sig, ModeStatic, c.budget(c.base), "adaptive mode off: profile weights")
+				c.publish(now, in, c.budget(c.base), "adaptive mode off: profile weights")
 			}
 		}
 		return c.cur.Load()
 	}
-	r := scheduler.Clamp01(sig.Value)
+	r := scheduler.Clamp01(in.Value)
 	from := c.mode
 	var reason string
 	if !c.started {
@@ -324,7 +298,7 @@ func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weigh
 		}
 	}
 
-	target := c.Target(c.mode, r, sig.Pressure, c.dHold)
+	target := c.Target(c.mode, r, in.Pressure, c.dHold)
 	step := c.cfg.SlewRate * dt.Seconds()
 	d := c.d
 	switch {
@@ -346,7 +320,7 @@ func (c *Configurator) Step(now time.Time, sig detector.Signal) *scheduler.Weigh
 	if reason == "" {
 		reason = fmt.Sprintf("%s: signal %.3f, D %.3f → %.3f (target %.3f)", c.mode, r, c.dPub, d, target)
 	}
-	c.publish(now, sig, from, d, reason)
+	c.publish(now, in, d, reason)
 	return c.cur.Load()
 }
 
@@ -371,7 +345,6 @@ func (c *Configurator) transition(now time.Time, to, why string) string {
 			c.dHold = min(max(c.d, c.rebalance(c.cfg.ThetaOn, 0)), 1-c.cfg.AffinityFloor)
 			c.frozenUntil = now.Add(c.cfg.FlapCooldown)
 			c.setMode(now, ModeFrozen)
-			c.m.freezes.Inc()
 			return fmt.Sprintf("%s, but %d transitions within %v > flap_max_transitions %d: frozen at D ≥ %.3f until %s",
 				why, k+1, c.cfg.FlapWindow, k, c.dHold, c.frozenUntil.UTC().Format(time.RFC3339Nano))
 		}
@@ -382,13 +355,12 @@ func (c *Configurator) transition(now time.Time, to, why string) string {
 }
 
 func (c *Configurator) setMode(now time.Time, to string) {
-	c.m.transition(c.mode, to)
 	c.mode = to
 	c.lastSwitch = now
 }
 
-// publish makes a new version with budget d, logs it and updates metrics.
-func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, d float64, reason string) {
+// publish makes a new version with budget d.
+func (c *Configurator) publish(now time.Time, in Input, d float64, reason string) {
 	old := c.cur.Load()
 	mode := c.mode
 	if !c.cfg.Enabled {
@@ -400,75 +372,6 @@ func (c *Configurator) publish(now time.Time, sig detector.Signal, from string, 
 	} else {
 		vals = c.values(d)
 	}
-	w := &scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: scheduler.Clamp01(sig.Value), At: now}
-	c.cur.Store(w)
+	c.cur.Store(&scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: scheduler.Clamp01(in.Value), At: now})
 	c.dPub = d
-	level := slog.LevelDebug
-	if from != mode || old.Mode != mode {
-		level = slog.LevelInfo
-	}
-	c.m.published(c, w, mode)
-	if !c.log.Enabled(context.Background(), level) {
-		return
-	}
-	c.log.Log(context.Background(), level, "weights",
-		"version", w.Version, "mode", mode, "from_mode", old.Mode, "reason", reason,
-		"distribution_budget", d,
-		slog.Group("old", c.attrs(old.Values)...), slog.Group("new", c.attrs(vals)...),
-		slog.Group("signal", "value", sig.Value, "request_cv", sig.RequestCV,
-			"request_cv_uncorrected", sig.RequestCVUncorrected, "requests", sig.Requests,
-			"kv_cv", sig.KVCV, "kv_max", sig.KVMax, "kv_used", sig.KVUsed,
-			"raw", sig.Raw, "smoothed", sig.Smoothed, "pressure", sig.Pressure, "endpoints", sig.Endpoints,
-			"total_load", sig.TotalLoad, "gate", string(sig.Gate)))
-}
-
-func (c *Configurator) attrs(v []float64) []any {
-	out := make([]any, 0, len(v))
-	for i, x := range v {
-		if i < len(c.names) {
-			out = append(out, slog.Float64(c.names[i], x))
-		}
-	}
-	return out
-}
-
-// Run consumes signals until ctx is done or in is closed, steps on each
-// (with now = sig.At) and publishes every new version through
-// Deps.Publisher. In static mode it first takes one step stamped with
-// Deps.Clock, so the profile weights are in force even if no signal ever
-// arrives. A rejected publish is logged and the loop goes on (the
-// scheduler keeps its previous weights). It returns nil. Run must not be
-// called twice concurrently, nor alongside Step.
-func (c *Configurator) Run(ctx context.Context, in <-chan detector.Signal) error {
-	c.log.Info("configurator started", "enabled", c.cfg.Enabled, "d_min", c.cfg.DMin, "d_max", c.cfg.DMax,
-		"theta_on", c.cfg.ThetaOn, "theta_off", c.cfg.ThetaOff, "k", c.cfg.K, "s0", c.cfg.S0, "nu", c.cfg.Nu)
-	if !c.cfg.Enabled {
-		prev := c.Weights()
-		if w := c.Step(c.clock.Now(), detector.Signal{}); w != prev {
-			c.publishTo(w)
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case sig, ok := <-in:
-			if !ok {
-				return nil
-			}
-			prev := c.Weights()
-			if w := c.Step(sig.At, sig); w != prev {
-				c.publishTo(w)
-			}
-		}
-	}
-}
-
-func (c *Configurator) publishTo(w *scheduler.Weights) {
-	if c.pub == nil {
-		return
-	}
-	if err := c.pub.Publish(w); err != nil {
-		c.log.Error("publishing weights failed; the previous weights stay in force", "version", w.Version, "err", err)
-	}
 }

@@ -39,7 +39,7 @@
 //
 // # Replicas
 //
-// Step is a deterministic function of the sequence of (now, signal) and of
+// Step is a deterministic function of the sequence of (now, input) and of
 // the starting weights, and the detector is a deterministic function of
 // the endpoint views. Replicas that see the same scraped metrics at the
 // same ticks therefore compute the same weights and modes without talking
@@ -49,13 +49,8 @@
 //
 // # Concurrency
 //
-// Step is not safe for concurrent use: one goroutine (Run, or the
-// simulator's event loop) owns the Configurator. Weights and Budget, and
-// the metrics, may be read concurrently; the latest weights sit behind an
-// atomic pointer and are immutable.
-//
-// Run is the live shell: it consumes signals from a channel (the
-// detector's Deps.Signals), steps, and publishes every new version through
-// the Publisher. It starts no goroutine and returns when ctx is done or
-// the channel is closed.
+// Step is not safe for concurrent use: the control loop (package control)
+// owns the Configurator and steps it once per tick. Weights and Budget may
+// be read concurrently; the latest weights sit behind an atomic pointer and
+// are immutable. The configurator starts no goroutines.
 package configurator

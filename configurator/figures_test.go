@@ -93,14 +93,14 @@ func sigmoidFigure() (*plot.Plot, error) {
 func hysteresisFigure() (*plot.Plot, error) {
 	cfg := DefaultConfig()
 	cfg.Enabled = true
-	c, err := New(cfg, figureProfile(), Deps{})
+	c, err := New(cfg, figureProfile(), nil)
 	if err != nil {
 		return nil, err
 	}
 	const n = 4000 // ticks per ramp: 200 s each way
 	now := time.Time{}
 	for i := 0; i < 20; i++ { // settle from the profile's D to calm first
-		c.Step(now, detector.Signal{})
+		c.Step(now, Input{})
 		now = now.Add(50 * time.Millisecond)
 	}
 	var up, down plotter.XYs
@@ -109,7 +109,7 @@ func hysteresisFigure() (*plot.Plot, error) {
 		if i > n {
 			r = float64(2*n-i) / n
 		}
-		w := c.Step(now, detector.Signal{Value: r})
+		w := c.Step(now, Input{Value: r})
 		now = now.Add(50 * time.Millisecond)
 		pt := plotter.XY{X: r, Y: c.Budget(w)}
 		if i <= n {
@@ -157,18 +157,18 @@ func hysteresisFigure() (*plot.Plot, error) {
 func stepFigure() (*plot.Plot, error) {
 	cfg := DefaultConfig()
 	cfg.Enabled = true
-	c, err := New(cfg, figureProfile(), Deps{})
+	c, err := New(cfg, figureProfile(), nil)
 	if err != nil {
 		return nil, err
 	}
-	det, err := detector.New(detector.DefaultConfig(), detector.Deps{})
+	det, err := detector.New(detector.DefaultConfig())
 	if err != nil {
 		return nil, err
 	}
 	var raw, smooth, budget plotter.XYs
 	now := time.Time{}
 	for i := 0; i < 20; i++ { // settle from the profile's D to calm first
-		c.Step(now, detector.Signal{})
+		c.Step(now, Input{})
 		now = now.Add(50 * time.Millisecond)
 	}
 	for i := 0; i <= 240; i++ { // 12 s
@@ -182,7 +182,7 @@ func stepFigure() (*plot.Plot, error) {
 			eps[0].KVUtil = 0.95
 		}
 		s := det.Step(now, eps)
-		w := c.Step(now, s)
+		w := c.Step(now, Input{Value: s.Value, Pressure: s.Pressure})
 		now = now.Add(50 * time.Millisecond)
 		raw = append(raw, plotter.XY{X: ts, Y: s.Raw})
 		smooth = append(smooth, plotter.XY{X: ts, Y: s.Value})

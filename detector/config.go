@@ -22,8 +22,9 @@ const (
 // (YAML: adaptive.detector.*). Every field has a default in DefaultConfig;
 // docs/adaptive.md tabulates them.
 type Config struct {
-	// Interval is how often Run takes a step. Default 50ms, the fleet's
-	// scrape interval: stepping faster only re-reads the same metrics.
+	// Interval is how often the control loop ticks (and steps the
+	// detector). Default 50ms, the fleet's scrape interval: stepping
+	// faster only re-reads the same metrics.
 	Interval time.Duration `mapstructure:"interval"`
 	// MinEndpoints is the fewest fresh endpoints that make a signal; with
 	// fewer the signal is held at 0 (gate "too_few_endpoints"). Default 2,

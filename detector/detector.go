@@ -1,16 +1,10 @@
 package detector
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"math"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"gonum.org/v1/gonum/stat"
-	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -85,66 +79,61 @@ type Signal struct {
 	Gate Gate
 }
 
-// Deps are the detector's collaborators. All are optional for Step; Run
-// needs Source.
-type Deps struct {
-	// Clock drives Run's ticker; nil means clock.RealClock{}.
-	Clock clock.WithTicker
-	// Source returns the endpoints to measure on each tick of Run, e.g.
-	// func() []*scheduler.Endpoint { return sched.Pool().Pointers() } (the
-	// installed pool has in-flight counters attached). The detector only
-	// reads the slice during the step and never retains it.
-	Source func() []*scheduler.Endpoint
-	// Signals receives every signal Run computes, in order; Run blocks on
-	// the send until it is taken or ctx is done. Nil: signals are only
-	// kept for Last and the metrics.
-	Signals chan<- Signal
-	// Registerer receives the detector's metrics; nil registers nothing.
-	Registerer prometheus.Registerer
-	// Logger receives Run's start message; nil discards.
-	Logger *slog.Logger
+// Gates lists every gate that holds a signal, in check order.
+var Gates = [...]Gate{GateTooFewEndpoints, GateLowLoad, GateZeroMean}
+
+// Component is one named number a Signal was computed from.
+type Component struct {
+	// Name is the snake_case name used in logs, metrics and /debug/history.
+	Name string
+	// Value is the number; Ratio says whether it is a ratio in [0,1]
+	// (otherwise a count or a capacity-divided load).
+	Value float64
+	Ratio bool
+}
+
+// NumComponents is len(Signal.Components()).
+const NumComponents = 10
+
+// Components returns the numbers the signal was computed from, in a fixed
+// order, without allocating: the one list logs, metrics and the status
+// history are built from.
+func (s *Signal) Components() [NumComponents]Component {
+	return [NumComponents]Component{
+		{"request_cv", s.RequestCV, true},
+		{"request_cv_uncorrected", s.RequestCVUncorrected, true},
+		{"kv_cv", s.KVCV, true},
+		{"kv_max", s.KVMax, true},
+		{"raw", s.Raw, true},
+		{"smoothed", s.Smoothed, true},
+		{"pressure", s.Pressure, true},
+		{"endpoints", float64(s.Endpoints), false},
+		{"total_load", s.TotalLoad, false},
+		{"requests", s.Requests, false},
+	}
 }
 
 // Detector turns endpoint views into imbalance signals. See the package
-// documentation for the maths and the concurrency model.
+// documentation for the maths.
 type Detector struct {
-	cfg  Config
-	deps Deps
-	m    *metrics
+	cfg Config
 
 	// Step state: the EWMA and scratch buffers reused across steps.
 	smoothed  float64
 	loads, kv []float64
-
-	mu   sync.Mutex // guards last
-	last Signal
 }
 
 // New returns a detector with an EWMA state of 0. It fails if cfg is
 // invalid.
-func New(cfg Config, deps Deps) (*Detector, error) {
+func New(cfg Config) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.Clock == nil {
-		deps.Clock = clock.RealClock{}
-	}
-	if deps.Logger == nil {
-		deps.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &Detector{cfg: cfg, deps: deps, m: newMetrics(deps.Registerer)}, nil
+	return &Detector{cfg: cfg}, nil
 }
 
 // Config returns the detector's configuration.
 func (d *Detector) Config() Config { return d.cfg }
-
-// Last returns the signal of the latest Step (the zero Signal before the
-// first). Safe for concurrent use.
-func (d *Detector) Last() Signal {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.last
-}
 
 // Step measures eps at now and returns the signal. Endpoints that are nil
 // or not StateFresh are left out. Negative, NaN or infinite counts are read
@@ -220,10 +209,6 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	if sig.Gate == GateNone {
 		sig.Value = sig.Smoothed
 	}
-	d.mu.Lock()
-	d.last = sig
-	d.mu.Unlock()
-	d.m.observe(&sig)
 	return sig
 }
 
@@ -285,37 +270,6 @@ func NoiseCorrected(r, n float64) float64 {
 		return 0
 	}
 	return scheduler.Clamp01(math.Sqrt(max(0, r*r-1/n) / (1 - 1/n)))
-}
-
-// Run steps the detector every Config.Interval on Deps.Clock until ctx is
-// done, reading endpoints from Deps.Source and sending each signal on
-// Deps.Signals. It returns nil when ctx is done, or an error at once if
-// Deps.Source is nil. Run must not be called twice concurrently.
-func (d *Detector) Run(ctx context.Context) error {
-	if d.deps.Source == nil {
-		return errors.New("detector: Run needs Deps.Source")
-	}
-	t := d.deps.Clock.NewTicker(d.cfg.Interval)
-	defer t.Stop()
-	d.deps.Logger.Info("detector started", "interval", d.cfg.Interval, "combine", d.cfg.Combine,
-		"min_endpoints", d.cfg.MinEndpoints, "min_load", d.cfg.MinLoad, "smoothing", d.cfg.Smoothing,
-		"subtract_noise", d.cfg.SubtractNoise)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C():
-			sig := d.Step(now, d.deps.Source())
-			if d.deps.Signals == nil {
-				continue
-			}
-			select {
-			case d.deps.Signals <- sig:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-	}
 }
 
 // count reads a scraped count: NaN, infinite or negative values become 0.

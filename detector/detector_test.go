@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -37,7 +36,7 @@ func raw() Config {
 
 func mustNew(t testing.TB, c Config) *Detector {
 	t.Helper()
-	d, err := New(c, Deps{})
+	d, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,55 +392,8 @@ func TestValidate(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("got %v, want prefix %q", err, tc.want)
 		}
-		if _, err := New(c, Deps{}); err == nil {
+		if _, err := New(c); err == nil {
 			t.Errorf("New accepted config that fails %q", tc.want)
-		}
-	}
-}
-
-// TestRun drives Run with a fake clock: one signal per tick, stamped with
-// the tick time, and a clean return when ctx is cancelled.
-func TestRun(t *testing.T) {
-	fc := clocktesting.NewFakeClock(t0)
-	out := make(chan Signal)
-	eps := pool([]float64{20, 0}, nil)
-	d, err := New(DefaultConfig(), Deps{Clock: fc, Source: func() []*scheduler.Endpoint { return eps }, Signals: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	for i := 1; i <= 3; i++ {
-		waitFor(t, fc.HasWaiters)
-		fc.Step(50 * time.Millisecond)
-		s := <-out
-		want := 1 - math.Pow(0.8, float64(i)) // EWMA of a constant 1
-		if !s.At.Equal(t0.Add(time.Duration(i)*50*time.Millisecond)) || !near(s.Value, want) {
-			t.Errorf("tick %d: at %v value %v, want %v %v", i, s.At, s.Value, t0.Add(time.Duration(i)*50*time.Millisecond), want)
-		}
-	}
-	if got := d.Last(); !near(got.Value, 0.488) {
-		t.Errorf("Last().Value = %v, want 0.488", got.Value)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run returned %v, want nil", err)
-	}
-	if err := mustNew(t, DefaultConfig()).Run(context.Background()); err == nil {
-		t.Error("Run without Source returned nil")
-	}
-}
-
-// waitFor polls cond with a bounded deadline.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatal("condition not reached within 10s")
-		case <-time.After(time.Millisecond):
 		}
 	}
 }

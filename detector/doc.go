@@ -33,11 +33,6 @@
 //
 // Step is a deterministic function of the sequence of (now, endpoints) it
 // has been called with: the only state it keeps is the EWMA. It is not
-// safe for concurrent use; one goroutine (Run, or the simulator's event
-// loop) owns the Detector. Last and the metrics may be read concurrently.
-//
-// Run is the live shell: it owns one ticker on the injected clock, and on
-// every tick reads the endpoints from Deps.Source, calls Step and sends the
-// Signal on Deps.Signals, blocking until the receiver takes it or ctx is
-// done. It starts no other goroutine and returns when ctx is done.
+// safe for concurrent use; the control loop (package control) owns the
+// Detector and steps it once per tick. The detector starts no goroutines.
 package detector

@@ -4,34 +4,18 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/configurator"
-	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
 
-// adaptiveLoop runs the real detector and configurator on virtual time.
-type adaptiveLoop struct {
-	det  *detector.Detector
-	conf *configurator.Configurator
-}
-
-func (a *adaptiveLoop) Interval() time.Duration { return a.det.Config().Interval }
-
-func (a *adaptiveLoop) Step(now time.Time, eps []*scheduler.Endpoint) (*scheduler.Weights, ControlState) {
-	sig := a.det.Step(now, eps)
-	w := a.conf.Step(now, sig)
-	return w, ControlState{Signal: sig.Value}
-}
-
 // ProfilePolicy turns a trimtab profile into a policy: its scorers,
-// picker and filters in a real scheduler, plus the real detector and
-// configurator when adaptive.enabled.
+// picker and filters in a real scheduler, plus the control loop serve
+// runs (control.Loop) when adaptive.enabled.
 func ProfilePolicy(name, desc string, f *configs.File) Policy {
-	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		fc := *f
 		fc.Scheduler.Seed = seed
 		s, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
@@ -41,15 +25,11 @@ func ProfilePolicy(name, desc string, f *configs.File) Policy {
 		if !f.Adaptive.Enabled {
 			return s, nil, nil
 		}
-		det, err := detector.New(f.Adaptive.Detector, detector.Deps{})
+		loop, err := control.New(f.Adaptive, s, control.Deps{})
 		if err != nil {
 			return nil, nil, err
 		}
-		conf, err := configurator.New(f.Adaptive.Config, s.Scorers(), configurator.Deps{Start: s.Weights()})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, &adaptiveLoop{det: det, conf: conf}, nil
+		return s, loop, nil
 	}}
 }
 
@@ -71,7 +51,7 @@ func LoadProfilePolicy(path string) (Policy, error) {
 // buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
 // profile (default scorers plus pending-prefill, adaptive on, package
 // defaults for the loop).
-func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error) {
+func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		return nil, nil, fmt.Errorf("adaptive policy: %w", err)

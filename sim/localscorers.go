@@ -3,6 +3,7 @@ package sim
 import (
 	"sync/atomic"
 
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -29,7 +30,7 @@ func (r *roundRobin) Picked(*scheduler.CycleState, *scheduler.Request, *schedule
 	r.next.Add(1)
 }
 
-func buildRoundRobin(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+func buildRoundRobin(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	cfg := scheduler.DefaultConfig()
 	cfg.Seed = seed
 	s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "round-robin", Type: "round-robin", Scorer: &roundRobin{}, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
@@ -110,7 +111,7 @@ func (s *sglangSwitch) PoolChanged(eps []*scheduler.Endpoint) {
 	}
 }
 
-func buildSGLang(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+func buildSGLang(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	p, err := newPrefixScorer("prefix")
 	if err != nil {
 		return nil, nil, err

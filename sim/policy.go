@@ -3,25 +3,12 @@ package sim
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
-
-// Controller is the adaptive control loop as the simulator drives it: a
-// step every Interval on virtual time, given the installed pool, returning
-// the weights to publish (nil or the current ones: no change).
-type Controller interface {
-	Interval() time.Duration
-	Step(now time.Time, eps []*scheduler.Endpoint) (*scheduler.Weights, ControlState)
-}
-
-// ControlState is what the simulator records about the loop at a step.
-type ControlState struct {
-	Signal float64
-}
 
 // Policy is one routing policy: it builds a real scheduler (and, when
 // adaptive, a control loop) for a run.
@@ -30,9 +17,10 @@ type Policy struct {
 	Name string
 	// Description is one line for the report.
 	Description string
-	// Build returns a fresh scheduler seeded with seed, and a controller
-	// or nil for static policies.
-	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, Controller, error)
+	// Build returns a fresh scheduler seeded with seed, and its control
+	// loop, or nil for a static policy (whose loop would never change the
+	// weights).
+	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error)
 }
 
 // Policy names.
@@ -53,7 +41,7 @@ const prefixParams = `
       max_blocks: 256`
 
 func profilePolicy(name, desc, yaml string) Policy {
-	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		f, err := configs.Parse([]byte(yaml))
 		if err != nil {
 			return nil, nil, err

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim/engine"
 )
@@ -117,7 +118,7 @@ type runner struct {
 	sc    *Scenario
 	ecfg  engine.Config
 	sched *scheduler.Scheduler
-	ctl   Controller
+	ctl   *control.Loop
 	gen   generator
 	wrng  *rand.Rand // workload
 	arng  *rand.Rand // arrivals
@@ -145,8 +146,7 @@ type runner struct {
 	markQuery []int64
 	loadSum   []float64
 	loadN     int
-	versions  uint64
-	ctlState  ControlState
+	signal    float64 // the loop's latest signal
 }
 
 // Run simulates one scenario at one level under one policy. It is
@@ -156,7 +156,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	if sc == nil {
 		return nil, errors.New("sim: no scenario")
 	}
-	sched, ctl, err := cfg.Policy.Build(cfg.Seed, sc)
+	sched, loop, err := cfg.Policy.Build(cfg.Seed, sc)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
@@ -169,7 +169,7 @@ func Run(cfg RunConfig) (*Result, error) {
 		sc:    sc,
 		ecfg:  sc.EngineConfig(),
 		sched: sched,
-		ctl:   ctl,
+		ctl:   loop,
 		gen:   g,
 		wrng:  rand.New(rand.NewPCG(cfg.Seed, 0x77)),
 		arng:  rand.New(rand.NewPCG(cfg.Seed, 0xa7)),
@@ -225,7 +225,6 @@ func (r *runner) setup() error {
 		tl.Weights = make([][]float64, len(tl.Scorers))
 		r.res.Timeline = tl
 	}
-	r.versions = r.sched.Weights().Version
 
 	r.h.push(event{at: r.sc.ScrapeInterval, kind: evScrape})
 	if r.ctl != nil {
@@ -517,13 +516,10 @@ func (r *runner) scrape() {
 }
 
 func (r *runner) control() {
-	w, st := r.ctl.Step(Epoch.Add(r.now), r.sched.Pool().Pointers())
-	r.ctlState = st
-	if w != nil && w != r.sched.Weights() {
-		if err := r.sched.Publish(w); err == nil && w.Version != r.versions {
-			r.versions = w.Version
-			r.res.WeightChanges++
-		}
+	t := r.ctl.Tick(Epoch.Add(r.now), r.sched.Pool().Pointers())
+	r.signal = t.Signal.Value
+	if t.Changed() && t.Err == nil {
+		r.res.WeightChanges++
 	}
 }
 
@@ -549,7 +545,7 @@ func (r *runner) sample() {
 		for s := range tl.Weights {
 			tl.Weights[s] = append(tl.Weights[s], w.Values[s])
 		}
-		tl.Signal = append(tl.Signal, r.ctlState.Signal)
+		tl.Signal = append(tl.Signal, r.signal)
 		mode := w.Mode
 		if mode == "" {
 			mode = "static"

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -409,7 +410,7 @@ func (p *pendingProbe) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps 
 func TestFirstByteReleasesPendingPrefill(t *testing.T) {
 	probe := &pendingProbe{}
 	var sched *scheduler.Scheduler
-	pol := Policy{Name: "probe", Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, Controller, error) {
+	pol := Policy{Name: "probe", Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		cfg := scheduler.DefaultConfig()
 		cfg.Seed = seed
 		s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "probe", Type: "probe", Scorer: probe, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -38,7 +37,7 @@ func registeredMetrics(t *testing.T, svc *service) []metricInfo {
 	for _, mf := range mfs {
 		types[mf.GetName()] = strings.ToLower(mf.GetType().String())
 	}
-	cols := append(svc.registered.collectors(), svc.ctrlMetrics.snapshot()...)
+	cols := svc.registered.collectors()
 	seen := map[string]bool{}
 	var out []metricInfo
 	for _, c := range cols {
@@ -111,7 +110,6 @@ func TestMetricsReference(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		post(t, ts.proxyURL+"/v1/completions", `{"model":"llama-3.1-8b-instruct","prompt":"metrics","max_tokens":2}`)
 	}
-	eventually(t, 5*time.Second, "control loop registered", func() bool { return len(ts.svc.ctrlMetrics.snapshot()) > 0 })
 	ms := registeredMetrics(t, ts.svc)
 	for _, m := range ms {
 		if !strings.HasPrefix(m.name, "trimtab_") {

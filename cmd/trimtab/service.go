@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/status"
@@ -25,8 +25,8 @@ import (
 )
 
 // service is one running trimtab: discovery and scraping feed the
-// scheduler's pool; the detector and configurator retune its weights; the
-// HTTP proxy, the ext_proc server and the admin server serve requests.
+// scheduler's pool; the control loop retunes its weights; the HTTP proxy,
+// the ext_proc server and the admin server serve requests.
 type service struct {
 	log *slog.Logger
 	reg *prometheus.Registry
@@ -36,6 +36,7 @@ type service struct {
 	clk        clock.WithTicker
 	srv        proxy.Config
 	sched      *scheduler.Scheduler
+	loop       *control.Loop
 	fleet      *fleet.Fleet
 	hist       *status.Recorder
 	dec        *proxy.Recorder
@@ -43,14 +44,8 @@ type service struct {
 	ext        *proxy.ExtProc
 	admin      *proxy.Admin
 
-	// ctrlMetrics holds the current control-loop generation's metrics, so
-	// a reload can replace the detector and configurator without
-	// registering their metrics twice.
-	ctrlMetrics *collectorSet
-
 	mu      sync.Mutex
 	running *configs.File // the profile in force
-	reloads chan *configs.File
 }
 
 // serviceOptions are what tests and the demo change; zero values mean the
@@ -58,6 +53,7 @@ type service struct {
 // the profile, real clock).
 type serviceOptions struct {
 	Logger                     *slog.Logger
+	Clock                      clock.WithTicker
 	Discoverer                 fleet.Discoverer
 	HTTP, ExtProc, Admin       net.Listener
 	DisableExtProc, NoRuntimeM bool
@@ -89,18 +85,18 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		log = slog.Default()
 	}
 	s := &service{
-		log:         log,
-		reg:         prometheus.NewRegistry(),
-		clk:         clock.RealClock{},
-		srv:         srv,
-		running:     f,
-		reloads:     make(chan *configs.File, 1),
-		ctrlMetrics: &collectorSet{},
+		log:     log,
+		reg:     prometheus.NewRegistry(),
+		clk:     opt.Clock,
+		srv:     srv,
+		running: f,
+	}
+	if s.clk == nil {
+		s.clk = clock.RealClock{}
 	}
 	if !opt.NoRuntimeM {
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s.reg.MustRegister(s.ctrlMetrics)
 	s.registered = &recordingRegisterer{Registerer: s.reg}
 	reg := s.registered
 
@@ -123,6 +119,19 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		return nil, err
 	}
 	s.hist.SetScorers(s.sched.Scorers())
+	names := make([]string, len(s.sched.Scorers()))
+	for i, e := range s.sched.Scorers() {
+		names[i] = e.Name
+	}
+	s.loop, err = control.New(f.Adaptive, s.sched, control.Deps{
+		Clock:      s.clk,
+		Registerer: reg,
+		Logger:     log.With("component", "control"),
+		Observe:    func(t *control.Tick) { s.record(t, names) },
+	})
+	if err != nil {
+		return nil, err
+	}
 	s.dec = proxy.NewRecorder(srv.Admin.Decisions, srv.Admin.DecisionsEvery)
 
 	pdeps := func(l net.Listener) proxy.Deps {
@@ -165,7 +174,7 @@ func (s *service) Run(ctx context.Context) error {
 	back, bctx := errgroup.WithContext(backCtx)
 	back.Go(func() error { return s.fleet.Run(bctx) })
 	back.Go(func() error { return s.feedScheduler(bctx) })
-	back.Go(func() error { return s.runControl(bctx) })
+	back.Go(func() error { return s.loop.Run(bctx) })
 	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
 
 	front, fctx := errgroup.WithContext(frontCtx)
@@ -203,122 +212,33 @@ func (s *service) feedScheduler(ctx context.Context) error {
 	}
 }
 
-// runControl runs the detector and configurator of the profile in force,
-// and rebuilds them when a reload changes the weights or the adaptive
-// section. Weight versions continue across generations.
-func (s *service) runControl(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		f := s.running
-		s.mu.Unlock()
-		gen, cancel := context.WithCancel(ctx)
-		errc := make(chan error, 1)
-		go func() { errc <- s.runControlGeneration(gen, f) }()
-		select {
-		case <-ctx.Done():
-			cancel()
-			return <-errc
-		case err := <-errc:
-			cancel()
-			return err
-		case <-s.reloads:
-			cancel()
-			if err := <-errc; err != nil {
-				return err
-			}
-		}
+// record keeps each tick for /debug/history and /ui, and each new weights
+// version as a change.
+func (s *service) record(t *control.Tick, names []string) {
+	s.hist.Record(sampleOf(&t.Signal, t.Weights, names))
+	if t.Changed() && t.Err == nil {
+		s.hist.RecordChange(t.Previous, t.Weights, names)
 	}
 }
 
-func (s *service) runControlGeneration(ctx context.Context, f *configs.File) error {
-	s.ctrlMetrics.reset()
-	entries := append([]scheduler.ScorerEntry(nil), s.sched.Scorers()...)
-	for i := range entries {
-		entries[i].Weight = *f.Scorers[i].Weight
-	}
-	sigs := make(chan detector.Signal, 1)
-	det, err := detector.New(f.Adaptive.Detector, detector.Deps{
-		Clock:      s.clk,
-		Source:     func() []*scheduler.Endpoint { return s.sched.Pool().Pointers() },
-		Signals:    sigs,
-		Registerer: s.ctrlMetrics,
-		Logger:     s.log.With("component", "detector"),
-	})
-	if err != nil {
-		return err
-	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name
-	}
-	conf, err := configurator.New(f.Adaptive.Config, entries, configurator.Deps{
-		Start:      s.sched.Weights(),
-		Publisher:  publisherFunc(func(w *scheduler.Weights) error { return s.publish(w, names) }),
-		Clock:      s.clk,
-		Registerer: s.ctrlMetrics,
-		Logger:     s.log.With("component", "configurator"),
-	})
-	if err != nil {
-		return err
-	}
-	in := make(chan detector.Signal, 1)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return det.Run(gctx) })
-	g.Go(func() error { return conf.Run(gctx, in) })
-	g.Go(func() error {
-		// Tee: record each tick for /debug/history and /ui, then hand the
-		// signal to the configurator.
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case sig := <-sigs:
-				s.hist.Record(sampleOf(sig, s.sched.Weights(), names))
-				select {
-				case in <- sig:
-				case <-gctx.Done():
-					return nil
-				}
-			}
-		}
-	})
-	return g.Wait()
-}
-
-func (s *service) publish(w *scheduler.Weights, names []string) error {
-	old := s.sched.Weights()
-	if err := s.sched.Publish(w); err != nil {
-		return err
-	}
-	s.hist.RecordChange(old, w, names)
-	return nil
-}
-
-func sampleOf(sig detector.Signal, w *scheduler.Weights, names []string) status.Sample {
+func sampleOf(sig *detector.Signal, w *scheduler.Weights, names []string) status.Sample {
+	comps := sig.Components()
 	smp := status.Sample{
-		At:     sig.At,
-		Signal: sig.Value,
-		Gate:   string(sig.Gate),
-		Mode:   w.Mode,
-		Components: map[string]float64{
-			"request_cv": sig.RequestCV, "request_cv_uncorrected": sig.RequestCVUncorrected,
-			"kv_cv": sig.KVCV, "kv_max": sig.KVMax, "raw": sig.Raw, "smoothed": sig.Smoothed,
-			"pressure": sig.Pressure, "endpoints": float64(sig.Endpoints), "total_load": sig.TotalLoad,
-			"requests": sig.Requests,
-		},
+		At:         sig.At,
+		Signal:     sig.Value,
+		Gate:       string(sig.Gate),
+		Components: make(map[string]float64, len(comps)),
+	}
+	for _, c := range comps {
+		smp.Components[c.Name] = c.Value
 	}
 	smp.SetWeights(w, names)
 	return smp
 }
 
-// publisherFunc adapts a function to configurator.Publisher.
-type publisherFunc func(*scheduler.Weights) error
-
-func (f publisherFunc) Publish(w *scheduler.Weights) error { return f(w) }
-
 // reload applies a new profile. Weights and the adaptive section take
-// effect at once (the control loop is rebuilt, weight versions continue);
-// any other change needs a restart, so such a reload is refused and the
+// effect at the control loop's next tick (weight versions continue); any
+// other change needs a restart, so such a reload is refused and the
 // running profile kept. The error says why.
 func (s *service) reload(f *configs.File) error {
 	s.mu.Lock()
@@ -329,11 +249,14 @@ func (s *service) reload(f *configs.File) error {
 	if _, err := serverConfig(f); err != nil {
 		return err
 	}
-	s.running = f
-	select {
-	case s.reloads <- f:
-	default: // a rebuild is already pending; it reads s.running
+	weights := make([]float64, len(f.Scorers))
+	for i, sc := range f.Scorers {
+		weights[i] = *sc.Weight
 	}
+	if err := s.loop.Reload(f.Adaptive, weights); err != nil {
+		return err
+	}
+	s.running = f
 	return nil
 }
 
@@ -362,52 +285,6 @@ func restartSection(old, nw *configs.File) string {
 		return "server"
 	}
 	return ""
-}
-
-// collectorSet is a Registerer whose collectors can be dropped and
-// replaced, itself registered once as an unchecked Collector. Each control
-// loop generation registers into it afresh.
-type collectorSet struct {
-	mu sync.Mutex
-	cs []prometheus.Collector
-}
-
-func (c *collectorSet) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cs = nil
-}
-
-// snapshot returns the current generation's collectors.
-func (c *collectorSet) snapshot() []prometheus.Collector {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]prometheus.Collector(nil), c.cs...)
-}
-
-func (c *collectorSet) Register(col prometheus.Collector) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cs = append(c.cs, col)
-	return nil
-}
-
-func (c *collectorSet) MustRegister(cols ...prometheus.Collector) {
-	for _, col := range cols {
-		_ = c.Register(col)
-	}
-}
-
-func (c *collectorSet) Unregister(col prometheus.Collector) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, x := range c.cs {
-		if x == col {
-			c.cs = append(c.cs[:i], c.cs[i+1:]...)
-			return true
-		}
-	}
-	return false
 }
 
 // recordingRegisterer registers on the wrapped Registerer and remembers
@@ -441,13 +318,4 @@ func (r *recordingRegisterer) collectors() []prometheus.Collector {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]prometheus.Collector(nil), r.cs...)
-}
-
-// Describe sends nothing: the set is an unchecked collector.
-func (c *collectorSet) Describe(chan<- *prometheus.Desc) {}
-
-func (c *collectorSet) Collect(ch chan<- prometheus.Metric) {
-	for _, col := range c.snapshot() {
-		col.Collect(ch)
-	}
 }

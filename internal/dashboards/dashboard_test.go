@@ -17,8 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/configurator"
-	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/dashboards"
 	"github.com/trimtab/trimtab/proxy"
@@ -388,10 +387,7 @@ func registered(t *testing.T) map[string][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := detector.New(detector.DefaultConfig(), detector.Deps{Registerer: rec}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := configurator.New(configurator.DefaultConfig(), sched.Scorers(), configurator.Deps{Registerer: rec}); err != nil {
+	if _, err := control.New(control.DefaultConfig(), sched, control.Deps{Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	fc := fleet.DefaultConfig()

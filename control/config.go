@@ -1,0 +1,40 @@
+package control
+
+import (
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Config is a profile's adaptive: section. The configurator's settings
+// sit directly under it (adaptive.enabled, adaptive.d_min, …) and the
+// detector's under adaptive.detector; docs/adaptive.md tabulates every
+// key with its default and reason.
+type Config struct {
+	configurator.Config `mapstructure:",squash"`
+	Detector            detector.Config `mapstructure:"detector"`
+}
+
+// DefaultConfig returns the documented defaults (adaptive mode off).
+func DefaultConfig() Config {
+	return Config{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig()}
+}
+
+// Validate checks both parts; errors name the field by its YAML path.
+func (c Config) Validate() error {
+	if err := c.Detector.Validate(); err != nil {
+		return err
+	}
+	return c.Config.Validate()
+}
+
+// CheckProfile reports whether the loop can run over the profile's
+// scorers: the config is valid and, in adaptive mode, the profile has
+// weight in both the affinity and the distribution category.
+func (c Config) CheckProfile(profile []scheduler.ScorerEntry) error {
+	if err := c.Detector.Validate(); err != nil {
+		return err
+	}
+	_, err := configurator.New(c.Config, profile, nil)
+	return err
+}

@@ -1,0 +1,29 @@
+// Package control is trimtab's adaptive loop, once: a Loop composes the
+// detector (how unevenly is load spread?), the configurator (which weights
+// does that call for?) and the publication of each new weights version to
+// the scheduler. `trimtab serve` runs it with Run on the real clock; the
+// simulator calls Tick on virtual time; both go through the same code, so
+// the simulator exercises exactly the production wiring.
+//
+// # One tick
+//
+//  1. A pending Reload is applied: detector and configurator are rebuilt
+//     from the new config and base weights, continuing the weight versions
+//     from those in force.
+//  2. detector.Step(now, pool) gives a Signal with every component.
+//  3. configurator.Step(now, Input{Value, Pressure}) gives the weights in
+//     force afterwards; a new pointer is a new version.
+//  4. A new version is published to the Target. A refused version is
+//     logged and counted; the previous weights stay in force.
+//  5. Metrics are updated, the "weights" line is logged for a new version,
+//     and Deps.Observe sees the Tick.
+//
+// # Concurrency
+//
+// Tick and Run are not safe for concurrent use: one goroutine (Run, or the
+// simulator's event loop) owns the Loop. Run starts no goroutine: it owns
+// one ticker on the injected clock and returns when its context is done.
+// Reload, Config, Interval and Last may be called from any goroutine: a
+// reload is handed over through an atomic pointer and applied by the next
+// tick; Last returns the latest Tick, which is never modified afterwards.
+package control

@@ -1,0 +1,139 @@
+package control
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/detector"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// transitions lists every (from, to) pair the mode machine can take; all
+// are exported from the start at 0.
+var transitions = [...][2]string{
+	{configurator.ModeCalm, configurator.ModeRebalance}, {configurator.ModeRebalance, configurator.ModeCalm},
+	{configurator.ModeCalm, configurator.ModeFrozen}, {configurator.ModeRebalance, configurator.ModeFrozen},
+	{configurator.ModeFrozen, configurator.ModeCalm}, {configurator.ModeFrozen, configurator.ModeRebalance},
+}
+
+// metrics are the loop's Prometheus metrics: the detector's signal and
+// its components, and the configurator's weights, budget and modes.
+// Children are resolved at construction; a tick only sets gauges and
+// increments counters, which does not allocate.
+type metrics struct {
+	signal      prometheus.Gauge
+	component   [detector.NumComponents]prometheus.Gauge
+	gated       map[detector.Gate]prometheus.Counter
+	weight      []prometheus.Gauge // per scorer, profile order
+	budget      prometheus.Gauge
+	mode        map[string]prometheus.Gauge
+	transitions map[[2]string]prometheus.Counter
+	freezes     prometheus.Counter
+	version     prometheus.Gauge
+	publishErrs prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Category) *metrics {
+	m := &metrics{
+		signal: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_detector_signal",
+			Help: "Imbalance signal handed to the configurator, in [0,1] (0 even load, 1 all load on one endpoint).",
+		}),
+		gated:       map[detector.Gate]prometheus.Counter{},
+		mode:        map[string]prometheus.Gauge{},
+		transitions: map[[2]string]prometheus.Counter{},
+		budget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_configurator_distribution_budget",
+			Help: "Distribution budget D of the latest weights: the distribution scorers' share of the categorised weights, in [0,1].",
+		}),
+		freezes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_configurator_watchdog_freezes_total",
+			Help: "Times the flap watchdog froze the configurator.",
+		}),
+		version: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_configurator_weights_version",
+			Help: "Version of the latest weights the configurator produced.",
+		}),
+		publishErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_control_publish_errors_total",
+			Help: "Weights versions the scheduler refused; the previous weights stayed in force.",
+		}),
+	}
+	comp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "trimtab_detector_component",
+		Help: "Components of the latest detector step: request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
+	}, []string{"component"})
+	var zero detector.Signal
+	for i, c := range zero.Components() {
+		m.component[i] = comp.WithLabelValues(c.Name)
+	}
+	gated := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trimtab_detector_gated_total",
+		Help: "Detector steps whose signal was held at 0, by reason.",
+	}, []string{"reason"})
+	for _, g := range detector.Gates {
+		m.gated[g] = gated.WithLabelValues(string(g))
+	}
+	weight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "trimtab_configurator_weight",
+		Help: "Weight of each scorer in the latest weights the configurator produced, with its category.",
+	}, []string{"scorer", "category"})
+	for i, n := range names {
+		m.weight = append(m.weight, weight.WithLabelValues(n, cats[i].String()))
+	}
+	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "trimtab_configurator_mode",
+		Help: "1 for the configurator's current mode (static, calm, rebalance, frozen), 0 for the others.",
+	}, []string{"mode"})
+	for _, md := range configurator.Modes {
+		m.mode[md] = mode.WithLabelValues(md)
+	}
+	tr := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trimtab_configurator_transitions_total",
+		Help: "Mode transitions of the configurator, by from and to mode.",
+	}, []string{"from", "to"})
+	for _, p := range transitions {
+		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
+	}
+	if reg != nil {
+		reg.MustRegister(m.signal, comp, gated, m.budget, m.freezes, m.version, m.publishErrs, weight, mode, tr)
+	}
+	return m
+}
+
+func (m *metrics) observe(s *detector.Signal) {
+	m.signal.Set(s.Value)
+	for i, c := range s.Components() {
+		m.component[i].Set(c.Value)
+	}
+	if s.Gate != detector.GateNone {
+		m.gated[s.Gate].Inc()
+	}
+}
+
+// published records the weights in force and their mode.
+func (m *metrics) published(w *scheduler.Weights, budget float64) {
+	for i, g := range m.weight {
+		if i < len(w.Values) {
+			g.Set(w.Values[i])
+		}
+	}
+	m.budget.Set(budget)
+	for md, g := range m.mode {
+		if md == w.Mode {
+			g.Set(1)
+		} else {
+			g.Set(0)
+		}
+	}
+	m.version.Set(float64(w.Version))
+}
+
+func (m *metrics) transition(from, to string) {
+	if ctr, ok := m.transitions[[2]string{from, to}]; ok {
+		ctr.Inc()
+	}
+	if to == configurator.ModeFrozen {
+		m.freezes.Inc()
+	}
+}
