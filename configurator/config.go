@@ -18,8 +18,9 @@ type Config struct {
 	Enabled bool `mapstructure:"enabled"`
 
 	// DMin is the distribution budget in calm mode and the bottom of the
-	// sigmoid, in [0, DMax). Default 0.3: affinity 0.7 while calm.
-	DMin float64 `mapstructure:"d_min"`
+	// sigmoid, in [0, DMax). Unset (the default), it is the profile's own
+	// distribution share, so calm mode runs the weights the operator wrote.
+	DMin *float64 `mapstructure:"d_min"`
 	// DMax is the top of the sigmoid, in (DMin, 1]. Default 0.9.
 	DMax float64 `mapstructure:"d_max"`
 	// AffinityFloor is the least affinity budget A = 1 − D ever published,
@@ -27,24 +28,9 @@ type Config struct {
 	// a warm cache always counts for something.
 	AffinityFloor float64 `mapstructure:"affinity_floor"`
 
-	// K is the sigmoid's steepness, > 0. Default 25: σ goes from 0.1 to
-	// 0.9 over a signal range of ln(81)/25 ≈ 0.18 (ν = 1), so a partial
-	// herd already gets nearly the full budget. With the shipped
-	// prefix 3 : queue 2 : kvcache 2 : inflight 1 profile a cold pod wins
-	// a request for a prefix cached on a hot pod only when D > 0.83
-	// (docs/benchmarks.md, finding 2); a half-herd on 16 pods (8 busy)
-	// reads only r ≈ 0.26, where σ(0.258) = 1/(1+e^(−25·0.108)) = 0.937
-	// gives D = 0.86, and a quarter-herd (r 0.447) gets σ 0.9994, D 0.8996.
+	// K is the sigmoid's steepness, > 0. Default 30.
 	K float64 `mapstructure:"k"`
-	// S0 is the sigmoid's midpoint, in [0,1]. Default 0.15 (σ(S0) = 0.5
-	// for ν = 1), below ThetaOn: entering rebalance at r = 0.2 already
-	// gives σ = 1/(1+e^(−25·0.05)) = 0.777, D = 0.766, and D passes 0.83
-	// (the level at which a cold pod takes hot-prefix requests,
-	// docs/benchmarks.md finding 2) at r ≈ 0.231, load concentrated on
-	// about 9 of 16 pods. With the detector's SubtractNoise the signal
-	// reads lower, and docs/benchmarks.md finding 6 pairs it with 0.06,
-	// which gives D = 0.739 at ThetaOff (0.1), 0.882 at ThetaOn and passes
-	// 0.83 at r ≈ 0.141.
+	// S0 is the sigmoid's midpoint, in [0,1]. Default 0.1.
 	S0 float64 `mapstructure:"s0"`
 	// Nu is the generalised-logistic shape ν, > 0: σ(r) =
 	// (1 + e^(−K(r − S0)))^(−1/ν). 1 is the plain logistic; ν < 1 delays
@@ -52,30 +38,17 @@ type Config struct {
 	Nu float64 `mapstructure:"nu"`
 
 	// ThetaOn is the signal at or above which calm mode switches to
-	// rebalance, in (ThetaOff, 1]. Default 0.2: a herd on 9 of 16 pods
-	// reads √((16/9 − 1)/15) ≈ 0.23 and must enter rebalance, a half-herd
-	// 0.26 (docs/benchmarks.md, finding 2). It cannot go much lower:
-	// random placement of μ requests per pod on N pods alone reads
-	// ≈ 1/√(μ(N−1)), ≈ 0.18 at two requests per pod on sixteen pods
-	// (finding 3), and a lower threshold would flap into rebalance on
-	// that noise at low concurrency.
+	// rebalance, in (ThetaOff, 1]. Default 0.2.
 	ThetaOn float64 `mapstructure:"theta_on"`
 	// ThetaOff is the signal at or below which rebalance returns to calm,
-	// in [0, ThetaOn). Default 0.1: it keeps a gap of 0.1 below ThetaOn
-	// for hysteresis and sits above the random-placement noise
-	// 1/√(μ(N−1)) at eight or more requests per pod on sixteen pods
-	// (1/√(8·15) ≈ 0.091; docs/benchmarks.md, findings 2 and 3).
+	// in [0, ThetaOn). Default 0.05.
 	ThetaOff float64 `mapstructure:"theta_off"`
 	// MinDwell is the least time spent in calm or rebalance before a
-	// switch to the other, ≥ 0. Default 2s: 40 steps at 50 ms, longer than
-	// the time a new weight needs to show in the scraped queues.
+	// switch to the other, ≥ 0. Default 5s.
 	MinDwell time.Duration `mapstructure:"min_dwell"`
 
 	// SlewRate caps how fast the distribution budget D moves, in budget
-	// units per second, > 0. Every categorised weight then moves at most
-	// SlewRate × T × its in-category share per second (T the sum of the
-	// categorised profile weights). Default 1.0: the full default swing
-	// 0.3 → 0.9 takes 0.6 s, 12 steps of 0.05.
+	// units per second, > 0. Default 2.0: a full swing of 0.6 in 0.3 s.
 	SlewRate float64 `mapstructure:"slew_rate"`
 	// MinChange is the least change of D (budget units) worth a new weights
 	// version within a mode, in [0, DMax − DMin). Mode changes, and the
@@ -83,9 +56,20 @@ type Config struct {
 	// Default 0.01.
 	MinChange float64 `mapstructure:"min_change"`
 
+	// GuardFactor is the load guard's factor c ≥ 1 in adaptive mode
+	// (scheduler.Guard): no endpoint is sent a request while it carries
+	// more than max(c × the mean, the mean + GuardSlack) router-local
+	// in-flight requests per unit of capacity, unless every candidate
+	// does. 0 turns the guard, and with it the herd signal, off. Default 2.
+	GuardFactor float64 `mapstructure:"guard_factor"`
+	// GuardSlack is the guard's slack s ≥ 0, in requests per unit of
+	// capacity. Default 6: a small pool's chance imbalance (a few requests) never trips it.
+	GuardSlack float64 `mapstructure:"guard_slack"`
+
 	// FlapMaxTransitions is K of the flap watchdog: more than this many
 	// calm↔rebalance transitions within FlapWindow freezes the
-	// configurator. 0 disables the watchdog. Default 4 (two full cycles).
+	// configurator on the profile's weights. 0 disables the watchdog.
+	// Default 4 (two full cycles).
 	FlapMaxTransitions int `mapstructure:"flap_max_transitions"`
 	// FlapWindow is the watchdog's window, > 0. Default 1m.
 	FlapWindow time.Duration `mapstructure:"flap_window"`
@@ -104,17 +88,18 @@ type Config struct {
 // DefaultConfig returns the documented defaults (adaptive mode off).
 func DefaultConfig() Config {
 	return Config{
-		DMin:               0.3,
 		DMax:               0.9,
 		AffinityFloor:      0.1,
-		K:                  25,
-		S0:                 0.15,
+		K:                  30,
+		S0:                 0.1,
 		Nu:                 1,
 		ThetaOn:            0.2,
-		ThetaOff:           0.1,
-		MinDwell:           2 * time.Second,
-		SlewRate:           1,
+		ThetaOff:           0.05,
+		MinDwell:           5 * time.Second,
+		SlewRate:           2,
 		MinChange:          0.01,
+		GuardFactor:        2,
+		GuardSlack:         6,
 		FlapMaxTransitions: 4,
 		FlapWindow:         time.Minute,
 		FlapCooldown:       time.Minute,
@@ -126,13 +111,17 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	const p = "adaptive."
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	dmin := 0.0
+	if c.DMin != nil {
+		dmin = *c.DMin
+	}
 	switch {
-	case !(c.DMin >= 0 && c.DMin < 1):
-		return fmt.Errorf(p+"d_min: must be in [0,1), got %v", c.DMin)
-	case !(c.DMax > c.DMin && c.DMax <= 1):
-		return fmt.Errorf(p+"d_max: must be > d_min (%v) and ≤ 1, got %v", c.DMin, c.DMax)
-	case !(c.AffinityFloor > 0 && c.AffinityFloor <= 1-c.DMin):
-		return fmt.Errorf(p+"affinity_floor: must be > 0 and ≤ 1 − d_min (%v), got %v", 1-c.DMin, c.AffinityFloor)
+	case c.DMin != nil && !(dmin >= 0 && dmin < 1):
+		return fmt.Errorf(p+"d_min: must be in [0,1), got %v", dmin)
+	case !(c.DMax > dmin && c.DMax <= 1):
+		return fmt.Errorf(p+"d_max: must be > d_min (%v) and ≤ 1, got %v", dmin, c.DMax)
+	case !(c.AffinityFloor > 0 && c.AffinityFloor <= 1-dmin):
+		return fmt.Errorf(p+"affinity_floor: must be > 0 and ≤ 1 − d_min (%v), got %v", 1-dmin, c.AffinityFloor)
 	case !(c.K > 0) || !finite(c.K):
 		return fmt.Errorf(p+"k: must be a finite number > 0, got %v", c.K)
 	case !(c.S0 >= 0 && c.S0 <= 1):
@@ -149,8 +138,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf(p+"min_dwell: must be ≥ 0, got %v", c.MinDwell)
 	case !(c.SlewRate > 0) || !finite(c.SlewRate):
 		return fmt.Errorf(p+"slew_rate: must be a finite number > 0, got %v", c.SlewRate)
-	case !(c.MinChange >= 0 && c.MinChange < c.DMax-c.DMin):
-		return fmt.Errorf(p+"min_change: must be ≥ 0 and < d_max − d_min (%v), got %v", c.DMax-c.DMin, c.MinChange)
+	case !(c.MinChange >= 0 && c.MinChange < c.DMax-dmin):
+		return fmt.Errorf(p+"min_change: must be ≥ 0 and < d_max − d_min (%v), got %v", c.DMax-dmin, c.MinChange)
+	case !(c.GuardFactor == 0 || c.GuardFactor >= 1) || !finite(c.GuardFactor):
+		return fmt.Errorf(p+"guard_factor: must be 0 (off) or a finite number ≥ 1, got %v", c.GuardFactor)
+	case !(c.GuardSlack >= 0) || !finite(c.GuardSlack):
+		return fmt.Errorf(p+"guard_slack: must be a finite number ≥ 0, got %v", c.GuardSlack)
 	case c.FlapMaxTransitions < 0:
 		return fmt.Errorf(p+"flap_max_transitions: must be ≥ 0 (0 disables the watchdog), got %d", c.FlapMaxTransitions)
 	case c.FlapMaxTransitions > 0 && c.FlapWindow <= 0:

@@ -15,12 +15,12 @@ import (
 const (
 	// ModeStatic: adaptive mode is off; the profile weights are in force.
 	ModeStatic = "static"
-	// ModeCalm: D = DMin, affinity wins.
+	// ModeCalm: D = DMin (by default the profile's own share).
 	ModeCalm = "calm"
 	// ModeRebalance: D follows the sigmoid of the signal.
 	ModeRebalance = "rebalance"
-	// ModeFrozen: the flap watchdog holds D at or above the distributive
-	// weights of the oscillation until the cool-down ends.
+	// ModeFrozen: the flap watchdog holds the profile's weights until the
+	// cool-down ends.
 	ModeFrozen = "frozen"
 )
 
@@ -45,6 +45,9 @@ type Configurator struct {
 	// sa, sd: Σ base weights of the affinity and distribution scorers;
 	// total = sa + sd, kept constant by every published version.
 	sa, sd, total float64
+	dMin          float64 // calm budget: Config.DMin, or the profile's share
+	calm          []float64
+	guard         scheduler.Guard
 
 	// Step state, owned by the goroutine calling Step.
 	started     bool
@@ -53,7 +56,6 @@ type Configurator struct {
 	last        time.Time   // latest now seen by Step
 	d           float64     // distribution budget after the latest step
 	dPub        float64     // distribution budget of cur
-	dHold       float64     // frozen mode's lower bound on D
 	frozenUntil time.Time   // end of the cool-down
 	flips       []time.Time // calm↔rebalance transitions inside the flap window
 
@@ -100,6 +102,22 @@ func New(cfg Config, profile []scheduler.ScorerEntry, start *scheduler.Weights) 
 	c.total = c.sa + c.sd
 	if cfg.Enabled && (c.sa <= 0 || c.sd <= 0) {
 		return nil, fmt.Errorf("adaptive.enabled: adaptive mode needs affinity and distribution scorers with weight > 0; the profile's sums are affinity %v, distribution %v", c.sa, c.sd)
+	}
+	c.dMin = c.budget(c.base)
+	if cfg.DMin != nil {
+		c.dMin = *cfg.DMin
+	}
+	if cfg.Enabled {
+		if !(c.dMin < cfg.DMax) {
+			return nil, fmt.Errorf("adaptive.d_max: must be above the calm budget d_min %.3f (the profile's distribution share unless d_min is set), got %v", c.dMin, cfg.DMax)
+		}
+		if c.dMin > 1-cfg.AffinityFloor {
+			return nil, fmt.Errorf("adaptive.affinity_floor: the calm budget d_min %.3f leaves affinity %.3f, below the floor %v", c.dMin, 1-c.dMin, cfg.AffinityFloor)
+		}
+		c.calm = c.values(c.dMin)
+		if cfg.GuardFactor > 0 {
+			c.guard = scheduler.Guard{Factor: cfg.GuardFactor, Slack: cfg.GuardSlack}
+		}
 	}
 	if start == nil || len(start.Values) != len(c.base) {
 		start = &scheduler.Weights{Version: 1, Values: append([]float64(nil), c.base...), Mode: ModeStatic, Reason: "profile weights"}
@@ -164,26 +182,27 @@ func Sigmoid(r, k, s0, nu float64) float64 {
 	return math.Pow(1+math.Exp(-k*(r-s0)), -1/nu)
 }
 
+// CalmBudget returns the distribution budget of calm mode: Config.DMin,
+// or the profile's own share when it is unset.
+func (c *Configurator) CalmBudget() float64 { return c.dMin }
+
 // Target returns the distribution budget mode aims at for signal r and
 // pressure p, before the slew limit:
 //
-//	calm:      DMin
+//	calm:      DMin (the profile's share unless set)
 //	rebalance: DMin + σ(r)·(DMax − DMin)·(1 − PressureCut·p)
-//	frozen:    max(hold, the rebalance target)
-//	static:    the profile's budget
+//	frozen:    the profile's share (the watchdog's safe state)
+//	static:    the profile's share
 //
 // capped at 1 − AffinityFloor. r and p are clamped to [0,1] (NaN → 0).
-// hold is only used in frozen mode.
-func (c *Configurator) Target(mode string, r, p, hold float64) float64 {
+func (c *Configurator) Target(mode string, r, p float64) float64 {
 	r, p = scheduler.Clamp01(r), scheduler.Clamp01(p)
 	var d float64
 	switch mode {
 	case ModeCalm:
-		d = c.cfg.DMin
+		d = c.dMin
 	case ModeRebalance:
 		d = c.rebalance(r, p)
-	case ModeFrozen:
-		d = max(hold, c.rebalance(r, p))
 	default:
 		d = c.budget(c.base)
 	}
@@ -192,7 +211,7 @@ func (c *Configurator) Target(mode string, r, p, hold float64) float64 {
 
 func (c *Configurator) rebalance(r, p float64) float64 {
 	cfg := &c.cfg
-	return cfg.DMin + Sigmoid(r, cfg.K, cfg.S0, cfg.Nu)*(cfg.DMax-cfg.DMin)*(1-cfg.PressureCut*p)
+	return c.dMin + Sigmoid(r, cfg.K, cfg.S0, cfg.Nu)*(cfg.DMax-c.dMin)*(1-cfg.PressureCut*p)
 }
 
 // values maps a distribution budget to weights: scorers without a
@@ -235,16 +254,18 @@ func (c *Configurator) values(d float64) []float64 {
 //     when r ≤ ThetaOff; both only once MinDwell has passed since the last
 //     transition (the first transition needs no dwell). Such a transition
 //     that would be the (FlapMaxTransitions+1)-th within FlapWindow
-//     (counting itself) goes to frozen instead: D's target is then at or
-//     above hold = max(current D, the rebalance target at r = ThetaOn,
-//     p = 0) for FlapCooldown; when it ends the mode becomes rebalance if r >
+//     (counting itself) goes to frozen instead: D's target is then the
+//     profile's share (the operator's weights, the safe state) for
+//     FlapCooldown; when it ends the mode becomes rebalance if r >
 //     ThetaOff, else calm, and the watchdog's count starts afresh.
-//  3. Slew: D moves toward Target(mode, r, pressure, hold) by at most
+//  3. Slew: D moves toward Target(mode, r, pressure) by at most
 //     SlewRate × (now − previous step) and is capped at 1 − AffinityFloor
 //     (the floor is hard; a start above it is cut at once).
 //  4. A new version is made when the mode changed, when D moved by ≥
 //     MinChange since the last version, or when D reached its target
-//     exactly. Its values are values(D); Signal is r; At is now.
+//     exactly. Its values are values(D); Signal is r; At is now; Guard is
+//     the load guard (GuardFactor, GuardSlack) and Calm the calm weights
+//     values(DMin) it measures herd pressure against.
 //
 // If now is before the previous step's time the step counts as taking no
 // time. Step is deterministic: two configurators with the same config,
@@ -298,7 +319,7 @@ func (c *Configurator) Step(now time.Time, in Input) *scheduler.Weights {
 		}
 	}
 
-	target := c.Target(c.mode, r, in.Pressure, c.dHold)
+	target := c.Target(c.mode, r, in.Pressure)
 	step := c.cfg.SlewRate * dt.Seconds()
 	d := c.d
 	switch {
@@ -342,11 +363,10 @@ func (c *Configurator) transition(now time.Time, to, why string) string {
 		c.flips = kept
 		if len(c.flips)+1 > k {
 			c.flips = c.flips[:0]
-			c.dHold = min(max(c.d, c.rebalance(c.cfg.ThetaOn, 0)), 1-c.cfg.AffinityFloor)
 			c.frozenUntil = now.Add(c.cfg.FlapCooldown)
 			c.setMode(now, ModeFrozen)
-			return fmt.Sprintf("%s, but %d transitions within %v > flap_max_transitions %d: frozen at D ≥ %.3f until %s",
-				why, k+1, c.cfg.FlapWindow, k, c.dHold, c.frozenUntil.UTC().Format(time.RFC3339Nano))
+			return fmt.Sprintf("%s, but %d transitions within %v > flap_max_transitions %d: frozen on the profile's weights until %s",
+				why, k+1, c.cfg.FlapWindow, k, c.frozenUntil.UTC().Format(time.RFC3339Nano))
 		}
 		c.flips = append(c.flips, now)
 	}
@@ -366,12 +386,12 @@ func (c *Configurator) publish(now time.Time, in Input, d float64, reason string
 	if !c.cfg.Enabled {
 		mode = ModeStatic
 	}
-	var vals []float64
+	w := &scheduler.Weights{Version: old.Version + 1, Mode: mode, Reason: reason, Signal: scheduler.Clamp01(in.Value), At: now}
 	if mode == ModeStatic {
-		vals = append([]float64(nil), c.base...)
+		w.Values = append([]float64(nil), c.base...)
 	} else {
-		vals = c.values(d)
+		w.Values, w.Guard, w.Calm = c.values(d), c.guard, c.calm
 	}
-	c.cur.Store(&scheduler.Weights{Version: old.Version + 1, Values: vals, Mode: mode, Reason: reason, Signal: scheduler.Clamp01(in.Value), At: now})
+	c.cur.Store(w)
 	c.dPub = d
 }

@@ -121,10 +121,10 @@ func hysteresisFigure() (*plot.Plot, error) {
 	curve := make(plotter.XYs, 201)
 	for i := range curve {
 		r := float64(i) / 200
-		curve[i] = plotter.XY{X: r, Y: c.Target(ModeRebalance, r, 0, 0)}
+		curve[i] = plotter.XY{X: r, Y: c.Target(ModeRebalance, r, 0)}
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Hysteresis: D against r (θ_on %.2f, θ_off %.2f, D %.1f…%.1f)", cfg.ThetaOn, cfg.ThetaOff, cfg.DMin, cfg.DMax)
+	p.Title.Text = fmt.Sprintf("Hysteresis: D against r (θ_on %.2f, θ_off %.2f, D %.1f…%.1f)", cfg.ThetaOn, cfg.ThetaOff, c.CalmBudget(), cfg.DMax)
 	p.X.Label.Text = "signal r (slow ramp 0 → 1 → 0)"
 	p.Y.Label.Text = "distribution budget D"
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -48,9 +49,18 @@ func profile() []scheduler.ScorerEntry {
 	}
 }
 
+// adaptive is adaptive mode on the CV signal (which these tests drive
+// through scraped load) with the parameters their arithmetic is written
+// for: D 0.3 … 0.9, k 25, s0 0.15, theta 0.2/0.1, dwell 2 s, slew 1.0/s.
+// TestHerdSignal covers the default herd signal.
 func adaptive() Config {
 	c := DefaultConfig()
 	c.Enabled = true
+	c.Detector.Signal = detector.SignalCV
+	dmin := 0.3
+	c.DMin = &dmin
+	c.K, c.S0, c.ThetaOff = 25, 0.15, 0.1
+	c.MinDwell, c.SlewRate = 2*time.Second, 1
 	return c
 }
 
@@ -283,7 +293,8 @@ func TestReload(t *testing.T) {
 	}
 	v := s.Weights().Version
 	bad := adaptive()
-	bad.DMin = 2
+	two := 2.0
+	bad.DMin = &two
 	if err := l.Reload(bad, []float64{3, 2, 0.5, 2, 1}); err == nil || !strings.Contains(err.Error(), "d_min") {
 		t.Errorf("bad reload: %v, want an error naming d_min", err)
 	}

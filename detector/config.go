@@ -6,6 +6,19 @@ import (
 	"time"
 )
 
+// Signals: what Signal.Value measures.
+const (
+	// SignalHerd is the share of recent picks whose calm-weights choice
+	// was over the load guard's bound (Endpoint.HerdPicks over Picks):
+	// how much traffic affinity would pile onto endpoints already
+	// carrying more than their share. It does not depend on the weights in
+	// force, so spreading load does not talk it down (default).
+	SignalHerd = "herd"
+	// SignalCV is the normalised coefficient of variation of per-endpoint
+	// load and KV utilisation, combined by Combine.
+	SignalCV = "cv"
+)
+
 // Combine rules: how the request-load CV and the KV-utilisation CV become
 // one raw signal.
 const (
@@ -22,6 +35,16 @@ const (
 // (YAML: adaptive.detector.*). Every field has a default in DefaultConfig;
 // docs/adaptive.md tabulates them.
 type Config struct {
+	// Signal is "herd" (default) or "cv": see SignalHerd and SignalCV.
+	Signal string `mapstructure:"signal"`
+	// HerdWindow is the time constant of the herd signal's averages: it
+	// counts herd picks and picks with an exponential decay of this
+	// time constant. Default 1s. Must be ≥ Interval.
+	HerdWindow time.Duration `mapstructure:"herd_window"`
+	// MinPicks gates the herd signal: with fewer picks than this in the
+	// herd window the signal is held at 0 (gate "low_load"): a handful of
+	// requests says nothing about herding. Default 20. Must be ≥ 1.
+	MinPicks float64 `mapstructure:"min_picks"`
 	// Interval is how often the control loop ticks (and steps the
 	// detector). Default 50ms, the fleet's scrape interval: stepping
 	// faster only re-reads the same metrics.
@@ -54,15 +77,19 @@ type Config struct {
 	// for pools of a few endpoints, and says why it is not the default.
 	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
-	// smoothed = α·raw + (1 − α)·smoothed. 1 disables smoothing. Default
-	// 0.2: at 50 ms steps a half-life of ln 2 / −ln 0.8 ≈ 3.1 steps
-	// (155 ms), 95 % of a step change after 14 steps (0.7 s).
+	// smoothed = α·raw + (1 − α)·smoothed (the CV signal; the herd signal
+	// averages over HerdWindow instead). 1 disables smoothing. Default 0.2: at 50 ms steps a half-life of
+	// ln 2 / −ln 0.8 ≈ 3.1 steps (155 ms), 95 % of a step change after 14
+	// steps (0.7 s).
 	Smoothing float64 `mapstructure:"smoothing"`
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
+		Signal:       SignalHerd,
+		HerdWindow:   time.Second,
+		MinPicks:     20,
 		Interval:     50 * time.Millisecond,
 		MinEndpoints: 2,
 		MinLoad:      5,
@@ -77,8 +104,14 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	const p = "adaptive.detector."
 	switch {
+	case c.Signal != SignalHerd && c.Signal != SignalCV:
+		return fmt.Errorf(p+"signal: must be %q or %q, got %q", SignalHerd, SignalCV, c.Signal)
+	case !(c.MinPicks >= 1) || math.IsInf(c.MinPicks, 0):
+		return fmt.Errorf(p+"min_picks: must be a finite number ≥ 1, got %v", c.MinPicks)
 	case c.Interval <= 0:
 		return fmt.Errorf(p+"interval: must be > 0, got %v", c.Interval)
+	case c.HerdWindow < c.Interval:
+		return fmt.Errorf(p+"herd_window: must be ≥ interval (%v), got %v", c.Interval, c.HerdWindow)
 	case c.MinEndpoints < 2:
 		return fmt.Errorf(p+"min_endpoints: must be ≥ 2, got %d", c.MinEndpoints)
 	case !(c.MinLoad >= 0) || math.IsInf(c.MinLoad, 0):

@@ -75,6 +75,13 @@ type Signal struct {
 	Endpoints int
 	// TotalLoad is Σ load_i over the fresh endpoints.
 	TotalLoad float64
+	// Herd is the share of the smoothed picks whose calm-weights choice
+	// was over the load guard's bound, in [0,1] (SignalHerd). Reported
+	// with either signal; 0 when no pick was guarded.
+	Herd float64
+	// Picks is the number of picks in the herd window (exponentially
+	// weighted, time constant HerdWindow). Reported even when gated.
+	Picks float64
 	// Gate says why Value was held at 0 ("" when it was not).
 	Gate Gate
 }
@@ -93,7 +100,7 @@ type Component struct {
 }
 
 // NumComponents is len(Signal.Components()).
-const NumComponents = 10
+const NumComponents = 12
 
 // Components returns the numbers the signal was computed from, in a fixed
 // order, without allocating: the one list logs, metrics and the status
@@ -110,17 +117,23 @@ func (s *Signal) Components() [NumComponents]Component {
 		{"endpoints", float64(s.Endpoints), false},
 		{"total_load", s.TotalLoad, false},
 		{"requests", s.Requests, false},
+		{"herd", s.Herd, true},
+		{"picks", s.Picks, false},
 	}
 }
 
 // Detector turns endpoint views into imbalance signals. See the package
 // documentation for the maths.
 type Detector struct {
-	cfg Config
+	cfg   Config
+	alpha float64 // the herd averages' factor per step: 1 − e^(−Interval/HerdWindow)
 
-	// Step state: the EWMA and scratch buffers reused across steps.
-	smoothed  float64
-	loads, kv []float64
+	// Step state: the EWMAs, the counters seen at the previous step and
+	// scratch buffers reused across steps.
+	smoothed            float64
+	herdNum, herdDen    float64
+	lastHerd, lastPicks uint64
+	loads, kv           []float64
 }
 
 // New returns a detector with an EWMA state of 0. It fails if cfg is
@@ -129,7 +142,7 @@ func New(cfg Config) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Detector{cfg: cfg}, nil
+	return &Detector{cfg: cfg, alpha: -math.Expm1(-float64(cfg.Interval) / float64(cfg.HerdWindow))}, nil
 }
 
 // Config returns the detector's configuration.
@@ -148,8 +161,14 @@ func (d *Detector) Config() Config { return d.cfg }
 func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	d.loads, d.kv = d.loads[:0], d.kv[:0]
 	var total, requests, waiting, busy, kvSum, kvMax float64
+	var herd, picks uint64
 	for _, e := range eps {
-		if e == nil || e.State != scheduler.StateFresh {
+		if e == nil {
+			continue
+		}
+		herd += e.HerdPicks()
+		picks += e.Picks()
+		if e.State != scheduler.StateFresh {
 			continue
 		}
 		r, w := count(e.Running), count(e.Waiting)
@@ -175,12 +194,26 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	if busy > 0 {
 		sig.Pressure = waiting / busy
 	}
+	// Herd counters are cumulative per endpoint; an endpoint leaving the
+	// pool takes its counts with it, so a step never counts backwards.
+	dh, dp := herd-min(herd, d.lastHerd), picks-min(picks, d.lastPicks)
+	d.lastHerd, d.lastPicks = herd, picks
+	h := d.alpha
+	d.herdNum = h*float64(min(dh, dp)) + (1-h)*d.herdNum
+	d.herdDen = h*float64(dp) + (1-h)*d.herdDen
+	sig.Picks = d.herdDen / h
+	if d.herdDen > 0 {
+		sig.Herd = scheduler.Clamp01(d.herdNum / d.herdDen)
+	}
+	herdSignal := d.cfg.Signal == SignalHerd
 	switch {
 	case sig.Endpoints < d.cfg.MinEndpoints:
 		sig.Gate = GateTooFewEndpoints
-	case total < d.cfg.MinLoad:
+	case herdSignal && sig.Picks < d.cfg.MinPicks:
 		sig.Gate = GateLowLoad
-	case total/float64(sig.Endpoints) <= zeroMean:
+	case !herdSignal && total < d.cfg.MinLoad:
+		sig.Gate = GateLowLoad
+	case !herdSignal && total/float64(sig.Endpoints) <= zeroMean:
 		sig.Gate = GateZeroMean
 	}
 	if sig.Gate == GateNone {
@@ -206,7 +239,11 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	a := d.cfg.Smoothing
 	d.smoothed = scheduler.Clamp01(a*sig.Raw + (1-a)*d.smoothed)
 	sig.Smoothed = d.smoothed
-	if sig.Gate == GateNone {
+	switch {
+	case sig.Gate != GateNone:
+	case herdSignal:
+		sig.Value = sig.Herd
+	default:
 		sig.Value = sig.Smoothed
 	}
 	return sig

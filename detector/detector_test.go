@@ -27,8 +27,16 @@ func pool(loads, kv []float64) []*scheduler.Endpoint {
 }
 
 // raw returns a config without smoothing, so Value == Raw.
-func raw() Config {
+// cvConfig is the defaults with the CV signal, which most tests here
+// exercise.
+func cvConfig() Config {
 	c := DefaultConfig()
+	c.Signal = SignalCV
+	return c
+}
+
+func raw() Config {
+	c := cvConfig()
 	c.Smoothing = 1
 	c.MinLoad = 0
 	return c
@@ -187,7 +195,7 @@ func TestGates(t *testing.T) {
 		{"unhealthy left out", nil, unhealthy, GateNone, 2, 51, 49.0 / 51}, // loads 50,1: |p1−p2| = 49/51
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := DefaultConfig()
+			c := cvConfig()
 			c.Smoothing = 1
 			if tc.cfg != nil {
 				tc.cfg(&c)
@@ -270,7 +278,7 @@ func TestCombine(t *testing.T) {
 // TestSmoothing: the EWMA with α = 0.2 on a step from even to all-on-one,
 // then a gate: Value is 0 while gated and the state decays.
 func TestSmoothing(t *testing.T) {
-	d := mustNew(t, DefaultConfig()) // α 0.2, min_load 5
+	d := mustNew(t, cvConfig()) // α 0.2, min_load 5
 	hot := pool([]float64{20, 0, 0, 0}, nil)
 	idle := pool([]float64{1, 0, 0, 0}, nil) // total 1 < 5: low_load
 	for i, tc := range []struct {
@@ -291,7 +299,7 @@ func TestSmoothing(t *testing.T) {
 	}
 	// Settling: from 0, α = 0.2 reaches 95% of a step after
 	// ceil(ln 0.05 / ln 0.8) = 14 steps (1 − 0.8^14 = 0.956).
-	d = mustNew(t, DefaultConfig())
+	d = mustNew(t, cvConfig())
 	n := 0
 	for ; d.Step(t0, hot).Value < 0.95; n++ {
 	}
@@ -308,7 +316,7 @@ func TestPressure(t *testing.T) {
 		t.Errorf("pressure %v, want 0.5", s.Pressure)
 	}
 	// Reported even when gated.
-	if s := mustNew(t, DefaultConfig()).Step(t0, eps[:1]); s.Gate != GateTooFewEndpoints || !near(s.Pressure, 0.6) { // 6/10
+	if s := mustNew(t, cvConfig()).Step(t0, eps[:1]); s.Gate != GateTooFewEndpoints || !near(s.Pressure, 0.6) { // 6/10
 		t.Errorf("gated: gate %q pressure %v, want too_few_endpoints 0.6", s.Gate, s.Pressure)
 	}
 }
@@ -354,7 +362,7 @@ func (firstScorer) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*s
 // TestReplicasAgree: two detectors fed the same sequence give the same
 // sequence of signals.
 func TestReplicasAgree(t *testing.T) {
-	a, b := mustNew(t, DefaultConfig()), mustNew(t, DefaultConfig())
+	a, b := mustNew(t, cvConfig()), mustNew(t, cvConfig())
 	for i := 0; i < 200; i++ {
 		loads := make([]float64, 16)
 		kv := make([]float64, 16)
@@ -370,7 +378,7 @@ func TestReplicasAgree(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	if err := DefaultConfig().Validate(); err != nil {
+	if err := cvConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for _, tc := range []struct {
@@ -386,7 +394,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Smoothing = 0 }, "adaptive.detector.smoothing: must be in (0,1]"},
 		{func(c *Config) { c.Smoothing = math.NaN() }, "adaptive.detector.smoothing:"},
 	} {
-		c := DefaultConfig()
+		c := cvConfig()
 		tc.mut(&c)
 		err := c.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
@@ -405,7 +413,7 @@ func FuzzStep(f *testing.F) {
 	f.Add([]byte{1, 1, 1, 1}, uint8(1))
 	f.Add([]byte{255, 0, 128, 7, 9, 0, 0, 1, 2, 3, 4, 5}, uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, rule uint8) {
-		c := DefaultConfig()
+		c := cvConfig()
 		c.Combine = []string{CombineMax, CombineMin, CombineWeighted}[rule%3]
 		a, b := mustNew(t, c), mustNew(t, c)
 		for step := 0; step < 3; step++ {
@@ -444,7 +452,7 @@ func BenchmarkStep(b *testing.B) {
 				kv[i] = float64(i%10) / 10
 			}
 			eps := pool(loads, kv)
-			d := mustNew(b, DefaultConfig())
+			d := mustNew(b, cvConfig())
 			d.Step(t0, eps) // grow buffers
 			b.ReportAllocs()
 			b.ResetTimer()

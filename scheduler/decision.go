@@ -19,9 +19,10 @@ type Decision struct {
 	spare  []*Endpoint
 	scores []float64 // scorer-major: scores[s*n+i]
 	totals []float64
-	order  []int // candidate indexes, best first; order[0] chosen
-	at     int   // index in order of the current endpoint
-	rnd    Rand  // per-decision random source (here so it does not escape per call)
+	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
+	order  []int     // candidate indexes, best first; order[0] chosen
+	at     int       // index in order of the current endpoint
+	rnd    Rand      // per-decision random source (here so it does not escape per call)
 	// prefill is the prompt bytes counted as pending prefill on Endpoint
 	// until the first byte; firstByte says they were released.
 	prefill   int64
@@ -57,6 +58,12 @@ func (d *Decision) Score(s, i int) float64 { return d.scores[s*len(d.cands)+i] }
 
 // Total returns candidate i's weighted total score.
 func (d *Decision) Total(i int) float64 { return d.totals[i] }
+
+// OverBound reports whether candidate i was over the guard's bound (and so
+// ranked after the candidates within it); always false without a guard.
+func (d *Decision) OverBound(i int) bool {
+	return d.Weights.Guard.Factor > 0 && i < len(d.keys) && d.keys[i] != d.totals[i]
+}
 
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
 func (d *Decision) Ranked() int { return len(d.order) }
@@ -147,6 +154,9 @@ type CandidateScore struct {
 	Address string             `json:"address"`
 	Total   float64            `json:"total"`
 	Scores  map[string]float64 `json:"scores"`
+	// OverBound: the guard ranked the candidate after those within its
+	// bound.
+	OverBound bool `json:"over_bound,omitempty"`
 }
 
 // Explain copies the decision into an Explanation. It allocates; call it
@@ -170,7 +180,7 @@ func (d *Decision) Explain() Explanation {
 		x.Fallbacks = append(x.Fallbacks, d.RankedEndpoint(r).Address)
 	}
 	for i, c := range d.cands {
-		cs := CandidateScore{Address: c.Address, Total: d.totals[i], Scores: make(map[string]float64, len(ents))}
+		cs := CandidateScore{Address: c.Address, Total: d.totals[i], Scores: make(map[string]float64, len(ents)), OverBound: d.OverBound(i)}
 		for si, e := range ents {
 			cs.Scores[e.Name] = d.Score(si, i)
 		}

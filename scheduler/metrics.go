@@ -8,6 +8,7 @@ import (
 // resolved once here so the request path only increments.
 type metrics struct {
 	picks           prometheus.Counter
+	guarded         prometheus.Counter
 	errNoEndpoints  prometheus.Counter
 	errUnknownModel prometheus.Counter
 	clamped         []prometheus.Counter // per scorer
@@ -19,6 +20,10 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		picks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_picks_total",
 			Help: "Decisions made by the scheduler.",
+		}),
+		guarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_guarded_picks_total",
+			Help: "Decisions whose best-scoring candidate was over the load guard's bound, so a candidate within it was chosen.",
 		}),
 	}
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,7 +47,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		m.outcomes[k] = outcomes.WithLabelValues(k.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, errs, clamped, outcomes, &poolCollector{s: s})
+		reg.MustRegister(m.picks, m.guarded, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
 }
@@ -63,6 +68,8 @@ var (
 		"Prompt bytes of requests this router sent to an endpoint that have no first response byte yet.", []string{"endpoint"}, nil)
 	picksDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_picks_total",
 		"Decisions that chose an endpoint (retries moved to it included), since this router first saw it.", []string{"endpoint"}, nil)
+	herdDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_herd_picks_total",
+		"Guarded decisions whose calm-weights choice was this endpoint while it was over the load guard's bound: requests affinity would have piled on it.", []string{"endpoint"}, nil)
 	endpointsDesc = prometheus.NewDesc("trimtab_scheduler_endpoints",
 		"Endpoints in the installed pool, by metrics state.", []string{"state"}, nil)
 	weightDesc = prometheus.NewDesc("trimtab_scheduler_weight",
@@ -74,6 +81,7 @@ var (
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- picksDesc
+	ch <- herdDesc
 	ch <- pendingDesc
 	ch <- endpointsDesc
 	ch <- weightDesc
@@ -86,6 +94,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range p.ptrs {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
 		ch <- prometheus.MustNewConstMetric(picksDesc, prometheus.CounterValue, float64(e.Picks()), e.Address)
+		ch <- prometheus.MustNewConstMetric(herdDesc, prometheus.CounterValue, float64(e.HerdPicks()), e.Address)
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(e.PendingPrefill()), e.Address)
 		if int(e.State) < len(states) {
 			states[e.State]++

@@ -269,8 +269,12 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	} else {
 		d.rnd = NewRand(mix(s.cfg.Seed, s.seq.Add(1)))
 	}
+	keys := d.totals
+	if w.Guard.Factor > 0 {
+		keys = s.guard(d, w)
+	}
 	k := min(n, 1+s.cfg.MaxFallbacks)
-	k = s.picker.Rank(d.totals, &d.rnd, d.order[:k])
+	k = s.picker.Rank(keys, &d.rnd, d.order[:k])
 	d.order = d.order[:k]
 	d.at = 0
 	d.Endpoint = cands[d.order[0]]
@@ -283,6 +287,53 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, req, d.Endpoint)
 	}
 	return d, nil
+}
+
+// guard applies w.Guard to the decision's candidates: it returns ranking
+// keys in which every over-bound candidate ranks below every candidate
+// within the bound (totals minus more than any total can be), counts a
+// guarded pick when the best total was over the bound, and charges a herd
+// pick to the calm weights' choice when that one is over the bound.
+func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
+	cands := d.cands
+	n := len(cands)
+	var sum, capSum, penalty float64
+	for _, e := range cands {
+		sum += float64(max(e.InFlight(), 0))
+		capSum += e.CapacityOrOne()
+	}
+	for _, v := range w.Values {
+		penalty += v
+	}
+	penalty++
+	d.keys = growFloats(d.keys, n)
+	best, calm := 0, 0
+	var calmBest float64
+	for i, e := range cands {
+		d.keys[i] = d.totals[i]
+		if d.totals[i] > d.totals[best] {
+			best = i
+		}
+		if w.Calm != nil {
+			var t float64
+			for si, cw := range w.Calm {
+				t += cw * d.scores[si*n+i]
+			}
+			if i == 0 || t > calmBest {
+				calm, calmBest = i, t
+			}
+		}
+		if w.Guard.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum) {
+			d.keys[i] -= penalty
+		}
+	}
+	if d.keys[best] != d.totals[best] {
+		s.m.guarded.Inc()
+	}
+	if w.Calm != nil && d.keys[calm] != d.totals[calm] {
+		cands[calm].st.herd.Add(1)
+	}
+	return d.keys
 }
 
 func inSubset(subset []string, addr string) bool {

@@ -136,7 +136,8 @@ type Endpoint struct {
 type endpointState struct {
 	inflight atomic.Int64
 	picks    atomic.Uint64
-	pending  atomic.Int64 // prompt bytes of requests awaiting their first byte
+	herd     atomic.Uint64 // guarded picks whose calm choice was this endpoint, over the bound
+	pending  atomic.Int64  // prompt bytes of requests awaiting their first byte
 }
 
 // InFlight returns the number of requests this router has sent to the
@@ -169,6 +170,17 @@ func (e *Endpoint) Picks() uint64 {
 		return 0
 	}
 	return e.st.picks.Load()
+}
+
+// HerdPicks returns how many guarded decisions found this endpoint to be
+// the calm weights' choice while it was over the guard's bound (see
+// Weights.Calm): requests affinity would have piled on it. 0 for endpoints
+// never installed in a Scheduler.
+func (e *Endpoint) HerdPicks() uint64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.herd.Load()
 }
 
 // CapacityOrOne returns Capacity, or 1 when it is not positive.

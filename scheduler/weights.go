@@ -23,6 +23,44 @@ type Weights struct {
 	Signal float64
 	// At is when they were computed (configurator time).
 	At time.Time
+	// Guard, when its Factor is set, bounds the router-local load of the
+	// endpoint a request may be sent to (see Guard). The zero Guard is off.
+	Guard Guard
+	// Calm, when set (index-aligned with Values), is the weight vector the
+	// guard measures herd pressure against: for every guarded pick, the
+	// endpoint that Calm would choose is charged a herd pick
+	// (Endpoint.HerdPicks) when it is over the bound. Nil: no herd
+	// accounting.
+	Calm []float64
+}
+
+// Guard is the request path's bound on concentrated load, in the spirit of
+// consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
+// 2018): a candidate is over the bound when, counting the request being
+// placed,
+//
+//	(in-flight_e + 1) / capacity_e  >  max(Factor·μ, μ + Slack),
+//	μ = (Σ in-flight + 1) / Σ capacity   over the candidates,
+//
+// with in-flight the router-local count (Endpoint.InFlight). Over-bound
+// candidates rank after every candidate within it, whatever their scores,
+// so affinity cannot pile more than Factor times the mean load (plus Slack
+// requests per unit of capacity, which keeps a lightly loaded pool free to
+// follow affinity) on one endpoint. If every candidate is over the bound,
+// the scores decide as if there were no guard.
+type Guard struct {
+	// Factor is c ≥ 1; 0 turns the guard off.
+	Factor float64
+	// Slack is s ≥ 0, in requests per unit of capacity.
+	Slack float64
+}
+
+// Over reports whether a candidate with inflight requests and capacity
+// c is over the bound, given the candidates' Σ in-flight sum and Σ
+// capacity capSum.
+func (g Guard) Over(inflight, c, sum, capSum float64) bool {
+	mu := (sum + 1) / capSum
+	return (inflight+1)/c > max(g.Factor*mu, mu+g.Slack)
 }
 
 // Validate checks that the weights fit a profile of n scorers: finite,
@@ -43,6 +81,19 @@ func (w *Weights) Validate(n int) error {
 	}
 	if sum <= 0 {
 		return fmt.Errorf("weights: all %d values are zero", n)
+	}
+	if g := w.Guard; !(g.Factor == 0 || (g.Factor >= 1 && !math.IsInf(g.Factor, 0))) || !(g.Slack >= 0 && !math.IsInf(g.Slack, 0)) {
+		return fmt.Errorf("weights: guard factor %v and slack %v, want factor 0 or ≥ 1 and slack ≥ 0, both finite", g.Factor, g.Slack)
+	}
+	if w.Calm != nil {
+		if len(w.Calm) != n {
+			return fmt.Errorf("weights: %d calm values for %d scorers", len(w.Calm), n)
+		}
+		for i, v := range w.Calm {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return fmt.Errorf("weights: calm value %d is %v, want a finite number ≥ 0", i, v)
+			}
+		}
 	}
 	return nil
 }

@@ -104,7 +104,17 @@ func startService(t *testing.T, addrs []string, adaptive bool) *testService {
 	if err := os.WriteFile(epsFile, []byte(eps.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	path := writeProfile(t, dir, profileYAML(epsFile, 3, adaptive))
+	body := profileYAML(epsFile, 3, adaptive) // the field's static 3:2:2(:1)
+	if adaptive {
+		// Calm weights affinity-heavy, as in configs/adaptive.yaml. The fake
+		// servers run 10× faster than real ones and every pod soon holds the
+		// hot prefix, so a burst never herds router-side (the herd signal
+		// stays near 0, as it should); these tests exercise the loop's
+		// wiring end to end, so they read the scraped-load CV signal, which
+		// the burst's queue imbalance does move.
+		body = strings.Replace(profileYAML(epsFile, 16, true), "  enabled: true\n", "  enabled: true\n  detector:\n    signal: cv\n", 1)
+	}
+	path := writeProfile(t, dir, body)
 	f, err := configs.Load(path)
 	if err != nil {
 		t.Fatal(err)

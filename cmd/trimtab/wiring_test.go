@@ -12,6 +12,7 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
+	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim"
@@ -29,6 +30,9 @@ func TestServeAndSimRunOneLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The CV signal reads the scraped load this test feeds in; the herd
+	// signal would need picks (control's TestHerdSignal covers it).
+	f.Adaptive.Detector.Signal = detector.SignalCV
 	pool := func(n int) []scheduler.Endpoint {
 		eps := make([]scheduler.Endpoint, 16)
 		for i := range eps {

@@ -27,7 +27,7 @@ var allowed = map[string][]string{
 	"control":      {"scheduler", "detector", "configurator"},
 	"configs":      {"scheduler", "scorers", "fleet", "control"},
 	"proxy":        {"scheduler"},
-	"sim":          {"scheduler", "scorers", "control", "configs"},
+	"sim":          {"scheduler", "scorers", "configurator", "control", "configs"},
 	"cmd":          {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "internal"},
 	"internal":     {"scheduler"},
 	"deploy":       {},

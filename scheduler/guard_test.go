@@ -1,0 +1,129 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestGuardBound checks Guard.Over against the bound written out:
+// (inflight+1)/c > max(factor·μ, μ+slack), μ = (Σinflight+1)/Σcap.
+func TestGuardBound(t *testing.T) {
+	g := Guard{Factor: 2, Slack: 6}
+	for _, tc := range []struct {
+		inflight, c, sum, capSum float64
+		over                     bool
+	}{
+		{6, 1, 6, 4, false},    // μ 1.75, bound max(3.5, 7.75) = 7.75; 7 ≤ 7.75
+		{7, 1, 7, 4, false},    // μ 2, bound max(4, 8) = 8; 8 > 8 is false
+		{8, 1, 8, 4, true},     // μ 2.25, bound 8.25; 9 over
+		{40, 1, 100, 4, false}, // μ 25.25, bound 50.5; 41 within
+		{60, 1, 100, 4, true},  // 61 > 50.5
+		{60, 2, 100, 5, false}, // a double-capacity pod: 61/2 = 30.5 ≤ max(40.4, 26.2)
+	} {
+		if got := g.Over(tc.inflight, tc.c, tc.sum, tc.capSum); got != tc.over {
+			t.Errorf("Over(%v, %v, %v, %v) = %v, want %v", tc.inflight, tc.c, tc.sum, tc.capSum, got, tc.over)
+		}
+	}
+}
+
+// TestGuardPick: an affinity scorer favours a:1 alone. Without the guard
+// every request goes there; with factor 2 slack 1 a:1 takes the first
+// request and then only its share: the second request would make it 2
+// against a bound of max(2·0.5, 0.5+1) = 1.5. The pick is counted as
+// guarded and as a herd pick of a:1 (the calm weights' choice).
+func TestGuardPick(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	entries := []ScorerEntry{{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1, "b:1": 0, "c:1": 0, "d:1": 0}}, Weight: 1}}
+	s, err := New(DefaultConfig(), entries, nil, MaxScore{}, Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	ctx := context.Background()
+	pick := func() *Decision {
+		t.Helper()
+		d, err := s.Pick(ctx, &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// No guard: four picks, all on a:1.
+	var held []*Decision
+	for i := 0; i < 4; i++ {
+		d := pick()
+		if d.Endpoint.Address != "a:1" {
+			t.Fatalf("unguarded pick %d went to %s", i, d.Endpoint.Address)
+		}
+		held = append(held, d)
+	}
+	for _, d := range held {
+		d.Done(Outcome{})
+	}
+	if err := s.Publish(&Weights{Version: 2, Values: []float64{1}, Guard: Guard{Factor: 2, Slack: 1}, Calm: []float64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	a := s.Pool().Pointers()[0]
+	first := pick()
+	if first.Endpoint != a || first.OverBound(0) {
+		t.Fatalf("first guarded pick: %s over %v, want a:1 within the bound", first.Endpoint.Address, first.OverBound(0))
+	}
+	second := pick()
+	if second.Endpoint == a || !second.OverBound(0) {
+		t.Fatalf("second pick: %s, a:1 over %v; want another pod, a:1 over the bound", second.Endpoint.Address, second.OverBound(0))
+	}
+	if got := a.HerdPicks(); got != 1 {
+		t.Errorf("a:1 herd picks %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.m.guarded); got != 1 {
+		t.Errorf("guarded picks %v, want 1", got)
+	}
+	// Third: a:1 at 1 of 2, bound max(1.5, 1.75): 2 is over again. Fourth:
+	// 3 in flight, μ 1, bound 2: a:1 may take its second.
+	third, fourth := pick(), pick()
+	if third.Endpoint == a || fourth.Endpoint != a {
+		t.Errorf("third %s, fourth %s; want another pod, then a:1", third.Endpoint.Address, fourth.Endpoint.Address)
+	}
+	fifth := pick()
+	for _, d := range []*Decision{first, second, third, fourth, fifth} {
+		d.Done(Outcome{})
+	}
+}
+
+func TestGuardValidate(t *testing.T) {
+	for _, w := range []*Weights{
+		{Values: []float64{1}, Guard: Guard{Factor: 0.5}},
+		{Values: []float64{1}, Guard: Guard{Factor: 2, Slack: -1}},
+		{Values: []float64{1}, Calm: []float64{1, 2}},
+	} {
+		if err := w.Validate(1); err == nil {
+			t.Errorf("%+v accepted", w)
+		}
+	}
+}
+
+func TestGuardedPickAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; CI runs this test in its no-race pass")
+	}
+	s := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}}, ModelFilter{}, HealthyFilter{})
+	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	if err := s.Publish(&Weights{Version: 2, Values: []float64{1}, Guard: Guard{Factor: 2, Slack: 6}, Calm: []float64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{ID: "r", Model: "m"}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		d, err := s.Pick(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(Outcome{})
+	})
+	if allocs != 0 {
+		t.Errorf("guarded Pick+Done allocates %v times per request, want 0", allocs)
+	}
+}
