@@ -48,6 +48,18 @@ func LoadProfilePolicy(path string) (Policy, error) {
 	return ProfilePolicy(name, mode+" profile "+path, f), nil
 }
 
+// buildAdaptiveOff is the "adaptive-off" policy: configs/adaptive.yaml
+// with the loop off.
+func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		return nil, nil, fmt.Errorf("adaptive-off policy: %w", err)
+	}
+	off := *f
+	off.Adaptive.Enabled = false
+	return ProfilePolicy(PolicyAdaptiveOff, "", &off).Build(seed, sc)
+}
+
 // buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
 // profile (default scorers plus pending-prefill, adaptive on, package
 // defaults for the loop).

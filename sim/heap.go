@@ -12,7 +12,10 @@ const (
 	evScrape                // publish server metrics to the router
 	evControl               // detector + configurator tick
 	evSample                // record timelines and load integrals
-	evLevel                 // the burst starts or ends
+	evPhase                 // phase idx starts
+	evOnset                 // sample phase idx's onset window (gen: sample number)
+	evFleet                 // scenario event idx (a pod dies or joins)
+	evDrop                  // discovery drops dead server idx's endpoint
 	evMark                  // warm-up ends (idx 0) or issuing ends (idx 1)
 )
 

@@ -31,6 +31,9 @@ const (
 	PolicyStatic322  = "static-3-2-2"
 	PolicySGLang     = "sglang-switch"
 	PolicyAdaptive   = "adaptive"
+	// PolicyAdaptiveOff is the shipped adaptive profile with the loop off:
+	// the same scorers at the profile's weights. What adaptive must beat.
+	PolicyAdaptiveOff = "adaptive-off"
 )
 
 // prefixParams are the default profile's prefix settings, shared by every
@@ -75,7 +78,8 @@ scorers:
     weight: 2
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
-		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml (default scorers plus pending-prefill) with adaptive weights", Build: buildAdaptive},
+		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive},
+		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with adaptive.enabled false: the same scorers at the profile weights", Build: buildAdaptiveOff},
 	}
 }
 

@@ -35,7 +35,7 @@ workload:
   groups: 6
   prompts_per_group: 8
   system_tokens: 1500
-  hot_fraction: 0.5
+  hot_fraction: 0.9
   hot_system_tokens: 3000
   question_tokens: 100
   output_tokens: 60
@@ -166,24 +166,39 @@ func TestGoldenSummary(t *testing.T) {
 	}
 }
 
+// TestAdaptiveReactsToHerd plays the shipped hot-prefix-burst scenario at
+// 64 clients: under the profile's weights the
+// burst herds onto the hot prefix's pod, so the loop must enter rebalance
+// in the burst, never in the calm phases, and beat the same profile with
+// the loop off on the burst's TTFT p99.
 func TestAdaptiveReactsToHerd(t *testing.T) {
-	// The burst herds traffic onto the hot prefix's pod under static
-	// weights; the adaptive loop must notice and publish new weights.
-	sc := smallScenario(t)
-	ad, _ := Policies([]string{PolicyAdaptive})
-	r, err := Run(RunConfig{Scenario: sc, Policy: ad[0], Level: 24, Seed: 1, Timeline: true})
+	sc, err := LoadScenario("hot-prefix-burst")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.WeightChanges == 0 {
-		t.Error("adaptive never changed its weights")
+	pols, _ := Policies([]string{PolicyAdaptive, PolicyAdaptiveOff})
+	var res [2]*Result
+	for i, p := range pols {
+		if res[i], err = Run(RunConfig{Scenario: sc, Policy: p, Level: 64, Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	maxSig := 0.0
-	for _, s := range r.Timeline.Signal {
-		maxSig = max(maxSig, s)
+	ad, off := res[0], res[1]
+	for _, ph := range ad.Phases {
+		calm := strings.HasPrefix(ph.Name, "calm")
+		if calm && ph.RebalanceEntries != 0 {
+			t.Errorf("phase %s: %d rebalance entries in a calm phase", ph.Name, ph.RebalanceEntries)
+		}
+		if !calm && ph.RebalanceEntries == 0 {
+			t.Errorf("phase %s: the loop never left calm during the burst", ph.Name)
+		}
 	}
-	if maxSig == 0 {
-		t.Error("the detector signal stayed 0")
+	if ad.Freezes != 0 {
+		t.Errorf("watchdog tripped %d times", ad.Freezes)
+	}
+	a, o := Percentile(ad.Phases[1].TTFT, 99), Percentile(off.Phases[1].TTFT, 99)
+	if !(a < o) {
+		t.Errorf("burst TTFT p99: adaptive %.1f ms, adaptive-off %.1f ms; want adaptive lower", a, o)
 	}
 }
 

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"time"
 )
@@ -33,8 +33,7 @@ type generator interface {
 	next(rng *rand.Rand, client int, r *reqSpec)
 }
 
-func newGenerator(s *Scenario, seed uint64, traceOverride string) (generator, error) {
-	w := &s.Workload
+func newGenerator(s *Scenario, w *Workload, seed uint64, traceOverride string) (generator, error) {
 	switch w.Kind {
 	case KindSharedPrefix:
 		return &sharedPrefixGen{w: w, seed: seed}, nil
@@ -43,7 +42,7 @@ func newGenerator(s *Scenario, seed uint64, traceOverride string) (generator, er
 	case KindUniform:
 		return &uniformGen{w: w, seed: seed}, nil
 	case KindTrace:
-		entries, err := loadTrace(s.TracePath(traceOverride), w.TraceMaxRequests)
+		entries, err := s.LoadTrace(traceOverride)
 		if err != nil {
 			return nil, err
 		}
@@ -84,17 +83,26 @@ type sharedPrefixGen struct {
 	n    uint64
 }
 
-func (g *sharedPrefixGen) next(rng *rand.Rand, _ int, r *reqSpec) {
+func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
 	w := g.w
 	g.n++
 	r.segs = r.segs[:0]
 	var group uint64
 	sys := w.SystemTokens
-	if w.HotFraction > 0 && rng.Float64() < w.HotFraction {
-		group = 1 << 62 // the hot group
-		sys = w.HotSystemTokens
-	} else {
+	var hot bool
+	if w.Tenancy == TenancyClient {
+		// The golden-ratio sequence frac(c·φ) spreads the hot tenants evenly
+		// over client indexes, so any number of clients has close to
+		// hot_fraction of them hot.
+		_, f := math.Modf(float64(client) * 0.6180339887498949)
+		hot = f < w.HotFraction
+		group = uint64(client % w.Groups)
+	} else if hot = w.HotFraction > 0 && rng.Float64() < w.HotFraction; !hot {
 		group = uint64(rng.IntN(w.Groups))
+	}
+	if hot {
+		group = 1<<62 + uint64(w.HotID) // the hot group
+		sys = w.HotSystemTokens
 	}
 	q := uint64(rng.IntN(w.PromptsPerGroup))
 	if sys > 0 {
@@ -223,17 +231,6 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func loadTrace(path string, max int) ([]TraceEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("workload.trace: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<16), 1<<24)
-	return ParseTrace(sc, max)
 }
 
 // traceGen replays trace entries in order; the i-th call returns entry i.

@@ -37,8 +37,9 @@ func newSimCmd() *cobra.Command {
 		Short: "Simulate a fleet of vLLM-like servers and compare routing policies",
 		Long: `sim runs the real trimtab scheduler, scorers, detector and configurator against
 a discrete-event model of vLLM servers on virtual time, for every policy at every
-load level of a scenario, and writes DIR/<scenario>.md (tables) and
-DIR/img/bench-<scenario>-*.png (plots).
+load level of a scenario, and writes DIR/<scenario>.md (tables),
+DIR/img/bench-<scenario>-*.png (plots) and DIR/summary.json (every run, every
+phase, machine-readable).
 
 A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
 "all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `;
@@ -79,14 +80,14 @@ a profile can be tuned here before it goes to production.`,
 			// Ctrl-C stops starting new runs; the runs in progress finish.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			var summary sim.SummaryFile
 			for _, name := range scenarios {
 				sc, err := sim.LoadScenario(name)
 				if err != nil {
 					return err
 				}
 				if duration > 0 {
-					sc.Duration = duration
-					sc.Warmup = min(sc.Warmup, duration/2)
+					sc = sc.Scaled(duration)
 				}
 				if len(levels) > 0 {
 					sc.Load.Levels = levels
@@ -130,6 +131,10 @@ a profile can be tuned here before it goes to production.`,
 				if werr != nil {
 					return werr
 				}
+				summary.Runs = append(summary.Runs, sw.RunSummaries()...)
+				if err := writeSummary(filepath.Join(out, "summary.json"), &summary); err != nil {
+					return err
+				}
 				runs := len(sw.Levels) * len(sw.Policies) * len(sw.Seeds)
 				fmt.Fprintf(stderr, "%s: %d runs of %v simulated in %v wall (%d in parallel) → %s\n",
 					sc.Name, runs, sc.Duration, wall.Round(time.Millisecond), parallel, filepath.Join(out, sc.Name+".md"))
@@ -149,12 +154,30 @@ a profile can be tuned here before it goes to production.`,
 	f.StringVar(&out, "out", "", "output directory")
 	f.StringVar(&trace, "trace", "", "trace file for trace scenarios (overrides the scenario's path)")
 	f.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
-	f.DurationVar(&duration, "duration", 0, "override the scenario's simulated duration")
+	f.DurationVar(&duration, "duration", 0, "play the scenario in this simulated time instead (warm-up, phases and events keep their share)")
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
+}
+
+// writeSummary writes summary.json atomically (rename), so a reader never
+// sees half a file; it is rewritten after every scenario.
+func writeSummary(path string, f *sim.SummaryFile) error {
+	tmp := path + ".tmp"
+	w, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	werr := f.Write(w)
+	if cerr := w.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return werr
+	}
+	return os.Rename(tmp, path)
 }
 
 func commandLine() string {

@@ -303,16 +303,21 @@ func (e *Engine) StartStep() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	var prefill, decodes, ctx int
+	var pairs float64 // prefill (token, earlier token) pairs
 	for _, b := range e.batch {
 		if b.n == 1 && b.s.Generated > 0 {
 			decodes++
 			ctx += b.s.computed
 		} else {
 			prefill += b.n
+			// Positions c … c+n−1 attend to c … c+n−1 earlier tokens.
+			c, n := float64(b.s.computed), float64(b.n)
+			pairs += n*c + n*(n-1)/2
 		}
 	}
 	d = e.cfg.StepFixed +
 		time.Duration(prefill)*e.cfg.StepPerPrefillToken +
+		time.Duration(pairs/1000*float64(e.cfg.PrefillAttentionPer1k)) +
 		time.Duration(decodes)*e.cfg.StepPerDecodeSeq +
 		time.Duration(ctx)*e.cfg.StepPerContextToken
 	e.st.PromptTokens += int64(prefill)

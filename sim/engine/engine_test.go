@@ -378,3 +378,30 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// TestPrefillAttentionTerm: with the attention term on, a prefill chunk of
+// n tokens after c computed ones costs (n·c + n(n−1)/2) pairs × the
+// per-1k cost on top of the flat per-token cost, so later chunks of a
+// long prompt cost more than the first.
+func TestPrefillAttentionTerm(t *testing.T) {
+	cfg := testConfig()
+	cfg.PrefillAttentionPer1k = time.Millisecond // 1 µs per pair
+	e := mustNew(t, cfg)
+	if err := e.Add(seq(1, 100, 250, 1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := drive(t, e)
+	want := []time.Duration{
+		110*time.Millisecond + 4950*time.Microsecond,  // pairs 0 + 100·99/2 = 4950
+		110*time.Millisecond + 14950*time.Microsecond, // 100·100 + 4950
+		60*time.Millisecond + 11225*time.Microsecond,  // 50·200 + 50·49/2 = 11225
+	}
+	if len(steps) != len(want) {
+		t.Fatalf("steps %v, want %v", steps, want)
+	}
+	for i := range want {
+		if steps[i] != want[i] {
+			t.Errorf("step %d = %v, want %v", i, steps[i], want[i])
+		}
+	}
+}

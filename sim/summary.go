@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+)
+
+// SummaryFile is the machine-readable result of a sim (or bench) command:
+// DIR/summary.json, one entry per run.
+type SummaryFile struct {
+	Runs []RunSummary `json:"runs"`
+}
+
+// RunSummary is one run: a scenario at one level under one policy with
+// one seed. Latencies are in milliseconds; a percentile of no requests is
+// null.
+type RunSummary struct {
+	Scenario           string   `json:"scenario"`
+	Level              float64  `json:"level"`
+	Policy             string   `json:"policy"`
+	Seed               uint64   `json:"seed"`
+	TTFTP50            *float64 `json:"ttft_p50_ms"`
+	TTFTP90            *float64 `json:"ttft_p90_ms"`
+	TTFTP99            *float64 `json:"ttft_p99_ms"`
+	E2EP50             *float64 `json:"e2e_p50_ms"`
+	E2EP99             *float64 `json:"e2e_p99_ms"`
+	OutputTokensPerSec float64  `json:"output_tokens_per_s"`
+	PrefixHitRatio     float64  `json:"prefix_hit_ratio"`
+	// Failed and TimedOut count measured requests.
+	Failed   int `json:"failed"`
+	TimedOut int `json:"timed_out"`
+	// BusiestPodShare is the busiest pod's share of the time-averaged load
+	// (1/N when even); BusiestPodRatio its capacity-divided load ÷ the
+	// pool's (1 when even).
+	BusiestPodShare float64 `json:"busiest_pod_share"`
+	BusiestPodRatio float64 `json:"busiest_pod_ratio"`
+	Measured        int     `json:"measured"`
+	WeightChanges   int     `json:"weight_changes"`
+	WatchdogFreezes int     `json:"watchdog_freezes"`
+	// CachedTokenRatio and Errors are filled by trimtab bench (measured
+	// client side); the simulator leaves them out.
+	CachedTokenRatio *float64       `json:"cached_token_ratio,omitempty"`
+	Errors           map[string]int `json:"errors,omitempty"`
+	Phases           []PhaseSummary `json:"phases"`
+}
+
+// PhaseSummary is one phase of a run. Names starting with "calm" are calm
+// phases.
+type PhaseSummary struct {
+	Name             string `json:"name"`
+	RebalanceEntries int    `json:"rebalance_entries"`
+	// WarmupRebalanceEntries are entries before the measured window
+	// (the cold start of every client at once), not counted above.
+	WarmupRebalanceEntries int      `json:"warmup_rebalance_entries"`
+	TTFTP50                *float64 `json:"ttft_p50_ms"`
+	TTFTP99                *float64 `json:"ttft_p99_ms"`
+	E2EP99                 *float64 `json:"e2e_p99_ms"`
+	OutputTokensPerSec     float64  `json:"output_tokens_per_s"`
+	Measured               int      `json:"measured"`
+	// OnsetBusiestRatio: the busiest pod's time-averaged capacity-divided
+	// load over the phase's first two seconds ÷ the pool's.
+	OnsetBusiestRatio float64 `json:"onset_busiest_ratio"`
+}
+
+// ms returns a pointer to v, or nil when v is NaN (no samples).
+func ms(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// Summary returns the run's machine-readable summary.
+func (r *Result) Summary() RunSummary {
+	s := RunSummary{
+		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed,
+		TTFTP50: ms(Percentile(r.TTFT, 50)), TTFTP90: ms(Percentile(r.TTFT, 90)), TTFTP99: ms(Percentile(r.TTFT, 99)),
+		E2EP50: ms(Percentile(r.E2E, 50)), E2EP99: ms(Percentile(r.E2E, 99)),
+		OutputTokensPerSec: r.OutputTokensPerSec, PrefixHitRatio: r.PrefixHitRate,
+		Failed: r.MeasuredFailed, TimedOut: r.MeasuredTimedOut,
+		BusiestPodShare: r.BusiestShare, BusiestPodRatio: r.BusiestRatio,
+		Measured: r.Measured, WeightChanges: r.WeightChanges, WatchdogFreezes: r.Freezes,
+		Phases: []PhaseSummary{},
+	}
+	for _, p := range r.Phases {
+		s.Phases = append(s.Phases, PhaseSummary{
+			Name: p.Name, RebalanceEntries: p.RebalanceEntries, WarmupRebalanceEntries: p.WarmupRebalanceEntries,
+			TTFTP50: ms(Percentile(p.TTFT, 50)), TTFTP99: ms(Percentile(p.TTFT, 99)), E2EP99: ms(Percentile(p.E2E, 99)),
+			OutputTokensPerSec: p.OutputTokensPerSec, Measured: p.Measured, OnsetBusiestRatio: p.OnsetBusiestRatio,
+		})
+	}
+	return s
+}
+
+// RunSummaries returns every run of the sweep, in (level, policy, seed)
+// order.
+func (sw *Sweep) RunSummaries() []RunSummary {
+	var out []RunSummary
+	for l := range sw.Levels {
+		for p := range sw.Policies {
+			for _, r := range sw.Runs[l][p] {
+				out = append(out, r.Summary())
+			}
+		}
+	}
+	return out
+}
+
+// WriteSummary writes f as indented JSON.
+func (f *SummaryFile) Write(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(f)
+}
