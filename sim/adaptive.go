@@ -60,6 +60,17 @@ func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control
 	return ProfilePolicy(PolicyAdaptiveOff, "", &off).Build(seed, sc)
 }
 
+// buildShipped builds policy name from the shipped profile profile.
+func buildShipped(name, profile string) func(uint64, *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+		f, err := configs.LoadShipped(profile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s policy: %w", name, err)
+		}
+		return ProfilePolicy(name, "", f).Build(seed, sc)
+	}
+}
+
 // buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
 // profile (default scorers plus pending-prefill, adaptive on, package
 // defaults for the loop).

@@ -34,6 +34,11 @@ const (
 	// PolicyAdaptiveOff is the shipped adaptive profile with the loop off:
 	// the same scorers at the profile's weights. What adaptive must beat.
 	PolicyAdaptiveOff = "adaptive-off"
+	// PolicyTunedStatic is configs/tuned-static.yaml: the best single
+	// static weight vector over the adaptive profile's scorers for the
+	// shipped suite, found by trimtab sim tune. What a careful operator
+	// would ship after tuning by hand.
+	PolicyTunedStatic = "tuned-static"
 )
 
 // prefixParams are the default profile's prefix settings, shared by every
@@ -41,7 +46,7 @@ const (
 const prefixParams = `
     params:
       block_size: 64
-      max_blocks: 256`
+      max_blocks: 2048`
 
 func profilePolicy(name, desc, yaml string) Policy {
 	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
@@ -80,6 +85,7 @@ scorers:
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
 		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive},
 		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with adaptive.enabled false: the same scorers at the profile weights", Build: buildAdaptiveOff},
+		{Name: PolicyTunedStatic, Description: "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", Build: buildShipped(PolicyTunedStatic, PolicyTunedStatic)},
 	}
 }
 
@@ -127,6 +133,6 @@ func Policies(names []string) ([]Policy, error) {
 // profile's parameters.
 func newPrefixScorer(name string) (scheduler.Scorer, error) {
 	f := scorers.InTree()[scorers.TypePrefix]
-	params := map[string]any{"block_size": 64, "max_blocks": 256}
+	params := map[string]any{"block_size": 64, "max_blocks": 2048}
 	return f(name, func(into any) error { return configs.Decode(params, into) }, scorers.Deps{})
 }

@@ -143,9 +143,10 @@ a profile can be tuned here before it goes to production.`,
 						v.Policy, sc.LevelUnit(), v.Level, 100*v.P50Gap, v.BestP50Policy, 100*v.P99Gap, v.BestP99Policy, v.StaticP99Ratio, v.StaticThroughputRatio)
 				}
 			}
-			return nil
+			return writeComparisons(stderr, filepath.Join(out, "compare.md"), summary.Runs)
 		},
 	}
+	cmd.AddCommand(newSimTuneCmd())
 	f := cmd.Flags()
 	f.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one)")
 	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
@@ -209,4 +210,45 @@ func (p *progress) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Fprintln(p.w)
+}
+
+// writeComparisons writes DIR/compare.md when the sweep ran adaptive
+// beside its fair baselines: adaptive against adaptive-off (the same
+// profile, loop off) and against tuned-static (the best single static
+// vector for the suite), per scenario and level, and prints the verdict
+// lines the acceptance criteria ask for.
+func writeComparisons(stderr io.Writer, path string, runs []sim.RunSummary) error {
+	type pair struct {
+		b         string
+		tol       float64
+		ttft, tok float64 // win thresholds
+		heading   string
+	}
+	var body strings.Builder
+	for _, p := range []pair{
+		{sim.PolicyAdaptiveOff, 0.02, 0.2, 0.1, "adaptive against adaptive-off (same profile, loop off)"},
+		{sim.PolicyTunedStatic, 0.03, 0.1, 0, "adaptive against tuned-static (the best single static vector, `trimtab sim tune`)"},
+	} {
+		c := sim.Compare(runs, sim.PolicyAdaptive, p.b)
+		if len(c.Rows) == 0 {
+			continue
+		}
+		worse, wins := c.Worse(p.tol), c.Wins(p.ttft, p.tok)
+		calm, fz := c.Loop()
+		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on seed means; ⚠ marks a row worse than %.0f %%.\n\n", p.heading, 100*p.tol)
+		if err := c.WriteMarkdown(&body, p.tol); err != nil {
+			return err
+		}
+		line := fmt.Sprintf("adaptive vs %s: %d of %d rows worse by > %.0f %%; wins in %d scenarios %v; calm-phase entries %d, watchdog freezes %d",
+			p.b, len(worse), len(c.Rows), 100*p.tol, len(wins), wins, calm, fz)
+		fmt.Fprintf(&body, "%s.\n\n", line)
+		fmt.Fprintln(stderr, line)
+	}
+	if body.Len() == 0 {
+		return nil
+	}
+	return writeFile(path, func(w *os.File) error {
+		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", commandLine(), body.String())
+		return err
+	})
 }

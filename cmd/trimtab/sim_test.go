@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim"
+)
+
+func runRoot(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// TestSimAllFromClone: `trimtab sim --scenario all` works from the binary
+// alone (every scenario, trace included, is embedded), writes a table per
+// scenario, summary.json with a run per (scenario, level, policy) and
+// compare.md with adaptive against both fair baselines.
+func TestSimAllFromClone(t *testing.T) {
+	out := t.TempDir()
+	t.Chdir(t.TempDir()) // nothing may be read from the working tree
+	if log, err := runRoot(t, "sim", "--scenario", "all", "--duration", "10s", "--policies", "adaptive,adaptive-off,tuned-static", "--no-plots", "--out", out); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	var f sim.SummaryFile
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, n := range sim.Shipped() {
+		sc, err := sim.LoadScenario(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += 3 * len(sc.Load.Levels)
+		if _, err := os.Stat(filepath.Join(out, n+".md")); err != nil {
+			t.Error(err)
+		}
+	}
+	if len(f.Runs) != want {
+		t.Errorf("%d runs in summary.json, want %d", len(f.Runs), want)
+	}
+	cmp, err := os.ReadFile(filepath.Join(out, "compare.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"adaptive against adaptive-off", "adaptive against tuned-static", "| rotating-hot-prefix"} {
+		if !strings.Contains(string(cmp), s) {
+			t.Errorf("compare.md lacks %q", s)
+		}
+	}
+}
+
+// TestSimTune: `trimtab sim tune` writes its report and a profile that
+// validates, with the loop off.
+func TestSimTune(t *testing.T) {
+	out := t.TempDir()
+	if log, err := runRoot(t, "sim", "tune", "--scenario", "small-pool-burst", "--duration", "20s", "--budget", "7", "--out", out); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "tune.md"))
+	if err != nil || !strings.Contains(string(md), "Best for the suite") {
+		t.Fatalf("tune.md: %v\n%s", err, md)
+	}
+	f, err := configs.Load(filepath.Join(out, "tuned.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Adaptive.Enabled || len(f.Scorers) != 5 {
+		t.Errorf("tuned.yaml: adaptive %v, %d scorers", f.Adaptive.Enabled, len(f.Scorers))
+	}
+	if _, err := runRoot(t, "sim", "tune", "--scenario", "small-pool-burst", "--seeds", "0", "--out", out); err == nil || !strings.Contains(err.Error(), "--seeds") {
+		t.Errorf("--seeds 0: %v", err)
+	}
+}

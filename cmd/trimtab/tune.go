@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim"
+)
+
+func newSimTuneCmd() *cobra.Command {
+	var (
+		scenarios []string
+		profile   string
+		seed      uint64
+		seeds     int
+		budget    int
+		parallel  int
+		duration  time.Duration
+		out       string
+	)
+	cmd := &cobra.Command{
+		Use:   "tune --scenario NAME|FILE|all [--profile FILE] [--seeds K] [--budget N] --out DIR",
+		Short: "Search for the best single static weight vector over a scenario suite",
+		Long: `tune searches the weights of a profile's scorers (the loop off) for the single
+static vector that serves a whole scenario suite best, as a careful operator
+tuning by hand would. It starts from the profile's own weights and every
+built-in static policy its scorers can express (static-3-2-2, prefix-only,
+least-queue, load-only), then runs a coordinate search. Each vector runs every
+scenario at every level over every seed. The objective is the mean of the
+worst and the mean ratio to the per-cell best (TTFT p99 and output tokens/s).
+
+It writes DIR/tune.md (every vector ranked, each scenario's own best vector)
+and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(scenarios) == 0 {
+				return fmt.Errorf("--scenario: required (a file, a shipped name or all)")
+			}
+			if out == "" {
+				return fmt.Errorf("--out: required")
+			}
+			if seeds < 1 {
+				return fmt.Errorf("--seeds: must be ≥ 1")
+			}
+			if len(scenarios) == 1 && scenarios[0] == "all" {
+				scenarios = sim.Shipped()
+			}
+			var f *configs.File
+			var err error
+			name := "adaptive-off"
+			if profile == "" {
+				f, err = configs.LoadShipped("adaptive")
+			} else {
+				f, err = configs.Load(profile)
+				name = strings.TrimSuffix(filepath.Base(profile), filepath.Ext(profile))
+			}
+			if err != nil {
+				return fmt.Errorf("--profile: %w", err)
+			}
+			var scs []*sim.Scenario
+			for _, n := range scenarios {
+				sc, err := sim.LoadScenario(n)
+				if err != nil {
+					return err
+				}
+				if duration > 0 {
+					sc = sc.Scaled(duration)
+				}
+				scs = append(scs, sc)
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			stderr := cmd.ErrOrStderr()
+			start := time.Now()
+			base, skipped := sim.Baselines(f, name)
+			res, err := sim.Tune(ctx, sim.TuneConfig{
+				Scenarios: scs, Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
+				Progress: func(done, budget int, best *sim.Evaluated) {
+					fmt.Fprintf(stderr, "%3d/%d vectors, %v: best %s %v (score %.3f)\n", done, budget, time.Since(start).Round(time.Second), best.Name, best.Weights, best.Score)
+				},
+			}, base)
+			if err != nil {
+				return err
+			}
+			res.Skipped = skipped
+			if err := writeFile(filepath.Join(out, "tune.md"), func(w *os.File) error { return res.WriteMarkdown(w, commandLine()) }); err != nil {
+				return err
+			}
+			comment := fmt.Sprintf("tuned-static: the best single static weight vector for %s over seeds %d–%d,\nfound by: %s", strings.Join(scenarios, ", "), seed, seed+uint64(seeds)-1, commandLine())
+			if err := writeFile(filepath.Join(out, "tuned.yaml"), func(w *os.File) error { return res.WriteProfile(w, f, comment) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "%d vectors in %v → %s, %s\n", len(res.Vectors), time.Since(start).Round(time.Second), filepath.Join(out, "tune.md"), filepath.Join(out, "tuned.yaml"))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one)")
+	fl.StringVar(&profile, "profile", "", "profile whose scorers are searched (default: the shipped configs/adaptive.yaml)")
+	fl.Uint64Var(&seed, "seed", 1, "first seed")
+	fl.IntVar(&seeds, "seeds", 1, "number of consecutive seeds each vector runs")
+	fl.IntVar(&budget, "budget", 40, "weight vectors to evaluate in all, baselines included")
+	fl.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
+	fl.DurationVar(&duration, "duration", 0, "play each scenario in this simulated time instead")
+	fl.StringVar(&out, "out", "", "output directory")
+	return cmd
+}
+
+// writeFile creates path and writes it with fn, closing it either way.
+func writeFile(path string, fn func(*os.File) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	werr := fn(f)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}

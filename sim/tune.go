@@ -1,0 +1,462 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scorers"
+)
+
+// TuneConfig is a search for the best single static weight vector over a
+// profile's scorers, for a whole scenario suite.
+type TuneConfig struct {
+	Scenarios []*Scenario
+	// Profile supplies the scorers (types, names, params), picker and
+	// filters; its own weights are one candidate. Its adaptive section is
+	// ignored: every candidate runs with the loop off.
+	Profile *configs.File
+	Seed    uint64
+	Seeds   int
+	// Budget is the number of weight vectors evaluated in all, baselines
+	// included (default 40).
+	Budget   int
+	Parallel int
+	// Progress, when set, is called after each vector with the number
+	// evaluated, the budget and the best so far.
+	Progress func(done, budget int, best *Evaluated)
+}
+
+// Candidate is a named weight vector, index-aligned with the profile's
+// scorers.
+type Candidate struct {
+	Name    string
+	Weights []float64
+}
+
+// Cell is one (scenario, level) of the suite.
+type Cell struct {
+	Scenario string
+	Level    float64
+}
+
+// Evaluated is a candidate's results: TTFT p99 (ms) and output tokens/s
+// per cell, means over the seeds.
+type Evaluated struct {
+	Candidate
+	TTFTP99, TokPerSec []float64
+	// Worst and Mean are the lowest and the mean ratio to the per-cell
+	// best over every cell and both metrics (best TTFT p99 ÷ this one's,
+	// this tok/s ÷ the best), given every vector evaluated; Score is their
+	// mean, the objective.
+	Worst, Mean, Score float64
+}
+
+// TuneResult is a finished search.
+type TuneResult struct {
+	Scorers []string
+	Cells   []Cell
+	// Vectors in evaluation order; the first are the baselines.
+	Vectors []*Evaluated
+	// Best is the index in Vectors of the suite's best vector.
+	Best int
+	// ScenarioBest maps a scenario to the index of its own best vector
+	// (the objective over that scenario's cells alone).
+	ScenarioBest map[string]int
+	// Skipped names built-in policies whose scorers the profile lacks.
+	Skipped []string
+}
+
+// builtinVectors are the built-in static policies' weights by scorer type
+// (configs/load-only.yaml's among them): the baselines every search
+// starts from.
+var builtinVectors = []struct {
+	name string
+	w    map[string]float64
+}{
+	{PolicyStatic322, map[string]float64{scorers.TypePrefix: 3, scorers.TypeQueue: 2, scorers.TypeKVCache: 2}},
+	{PolicyPrefixOnly, map[string]float64{scorers.TypePrefix: 1}},
+	{PolicyLeastQueue, map[string]float64{scorers.TypeQueue: 1}},
+	{"load-only", map[string]float64{scorers.TypeQueue: 2, scorers.TypeKVCache: 2, scorers.TypeInFlight: 2}},
+}
+
+// Baselines returns the candidates a search starts from: the profile's own
+// weights (named profileName, "adaptive-off" for the shipped adaptive
+// profile) and every built-in static policy the profile's scorers can
+// express; the others are returned as skipped.
+func Baselines(f *configs.File, profileName string) (out []Candidate, skipped []string) {
+	own := make([]float64, len(f.Scorers))
+	for i, s := range f.Scorers {
+		own[i] = *s.Weight
+	}
+	out = append(out, Candidate{profileName, own})
+next:
+	for _, b := range builtinVectors {
+		w := make([]float64, len(f.Scorers))
+		for typ, v := range b.w {
+			i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == typ })
+			if i < 0 {
+				skipped = append(skipped, b.name)
+				continue next
+			}
+			w[i] = v
+		}
+		out = append(out, Candidate{b.name, w})
+	}
+	return out, skipped
+}
+
+// Tune evaluates the baselines, then runs a coordinate search from the
+// best vector so far: for each scorer in turn it tries the weight × f,
+// ÷ f and 0 (or, at 0, the mean of the others), keeps a move that raises
+// the objective, and when a full pass finds none shrinks f (4, 2, √2)
+// until the budget is spent or f can shrink no more. Each vector runs the
+// whole suite over every seed; the per-cell best, and so every score, is
+// recomputed over all vectors evaluated.
+func Tune(ctx context.Context, cfg TuneConfig, baselines []Candidate) (*TuneResult, error) {
+	if len(cfg.Scenarios) == 0 {
+		return nil, fmt.Errorf("tune: no scenarios")
+	}
+	if len(baselines) == 0 {
+		return nil, fmt.Errorf("tune: no baselines")
+	}
+	budget := cfg.Budget
+	if budget <= 0 {
+		budget = 40
+	}
+	budget = max(budget, len(baselines))
+	res := &TuneResult{ScenarioBest: map[string]int{}}
+	for _, s := range cfg.Profile.Scorers {
+		res.Scorers = append(res.Scorers, scorerName(s))
+	}
+	for _, sc := range cfg.Scenarios {
+		for _, l := range sc.Load.Levels {
+			res.Cells = append(res.Cells, Cell{sc.Name, l})
+		}
+	}
+	seen := map[string]bool{}
+	eval := func(c Candidate) (*Evaluated, error) {
+		key := vectorKey(c.Weights)
+		if seen[key] {
+			return nil, nil
+		}
+		seen[key] = true
+		ev, err := evaluate(ctx, cfg, c)
+		if err != nil {
+			return nil, err
+		}
+		res.Vectors = append(res.Vectors, ev)
+		res.score()
+		if cfg.Progress != nil {
+			cfg.Progress(len(res.Vectors), budget, res.Vectors[res.Best])
+		}
+		return ev, nil
+	}
+	for _, b := range baselines {
+		if _, err := eval(b); err != nil {
+			return nil, err
+		}
+	}
+	inc := res.Vectors[res.Best]
+	for _, f := range []float64{4, 2, math.Sqrt2} {
+		for improved := true; improved && len(res.Vectors) < budget; {
+			improved = false
+			for i := range inc.Weights {
+				for _, w := range moves(inc.Weights, i, f) {
+					if len(res.Vectors) >= budget {
+						break
+					}
+					ev, err := eval(Candidate{fmt.Sprintf("search-%d", len(res.Vectors)+1), w})
+					if err != nil {
+						return nil, err
+					}
+					if ev != nil && ev.Score > inc.Score {
+						inc, improved = ev, true
+					}
+				}
+			}
+			inc = res.Vectors[res.Best] // scores move as the per-cell bests do
+		}
+	}
+	return res, nil
+}
+
+// moves returns the weight vectors one step from w on scorer i.
+func moves(w []float64, i int, f float64) [][]float64 {
+	with := func(v float64) []float64 {
+		out := slices.Clone(w)
+		out[i] = v
+		return out
+	}
+	var out [][]float64
+	if w[i] > 0 {
+		out = append(out, with(w[i]*f), with(w[i]/f))
+		if f == 4 {
+			out = append(out, with(0))
+		}
+	} else {
+		var sum float64
+		var n int
+		for _, v := range w {
+			if v > 0 {
+				sum += v
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, with(sum/float64(n)))
+		}
+	}
+	var valid [][]float64
+	for _, v := range out {
+		if slices.ContainsFunc(v, func(x float64) bool { return x > 0 }) {
+			valid = append(valid, v)
+		}
+	}
+	return valid
+}
+
+// vectorKey identifies a weight vector up to scale: a max-score pick is
+// the same for w and c·w.
+func vectorKey(w []float64) string {
+	var sum float64
+	for _, v := range w {
+		sum += v
+	}
+	var b strings.Builder
+	for _, v := range w {
+		fmt.Fprintf(&b, "%.4f,", v/sum)
+	}
+	return b.String()
+}
+
+// evaluate runs candidate c over the suite, keeping only the cell means.
+func evaluate(ctx context.Context, cfg TuneConfig, c Candidate) (*Evaluated, error) {
+	f := WithWeights(cfg.Profile, c.Weights)
+	p := ProfilePolicy(c.Name, "", f)
+	ev := &Evaluated{Candidate: c}
+	for _, sc := range cfg.Scenarios {
+		sw, err := RunSweep(ctx, SweepConfig{Scenario: sc, Policies: []Policy{p}, Seed: cfg.Seed, Seeds: cfg.Seeds, Parallel: cfg.Parallel})
+		if err != nil {
+			return nil, fmt.Errorf("%s on %s: %w", c.Name, sc.Name, err)
+		}
+		for l := range sw.Levels {
+			s := Summarise(sw.Runs[l][0])
+			ev.TTFTP99 = append(ev.TTFTP99, s.TTFTP99)
+			ev.TokPerSec = append(ev.TokPerSec, s.OutputTokensPerSec)
+		}
+	}
+	return ev, nil
+}
+
+// WithWeights returns a copy of profile f with weights w and the loop off.
+func WithWeights(f *configs.File, w []float64) *configs.File {
+	out := *f
+	out.Scorers = slices.Clone(f.Scorers)
+	for i := range out.Scorers {
+		v := w[i]
+		out.Scorers[i].Weight = &v
+	}
+	out.Adaptive.Enabled = false
+	return &out
+}
+
+// score recomputes every vector's ratios and the bests.
+func (r *TuneResult) score() {
+	cells := make([]int, len(r.Cells))
+	for i := range cells {
+		cells[i] = i
+	}
+	r.Best = r.argmax(cells, func(ev *Evaluated, s, worst, mean float64) { ev.Score, ev.Worst, ev.Mean = s, worst, mean })
+	byScenario := map[string][]int{}
+	for i, c := range r.Cells {
+		byScenario[c.Scenario] = append(byScenario[c.Scenario], i)
+	}
+	for name, idx := range byScenario {
+		r.ScenarioBest[name] = r.argmax(idx, nil)
+	}
+}
+
+// ScenarioScore is vector v's objective over scenario name's cells alone.
+func (r *TuneResult) ScenarioScore(v int, name string) float64 {
+	var idx []int
+	for i, c := range r.Cells {
+		if c.Scenario == name {
+			idx = append(idx, i)
+		}
+	}
+	s, _, _ := r.objective(r.Vectors[v], idx)
+	return s
+}
+
+func (r *TuneResult) argmax(cells []int, set func(ev *Evaluated, s, worst, mean float64)) int {
+	best, bestS := 0, math.Inf(-1)
+	for i, ev := range r.Vectors {
+		s, worst, mean := r.objective(ev, cells)
+		if set != nil {
+			set(ev, s, worst, mean)
+		}
+		if s > bestS {
+			best, bestS = i, s
+		}
+	}
+	return best
+}
+
+// objective: the mean of the worst and the mean ratio to the per-cell
+// best, over the given cells and both metrics. A cell where a metric has
+// no value (no request measured) counts as ratio 0 for a vector lacking
+// it.
+func (r *TuneResult) objective(ev *Evaluated, cells []int) (score, worst, mean float64) {
+	worst = math.Inf(1)
+	n := 0
+	for _, c := range cells {
+		bt, bk := math.Inf(1), 0.0
+		for _, o := range r.Vectors {
+			if o.TTFTP99[c] > 0 {
+				bt = min(bt, o.TTFTP99[c])
+			}
+			bk = max(bk, o.TokPerSec[c])
+		}
+		rt, rk := 0.0, 0.0
+		if ev.TTFTP99[c] > 0 {
+			rt = bt / ev.TTFTP99[c]
+		}
+		if bk > 0 {
+			rk = ev.TokPerSec[c] / bk
+		}
+		worst = min(worst, rt, rk)
+		mean += rt + rk
+		n += 2
+	}
+	mean /= float64(max(n, 1))
+	return (worst + mean) / 2, worst, mean
+}
+
+// WriteMarkdown writes the search's report: the suite's best vector,
+// every vector ranked, and each scenario's own best.
+func (r *TuneResult) WriteMarkdown(w io.Writer, cmdline string) error {
+	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	vec := func(ev *Evaluated) string {
+		parts := make([]string, len(ev.Weights))
+		for i, v := range ev.Weights {
+			parts[i] = fmt.Sprintf("%s %s", r.Scorers[i], fmtWeight(v))
+		}
+		return strings.Join(parts, " : ")
+	}
+	best := r.Vectors[r.Best]
+	pr("# trimtab sim tune\n\n`%s`\n\n", cmdline)
+	pr("%d weight vectors over %d cells (scenario × level). Ratio = the per-cell best TTFT p99 ÷ this vector's, and this vector's tok/s ÷ the per-cell best; score = (worst + mean) / 2.\n\n", len(r.Vectors), len(r.Cells))
+	pr("**Best for the suite:** %s (score %.3f, worst %.3f, mean %.3f)\n\n", vec(best), best.Score, best.Worst, best.Mean)
+	if len(r.Skipped) > 0 {
+		pr("Built-in policies the profile's scorers cannot express (not searched): %s.\n\n", strings.Join(r.Skipped, ", "))
+	}
+	order := make([]int, len(r.Vectors))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return -cmpFloat(r.Vectors[a].Score, r.Vectors[b].Score) })
+	pr("## Every vector, best first\n\n| rank | name | weights | score | worst | mean |\n|---:|---|---|---:|---:|---:|\n")
+	for k, i := range order {
+		ev := r.Vectors[i]
+		pr("| %d | %s | %s | %.3f | %.3f | %.3f |\n", k+1, ev.Name, vec(ev), ev.Score, ev.Worst, ev.Mean)
+	}
+	pr("\n## Each scenario's own best\n\n| scenario | best vector | its score there | the suite's best there |\n|---|---|---:|---:|\n")
+	var names []string
+	for n := range r.ScenarioBest {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		i := r.ScenarioBest[n]
+		pr("| %s | %s (%s) | %.3f | %.3f |\n", n, vec(r.Vectors[i]), r.Vectors[i].Name, r.ScenarioScore(i, n), r.ScenarioScore(r.Best, n))
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// fmtWeight prints a weight with three significant digits.
+func fmtWeight(v float64) string {
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// WriteProfile writes profile f with the best vector's weights and the
+// loop off, as YAML in the configs schema, headed by comment.
+func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) error {
+	type scorer struct {
+		Type   string         `yaml:"type"`
+		Name   string         `yaml:"name,omitempty"`
+		Weight float64        `yaml:"weight"`
+		Params map[string]any `yaml:"params,omitempty"`
+	}
+	doc := struct {
+		Scheduler map[string]any `yaml:"scheduler"`
+		Picker    map[string]any `yaml:"picker"`
+		Filters   []string       `yaml:"filters"`
+		Scorers   []scorer       `yaml:"scorers"`
+		Adaptive  map[string]any `yaml:"adaptive"`
+	}{
+		Scheduler: map[string]any{"max_fallbacks": f.Scheduler.MaxFallbacks},
+		Picker:    map[string]any{"type": f.Picker.Type},
+		Filters:   f.Filters,
+		Adaptive:  map[string]any{"enabled": false},
+	}
+	if f.Picker.Type == "" {
+		doc.Picker["type"] = "max-score"
+	}
+	if f.Picker.Type == "weighted-random" {
+		doc.Picker["temperature"] = f.Picker.Temperature
+	}
+	for i, s := range f.Scorers {
+		wv, _ := fmtWeightFloat(r.Vectors[r.Best].Weights[i])
+		doc.Scorers = append(doc.Scorers, scorer{Type: s.Type, Name: nameIfSet(s), Weight: wv, Params: s.Params})
+	}
+	for _, line := range strings.Split(strings.TrimRight(comment, "\n"), "\n") {
+		if _, err := fmt.Fprintf(w, "# %s\n", line); err != nil {
+			return err
+		}
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func fmtWeightFloat(v float64) (float64, error) {
+	var out float64
+	_, err := fmt.Sscan(fmtWeight(v), &out)
+	return out, err
+}
+
+func scorerName(s configs.ScorerConfig) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return s.Type
+}
+
+func nameIfSet(s configs.ScorerConfig) string {
+	if s.Name == s.Type {
+		return ""
+	}
+	return s.Name
+}

@@ -1,0 +1,132 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trimtab/trimtab/configs"
+)
+
+// TestTune runs a small search over two short scenarios and checks what
+// the issue asks of it: on each scenario alone, the vector it reports as
+// that scenario's best scores at least as well there as every built-in
+// static policy's weights (and the profile's own); the suite's best
+// scores at least as well as every baseline; the search went beyond the
+// baselines; and the written profile loads with the best weights and the
+// loop off.
+func TestTune(t *testing.T) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scs []*Scenario
+	for _, n := range []string{"small-pool-burst", "shared-prefix"} {
+		sc := loadShipped(t, n, 30*time.Second)
+		sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
+		scs = append(scs, sc)
+	}
+	base, skipped := Baselines(f, PolicyAdaptiveOff)
+	if len(skipped) != 0 || len(base) != 5 {
+		t.Fatalf("baselines %v, skipped %v: want adaptive-off and four built-ins", base, skipped)
+	}
+	res, err := Tune(context.Background(), TuneConfig{Scenarios: scs, Profile: f, Seed: 1, Seeds: 1, Budget: 12, Parallel: 2}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Vectors) <= len(base) {
+		t.Fatalf("%d vectors evaluated: the search never went past the baselines", len(res.Vectors))
+	}
+	for _, sc := range scs {
+		bi := res.ScenarioBest[sc.Name]
+		best := res.ScenarioScore(bi, sc.Name)
+		for i := range base {
+			if s := res.ScenarioScore(i, sc.Name); s > best {
+				t.Errorf("%s: baseline %s scores %.4f, above the reported best %s at %.4f", sc.Name, base[i].Name, s, res.Vectors[bi].Name, best)
+			}
+		}
+	}
+	for i := range base {
+		if res.Vectors[i].Score > res.Vectors[res.Best].Score {
+			t.Errorf("baseline %s scores above the suite's best", base[i].Name)
+		}
+	}
+	var md, prof bytes.Buffer
+	if err := res.WriteMarkdown(&md, "trimtab sim tune"); err != nil || !strings.Contains(md.String(), "Each scenario's own best") {
+		t.Errorf("report: %v\n%s", err, md.String())
+	}
+	if err := res.WriteProfile(&prof, f, "test"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := configs.Parse(prof.Bytes())
+	if err != nil {
+		t.Fatalf("written profile: %v\n%s", err, prof.String())
+	}
+	if g.Adaptive.Enabled || len(g.Scorers) != len(f.Scorers) {
+		t.Fatalf("written profile: adaptive %v, %d scorers", g.Adaptive.Enabled, len(g.Scorers))
+	}
+	for i, s := range g.Scorers {
+		want, _ := fmtWeightFloat(res.Vectors[res.Best].Weights[i])
+		if *s.Weight != want || s.Type != f.Scorers[i].Type {
+			t.Errorf("scorer %d: %s %v, want %s %v", i, s.Type, *s.Weight, f.Scorers[i].Type, want)
+		}
+	}
+}
+
+func TestMoves(t *testing.T) {
+	got := moves([]float64{4, 0, 2}, 0, 4)
+	want := [][]float64{{16, 0, 2}, {1, 0, 2}, {0, 0, 2}}
+	if len(got) != len(want) {
+		t.Fatalf("moves %v, want %v", got, want)
+	}
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("moves %v, want %v", got, want)
+			}
+		}
+	}
+	// A zero weight is tried at the mean of the others; a move to an
+	// all-zero vector is dropped.
+	if got := moves([]float64{4, 0, 2}, 1, 2); len(got) != 1 || got[0][1] != 3 {
+		t.Errorf("zero weight moves %v, want [4 3 2]", got)
+	}
+	if got := moves([]float64{5, 0}, 0, 4); len(got) != 2 {
+		t.Errorf("moves %v: the all-zero vector should be dropped", got)
+	}
+	if vectorKey([]float64{1, 2}) != vectorKey([]float64{2, 4}) {
+		t.Error("vectorKey is not scale-invariant")
+	}
+}
+
+func TestCompare(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	runs := []RunSummary{
+		{Scenario: "s", Level: 1, Policy: "a", Seed: 1, TTFTP99: f(80), E2EP99: f(100), OutputTokensPerSec: 110,
+			Phases: []PhaseSummary{{Name: "calm", RebalanceEntries: 1, OnsetBusiestRatio: 9}, {Name: "hot", RebalanceEntries: 2, OnsetBusiestRatio: 1.5}}},
+		{Scenario: "s", Level: 1, Policy: "a", Seed: 2, TTFTP99: f(120), E2EP99: f(100), OutputTokensPerSec: 110, WatchdogFreezes: 1},
+		{Scenario: "s", Level: 1, Policy: "b", Seed: 1, TTFTP99: f(200), E2EP99: f(100), OutputTokensPerSec: 100},
+		{Scenario: "s", Level: 2, Policy: "a", Seed: 1, TTFTP99: f(100), E2EP99: f(103), OutputTokensPerSec: 100},
+		{Scenario: "s", Level: 2, Policy: "b", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
+		{Scenario: "t", Level: 1, Policy: "a", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
+	}
+	c := Compare(runs, "a", "b")
+	if len(c.Rows) != 2 {
+		t.Fatalf("rows %+v, want s@1 and s@2 (t has no b)", c.Rows)
+	}
+	r := c.Rows[0]
+	if r.TTFTP99 != -0.5 || r.TokPerSec < 0.0999 || r.TokPerSec > 0.1001 || r.Seeds != 2 || r.CalmEntries != 1 || r.Freezes != 1 || r.MaxOnset != 1.5 {
+		t.Errorf("s@1: %+v", r)
+	}
+	if w := c.Worse(0.02); len(w) != 1 || w[0].Level != 2 {
+		t.Errorf("worse: %+v, want s@2 (E2E +3 %%)", w)
+	}
+	if w := c.Wins(0.2, 0.1); len(w) != 1 || w[0] != "s" {
+		t.Errorf("wins %v", w)
+	}
+	if ce, fz := c.Loop(); ce != 1 || fz != 1 {
+		t.Errorf("loop %d %d", ce, fz)
+	}
+}
