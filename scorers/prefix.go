@@ -24,7 +24,8 @@ type PrefixConfig struct {
 	// BytesPerToken approximates the tokenizer (bytes_per_token, default 4).
 	BytesPerToken int `mapstructure:"bytes_per_token"`
 	// MaxBlocks is how many leading blocks of a prompt are indexed and
-	// matched (max_blocks, default 256, i.e. 16k tokens).
+	// matched (max_blocks, default 2048, i.e. 128k tokens: every prompt of the
+	// shipped Mooncake trace, whose longest is 126k; docs/benchmarks.md).
 	MaxBlocks int `mapstructure:"max_blocks"`
 	// Capacity is how many blocks the index remembers per endpoint when the
 	// server does not report its KV-cache size (capacity, default 32768).
@@ -35,9 +36,9 @@ type PrefixConfig struct {
 }
 
 // DefaultPrefixConfig returns the defaults: 64-token blocks of 4 bytes a
-// token, 256 blocks per prompt, 32768 blocks per endpoint, 16 shards.
+// token, 2048 blocks per prompt, 32768 blocks per endpoint, 16 shards.
 func DefaultPrefixConfig() PrefixConfig {
-	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 256, Capacity: 1 << 15, Shards: 16}
+	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16}
 }
 
 // Validate checks the config; errors name the field.
