@@ -257,6 +257,7 @@ func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServ
 }
 
 func (x *exchange) release() {
+	x.freeSlot() // a stream that never got a decision still held its slot
 	putState(x.st)
 	clear(x.subset)
 	x.subset = x.subset[:0]
@@ -425,6 +426,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	}
 	d, err := e.sched.Pick(x.srv.Context(), req)
 	if err != nil {
+		x.freeSlot() // no decision will call done: free the slot now
 		return x.immediate(asError(err))
 	}
 	x.d = d
@@ -610,12 +612,18 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	lat := e.deps.Clock.Since(x.picked)
 	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
 	e.m.count(x.addr, x.status)
-	if x.admitted { // free the slot first: once Done is observed, it is free
-		e.inflight.Add(-1)
-		x.admitted = false
-	}
+	x.freeSlot() // first: once Done is observed, the slot is free
 	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
 	x.d = nil
+}
+
+// freeSlot gives back the max_in_flight slot the exchange was admitted
+// with, once; every path out of an admitted exchange calls it.
+func (x *exchange) freeSlot() {
+	if x.admitted {
+		x.e.inflight.Add(-1)
+		x.admitted = false
+	}
 }
 
 // immediate answers the request with an error and ends the stream.
