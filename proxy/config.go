@@ -31,6 +31,16 @@ type Config struct {
 	// MaxBodyBytes bounds a request body on both paths; larger bodies get
 	// 413. Default 16 MiB.
 	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// BodyMemoryBytes is the memory all request bodies being read or held
+	// may take together, per server (HTTP proxy and ext_proc each). A
+	// body is charged as its bytes arrive, not by its declared length; a
+	// request that would go over is answered 503 body_memory_exhausted
+	// with Retry-After. At least max_body_bytes. Default 256 MiB.
+	BodyMemoryBytes int64 `mapstructure:"body_memory_bytes"`
+	// BodyReadTimeout bounds reading a whole request body on the HTTP
+	// proxy, from the end of the headers; a slower body gets 408
+	// body_timeout. Default 30s.
+	BodyReadTimeout time.Duration `mapstructure:"body_read_timeout"`
 	// DrainTimeout is how long in-flight requests (SSE streams included)
 	// may run after shutdown begins before they are cut. Default 30s.
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
@@ -66,7 +76,7 @@ type HTTPConfig struct {
 	// Default 256.
 	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
-	// 0 (default) means unlimited.
+	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
 }
 
@@ -94,9 +104,13 @@ type ExtProcConfig struct {
 	// header mutation). Default false.
 	ScoresHeader bool `mapstructure:"scores_header"`
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
-	// 0 (default) means unlimited.
+	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
 }
+
+// DefaultMaxInFlight is the default concurrency limit of each request
+// path: a pool of 16 pods running 256 sequences each.
+const DefaultMaxInFlight = 4096
 
 // AdminConfig configures the admin server.
 type AdminConfig struct {
@@ -122,12 +136,14 @@ func DefaultConfig() Config {
 			Retries:             2,
 			ConnectTimeout:      5 * time.Second,
 			MaxIdleConnsPerHost: 256,
+			MaxInFlight:         DefaultMaxInFlight,
 		},
 		ExtProc: ExtProcConfig{
 			Enabled:          true,
 			Addr:             ":9002",
 			RequestBodyMode:  BodyModeFullDuplex,
 			ResponseBodyMode: BodyModeFullDuplex,
+			MaxInFlight:      DefaultMaxInFlight,
 		},
 		Admin: AdminConfig{
 			Enabled:        true,
@@ -135,9 +151,11 @@ func DefaultConfig() Config {
 			Decisions:      256,
 			DecisionsEvery: 16,
 		},
-		MaxBodyBytes: 16 << 20,
-		DrainTimeout: 30 * time.Second,
-		RetryAfter:   time.Second,
+		MaxBodyBytes:    16 << 20,
+		BodyMemoryBytes: 256 << 20,
+		BodyReadTimeout: 30 * time.Second,
+		DrainTimeout:    30 * time.Second,
+		RetryAfter:      time.Second,
 	}
 }
 
@@ -149,6 +167,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("max_body_bytes", "%d, must be > 0", c.MaxBodyBytes)
+	}
+	if c.BodyMemoryBytes < c.MaxBodyBytes {
+		bad("body_memory_bytes", "%d, must be ≥ max_body_bytes (%d), or no body of the largest size could be read", c.BodyMemoryBytes, c.MaxBodyBytes)
+	}
+	if c.BodyReadTimeout <= 0 {
+		bad("body_read_timeout", "%v, must be > 0", c.BodyReadTimeout)
 	}
 	if c.DrainTimeout < 0 {
 		bad("drain_timeout", "%v, must be ≥ 0", c.DrainTimeout)

@@ -71,6 +71,7 @@ type ExtProc struct {
 	m        *pathMetrics
 	health   *health.Server
 	inflight atomic.Int64
+	budget   bodyBudget
 	mu       sync.Mutex
 	ln       net.Listener
 }
@@ -85,7 +86,7 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		return nil, errors.New("proxy: NewExtProc needs Deps.Scheduler")
 	}
 	deps.defaults()
-	return &ExtProc{
+	e := &ExtProc{
 		cfg:    cfg,
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
@@ -93,7 +94,9 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		m:      newPathMetrics("extproc", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		health: health.NewServer(),
 		ln:     deps.Listener,
-	}, nil
+	}
+	e.budget.limit = cfg.BodyMemoryBytes
+	return e, nil
 }
 
 // Listen binds the listen address (or adopts Deps.Listener) and returns
@@ -239,6 +242,7 @@ type exchange struct {
 	addr        string
 	scores      string
 	admitted    bool
+	reserved    int64 // body bytes charged to the server's budget
 	status      int
 	ttfb        time.Duration
 	gotFirst    bool
@@ -258,6 +262,7 @@ func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServ
 
 func (x *exchange) release() {
 	x.freeSlot() // a stream that never got a decision still held its slot
+	x.e.budget.free(x.reserved)
 	putState(x.st)
 	clear(x.subset)
 	x.subset = x.subset[:0]
@@ -372,6 +377,12 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	}
 	if int64(len(x.st.body)+len(b.GetBody())) > x.e.cfg.MaxBodyBytes {
 		return x.immediate(ErrBodyTooLarge)
+	}
+	if n := int64(len(b.GetBody())); n > 0 {
+		if !x.e.budget.reserve(n) {
+			return x.immediate(ErrBodyMemory)
+		}
+		x.reserved += n
 	}
 	if len(x.st.body) == 0 && b.GetEndOfStream() {
 		// The whole body in one message (BUFFERED, or a small body): use

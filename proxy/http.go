@@ -39,6 +39,7 @@ type HTTP struct {
 	m         *pathMetrics
 	transport *http.Transport
 	inflight  atomic.Int64
+	budget    bodyBudget
 	rr        atomic.Uint64
 	srv       httpServer
 }
@@ -70,6 +71,7 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		},
 		srv: httpServer{name: "http", drain: cfg.DrainTimeout, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
+	h.budget.limit = cfg.BodyMemoryBytes
 	return h, nil
 }
 
@@ -134,33 +136,6 @@ func putState(st *reqState) {
 	statePool.Put(st)
 }
 
-// readBody reads at most max bytes of r into buf; more is ErrBodyTooLarge.
-func readBody(r io.Reader, contentLength, max int64, buf []byte) ([]byte, error) {
-	if contentLength > max {
-		return buf[:0], ErrBodyTooLarge
-	}
-	buf = buf[:0]
-	if contentLength > 0 && int64(cap(buf)) < contentLength+1 {
-		buf = make([]byte, 0, contentLength+1)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > max {
-			return buf, ErrBodyTooLarge
-		}
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-}
-
 func (h *HTTP) admit() bool {
 	if h.cfg.HTTP.MaxInFlight <= 0 {
 		return true
@@ -188,15 +163,11 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	defer h.release()
 	st := statePool.Get().(*reqState)
 	defer putState(st)
-	var err error
-	st.body, err = readBody(r.Body, r.ContentLength, h.cfg.MaxBodyBytes, st.body)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			h.reject(w, e)
-		} else {
-			h.reject(w, ErrInvalidJSON) // the client broke off mid-body
-		}
+	body, reserved, rerr := h.readRequestBody(w, r, st.body)
+	st.body = body
+	defer h.budget.free(reserved)
+	if rerr != nil {
+		h.reject(w, rerr)
 		return
 	}
 	if err := h.parser.Parse(st.body, r.Header.Get(HeaderSessionID), &st.p); err != nil {
@@ -503,13 +474,10 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, ErrNoEndpoints)
 		return
 	}
-	body, err := readBody(r.Body, r.ContentLength, h.cfg.MaxBodyBytes, nil)
-	if err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			e = ErrInvalidJSON
-		}
-		h.reject(w, e)
+	body, reserved, rerr := h.readRequestBody(w, r, nil)
+	defer h.budget.free(reserved)
+	if rerr != nil {
+		h.reject(w, rerr)
 		return
 	}
 	clk := h.deps.Clock
