@@ -60,8 +60,10 @@ type HTTPConfig struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string `mapstructure:"addr"`
 	// Retries is how many times a request that failed before any byte
-	// reached the client (connect error, 502, 503) is retried on the next
-	// fallback endpoint. Default 2; 0 disables retries.
+	// reached the client (any failure before the endpoint's response
+	// headers — refused, reset, closed, header timeout —, or a 502 or
+	// 503) is retried on the next fallback endpoint. Default 2; 0
+	// disables retries.
 	Retries int `mapstructure:"retries"`
 	// ScoresHeader adds x-trimtab-scores with the per-scorer breakdown of
 	// the chosen endpoint to every response. Default false (it allocates).

@@ -228,17 +228,13 @@ func (h *HTTP) outbound(ctx context.Context, r *http.Request, addr string, body 
 	return out, nil
 }
 
-func isConnectError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 func retryableStatus(code int) bool {
 	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable
 }
 
-// forward sends the request to d.Endpoint (moving to fallbacks on a
-// connect error or 502/503 while nothing reached the client yet) and
+// forward sends the request to d.Endpoint (moving to fallbacks on any
+// failure before the response headers, or a 502/503, while nothing
+// reached the client yet) and
 // streams the answer back. It finishes d exactly once.
 func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Decision, body []byte) {
 	clk := h.deps.Clock
@@ -251,6 +247,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 		if err != nil {
 			h.m.count(addr, http.StatusBadGateway)
 			d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Latency: clk.Since(start)})
+			w.Header().Set(HeaderEndpoint, addr)
 			writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			return
 		}
@@ -265,10 +262,13 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			d.Advance()
 			continue
 		case err == nil: // a 502/503 with no fallback left: pass it on
-		case isConnectError(err) && ctx.Err() == nil && attempt < h.cfg.HTTP.Retries && d.Advance():
+		case ctx.Err() == nil && attempt < h.cfg.HTTP.Retries && d.Advance():
+			// Any failure before the first response byte (refused, reset
+			// or closed before the headers, header timeout): nothing has
+			// reached the client, so a fallback may still answer.
 			h.m.count(addr, 0)
 			h.m.retries.Inc()
-			h.deps.Logger.Debug("endpoint unreachable, retrying on fallback", "endpoint", addr, "err", err)
+			h.deps.Logger.Debug("endpoint failed before answering, retrying on fallback", "endpoint", addr, "err", err)
 			continue
 		default:
 			kind := scheduler.OutcomeError
@@ -279,6 +279,8 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			h.recordIfSampled(d)
 			d.Done(scheduler.Outcome{Kind: kind, Latency: clk.Since(start)})
 			if kind == scheduler.OutcomeError {
+				h.deps.Logger.Warn("endpoint failed before answering", "endpoint", addr, "attempts", attempt+1, "err", err)
+				w.Header().Set(HeaderEndpoint, addr)
 				writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
@@ -457,7 +459,8 @@ func (h *HTTP) models(w http.ResponseWriter) {
 }
 
 // passthrough forwards any other /v1/* request to a fresh endpoint (round
-// robin), retrying the next one on a connect error. The scheduler is not
+// robin), retrying the next one on any failure before the response
+// headers. The scheduler is not
 // involved: these are cheap metadata calls (tokenize, version, …).
 func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 	eps := h.sched.Pool().Pointers()
@@ -487,17 +490,21 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		addr := fresh[(first+attempt)%len(fresh)].Address
 		out, err := h.outbound(r.Context(), r, addr, body)
 		if err != nil {
+			w.Header().Set(HeaderEndpoint, addr)
 			h.reject(w, ErrUpstream)
 			return
 		}
 		resp, err := h.transport.RoundTrip(out)
 		if err != nil {
 			h.m.count(addr, 0)
-			if isConnectError(err) && attempt < h.cfg.HTTP.Retries && attempt+1 < len(fresh) && r.Context().Err() == nil {
+			// As on the scheduled path: any failure before the first
+			// response byte moves on to the next endpoint.
+			if attempt < h.cfg.HTTP.Retries && attempt+1 < len(fresh) && r.Context().Err() == nil {
 				h.m.retries.Inc()
 				continue
 			}
 			if r.Context().Err() == nil {
+				w.Header().Set(HeaderEndpoint, addr)
 				writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
