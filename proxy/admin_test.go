@@ -122,6 +122,7 @@ func TestConfigValidate(t *testing.T) {
 		{"decisions every", func(c *Config) { c.Admin.DecisionsEvery = 0 }, "proxy.admin.decisions_every"},
 		{"body memory", func(c *Config) { c.BodyMemoryBytes = c.MaxBodyBytes - 1 }, "proxy.body_memory_bytes"},
 		{"body timeout", func(c *Config) { c.BodyReadTimeout = 0 }, "proxy.body_read_timeout"},
+		{"message size", func(c *Config) { c.ExtProc.MaxMessageBytes = c.MaxBodyBytes }, "proxy.ext_proc.max_message_bytes"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "proxy.http.connect_timeout"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -108,6 +109,20 @@ type ExtProcConfig struct {
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
 	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
+	// MaxMessageBytes is the largest gRPC message the server receives. A
+	// buffered body over max_body_bytes but within this limit is answered
+	// with an ImmediateResponse 413; a larger message ends the stream with
+	// ResourceExhausted, which Envoy answers 500. Keep Envoy's buffer
+	// limit below it. 0 (default) means 2 × max_body_bytes + 1 MiB.
+	MaxMessageBytes int64 `mapstructure:"max_message_bytes"`
+}
+
+// maxMessageBytes resolves MaxMessageBytes against the body limit.
+func (c ExtProcConfig) maxMessageBytes(maxBody int64) int64 {
+	if c.MaxMessageBytes > 0 {
+		return c.MaxMessageBytes
+	}
+	return 2*maxBody + 1<<20
 }
 
 // DefaultMaxInFlight is the default concurrency limit of each request
@@ -219,6 +234,11 @@ func (c Config) Validate() error {
 	case BodyModeFullDuplex, BodyModeBuffered, BodyModeNone:
 	default:
 		bad("ext_proc.response_body_mode", "%q, want %q, %q or %q", c.ExtProc.ResponseBodyMode, BodyModeFullDuplex, BodyModeBuffered, BodyModeNone)
+	}
+	if m := c.ExtProc.MaxMessageBytes; m != 0 && (m <= c.MaxBodyBytes || m > math.MaxInt32) {
+		bad("ext_proc.max_message_bytes", "%d, want 0 (2 × max_body_bytes + 1 MiB) or more than max_body_bytes (%d), at most %d", m, c.MaxBodyBytes, math.MaxInt32)
+	} else if c.ExtProc.maxMessageBytes(c.MaxBodyBytes) > math.MaxInt32 {
+		bad("max_body_bytes", "%d is too large for ext_proc messages (2 × max_body_bytes + 1 MiB must be at most %d)", c.MaxBodyBytes, math.MaxInt32)
 	}
 	if c.ExtProc.MaxInFlight < 0 {
 		bad("ext_proc.max_in_flight", "%d, must be ≥ 0", c.ExtProc.MaxInFlight)

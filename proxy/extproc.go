@@ -154,7 +154,10 @@ func (e *ExtProc) Run(ctx context.Context) error {
 func (e *ExtProc) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.WaitForHandlers(true),
-		grpc.MaxRecvMsgSize(int(e.cfg.MaxBodyBytes) + 1<<20),
+		// Bodies over max_body_bytes must reach the handler to be answered
+		// 413: grpc ends the stream with ResourceExhausted (a 500 at the
+		// client) on a message over this limit.
+		grpc.MaxRecvMsgSize(int(e.cfg.ExtProc.maxMessageBytes(e.cfg.MaxBodyBytes))),
 		experimental.BufferPool(grpcBuffers),
 		grpc.ForceServerCodecV2(protoCodec{}),
 		// A 64 KiB read and write buffer per connection (grpc's default is
