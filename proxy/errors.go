@@ -58,6 +58,8 @@ var (
 		Code: "upstream_broken", Message: "the endpoint failed while streaming the response"}
 	ErrNotFound = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
 		Code: "not_found", Message: "unknown path"}
+	ErrBadPath = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_path", Message: "the path must not contain dot segments (. or ..), plain or percent-encoded"}
 	ErrMethod = &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 		Code: "method_not_allowed", Message: "method not allowed on this path"}
 )

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -89,25 +90,85 @@ func (h *HTTP) Run(ctx context.Context) error {
 
 // ServeHTTP routes /v1/completions and /v1/chat/completions through the
 // scheduler, answers /v1/models, and passes other /v1/* paths through.
+//
+// Paths with dot segments ("." or "..", plain or percent-encoded) get 400;
+// doubled slashes are collapsed before routing and forwarding. Pass-through
+// accepts the methods the OpenAI API uses (GET, POST, DELETE); others get
+// 405.
 func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !normalisePath(r.URL) {
+		h.reject(w, ErrBadPath)
+		return
+	}
 	switch p := r.URL.Path; {
 	case p == "/v1/completions" || p == "/v1/chat/completions":
 		if r.Method != http.MethodPost {
-			h.reject(w, ErrMethod)
+			h.rejectMethod(w, http.MethodPost)
 			return
 		}
 		h.scheduled(w, r)
 	case p == "/v1/models":
 		if r.Method != http.MethodGet {
-			h.reject(w, ErrMethod)
+			h.rejectMethod(w, http.MethodGet)
 			return
 		}
 		h.models(w)
 	case strings.HasPrefix(p, "/v1/"):
+		switch r.Method {
+		case http.MethodGet, http.MethodPost, http.MethodDelete:
+		default:
+			h.rejectMethod(w, passThroughMethods)
+			return
+		}
 		h.passthrough(w, r)
 	default:
 		h.reject(w, ErrNotFound)
 	}
+}
+
+// passThroughMethods are the methods of the OpenAI API, the only ones
+// passed through.
+const passThroughMethods = "GET, POST, DELETE"
+
+func (h *HTTP) rejectMethod(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	h.reject(w, ErrMethod)
+}
+
+// normalisePath collapses doubled slashes in u's path (decoded and
+// escaped alike) and reports false when the decoded path has a dot
+// segment: "." or "..", however it was encoded, split at "/" or "\\".
+func normalisePath(u *url.URL) bool {
+	p := u.Path
+	for start := 0; start <= len(p); {
+		end := start
+		for end < len(p) && p[end] != '/' && p[end] != '\\' {
+			end++
+		}
+		if seg := p[start:end]; seg == "." || seg == ".." {
+			return false
+		}
+		start = end + 1
+	}
+	if strings.Contains(u.Path, "//") {
+		u.Path = collapseSlashes(u.Path)
+		if u.RawPath != "" {
+			u.RawPath = collapseSlashes(u.RawPath)
+		}
+	}
+	return true
+}
+
+func collapseSlashes(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && i > 0 && p[i-1] == '/' {
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }
 
 func (h *HTTP) reject(w http.ResponseWriter, e *Error) {
