@@ -42,6 +42,9 @@ type Config struct {
 	// proxy, from the end of the headers; a slower body gets 408
 	// body_timeout. Default 30s.
 	BodyReadTimeout time.Duration `mapstructure:"body_read_timeout"`
+	// IdleTimeout is how long the HTTP proxy and the admin server keep an
+	// idle keep-alive connection open. Default 30s.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// DrainTimeout is how long in-flight requests (SSE streams included)
 	// may run after shutdown begins before they are cut. Default 30s.
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
@@ -81,6 +84,12 @@ type HTTPConfig struct {
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
 	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
+	// MaxConnections caps open client connections, idle keep-alive ones
+	// included; a connection over the cap is answered 503 and closed at
+	// once. 0 means unlimited. Default 4096: an HTTP/1.1 connection
+	// carries one request at a time, so max_in_flight requests need as
+	// many connections.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 // ExtProcConfig configures the Envoy ext_proc server.
@@ -154,6 +163,7 @@ func DefaultConfig() Config {
 			ConnectTimeout:      5 * time.Second,
 			MaxIdleConnsPerHost: 256,
 			MaxInFlight:         DefaultMaxInFlight,
+			MaxConnections:      DefaultMaxInFlight,
 		},
 		ExtProc: ExtProcConfig{
 			Enabled:          true,
@@ -171,6 +181,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:    16 << 20,
 		BodyMemoryBytes: 256 << 20,
 		BodyReadTimeout: 30 * time.Second,
+		IdleTimeout:     30 * time.Second,
 		DrainTimeout:    30 * time.Second,
 		RetryAfter:      time.Second,
 	}
@@ -190,6 +201,9 @@ func (c Config) Validate() error {
 	}
 	if c.BodyReadTimeout <= 0 {
 		bad("body_read_timeout", "%v, must be > 0", c.BodyReadTimeout)
+	}
+	if c.IdleTimeout <= 0 {
+		bad("idle_timeout", "%v, must be > 0", c.IdleTimeout)
 	}
 	if c.DrainTimeout < 0 {
 		bad("drain_timeout", "%v, must be ≥ 0", c.DrainTimeout)
@@ -221,6 +235,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.MaxInFlight < 0 {
 		bad("http.max_in_flight", "%d, must be ≥ 0", c.HTTP.MaxInFlight)
+	}
+	if c.HTTP.MaxConnections < 0 {
+		bad("http.max_connections", "%d, must be ≥ 0", c.HTTP.MaxConnections)
 	}
 	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
 		bad("ext_proc.addr", "must be set when ext_proc.enabled")

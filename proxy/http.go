@@ -70,7 +70,8 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			WriteBufferSize:       64 << 10,
 			ReadBufferSize:        64 << 10,
 		},
-		srv: httpServer{name: "http", drain: cfg.DrainTimeout, ln: deps.Listener, addr: cfg.HTTP.Addr},
+		srv: httpServer{name: "http", drain: cfg.DrainTimeout, idle: cfg.IdleTimeout, maxConns: cfg.HTTP.MaxConnections,
+			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
 	h.budget.limit = cfg.BodyMemoryBytes
 	return h, nil
