@@ -39,7 +39,7 @@ func NewAdmin(cfg Config, deps Deps) (*Admin, error) {
 		g = prometheus.NewRegistry()
 	}
 	a := &Admin{cfg: cfg, deps: deps, mux: http.NewServeMux(),
-		srv: httpServer{name: "admin", drain: min(cfg.DrainTimeout, 5*time.Second), ln: deps.Listener, addr: cfg.Admin.Addr}}
+		srv: httpServer{name: "admin", drain: min(cfg.DrainTimeout, 5*time.Second), idle: cfg.IdleTimeout, ln: deps.Listener, addr: cfg.Admin.Addr}}
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -120,6 +120,11 @@ func TestConfigValidate(t *testing.T) {
 		{"response mode", func(c *Config) { c.ExtProc.ResponseBodyMode = "x" }, "proxy.ext_proc.response_body_mode"},
 		{"lora self", func(c *Config) { c.LoRAAdapters = map[string]string{"a": "a"} }, "proxy.lora_adapters"},
 		{"decisions every", func(c *Config) { c.Admin.DecisionsEvery = 0 }, "proxy.admin.decisions_every"},
+		{"body memory", func(c *Config) { c.BodyMemoryBytes = c.MaxBodyBytes - 1 }, "proxy.body_memory_bytes"},
+		{"body timeout", func(c *Config) { c.BodyReadTimeout = 0 }, "proxy.body_read_timeout"},
+		{"message size", func(c *Config) { c.ExtProc.MaxMessageBytes = c.MaxBodyBytes }, "proxy.ext_proc.max_message_bytes"},
+		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "proxy.idle_timeout"},
+		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "proxy.http.max_connections"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "proxy.http.connect_timeout"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -31,6 +32,19 @@ type Config struct {
 	// MaxBodyBytes bounds a request body on both paths; larger bodies get
 	// 413. Default 16 MiB.
 	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// BodyMemoryBytes is the memory all request bodies being read or held
+	// may take together, per server (HTTP proxy and ext_proc each). A
+	// body is charged as its bytes arrive, not by its declared length; a
+	// request that would go over is answered 503 body_memory_exhausted
+	// with Retry-After. At least max_body_bytes. Default 256 MiB.
+	BodyMemoryBytes int64 `mapstructure:"body_memory_bytes"`
+	// BodyReadTimeout bounds reading a whole request body on the HTTP
+	// proxy, from the end of the headers; a slower body gets 408
+	// body_timeout. Default 30s.
+	BodyReadTimeout time.Duration `mapstructure:"body_read_timeout"`
+	// IdleTimeout is how long the HTTP proxy and the admin server keep an
+	// idle keep-alive connection open. Default 30s.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// DrainTimeout is how long in-flight requests (SSE streams included)
 	// may run after shutdown begins before they are cut. Default 30s.
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
@@ -50,8 +64,10 @@ type HTTPConfig struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string `mapstructure:"addr"`
 	// Retries is how many times a request that failed before any byte
-	// reached the client (connect error, 502, 503) is retried on the next
-	// fallback endpoint. Default 2; 0 disables retries.
+	// reached the client (any failure before the endpoint's response
+	// headers — refused, reset, closed, header timeout —, or a 502 or
+	// 503) is retried on the next fallback endpoint. Default 2; 0
+	// disables retries.
 	Retries int `mapstructure:"retries"`
 	// ScoresHeader adds x-trimtab-scores with the per-scorer breakdown of
 	// the chosen endpoint to every response. Default false (it allocates).
@@ -66,8 +82,14 @@ type HTTPConfig struct {
 	// Default 256.
 	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
-	// 0 (default) means unlimited.
+	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
+	// MaxConnections caps open client connections, idle keep-alive ones
+	// included; a connection over the cap is answered 503 and closed at
+	// once. 0 means unlimited. Default 4096: an HTTP/1.1 connection
+	// carries one request at a time, so max_in_flight requests need as
+	// many connections.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 // ExtProcConfig configures the Envoy ext_proc server.
@@ -94,9 +116,27 @@ type ExtProcConfig struct {
 	// header mutation). Default false.
 	ScoresHeader bool `mapstructure:"scores_header"`
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
-	// 0 (default) means unlimited.
+	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
+	// MaxMessageBytes is the largest gRPC message the server receives. A
+	// buffered body over max_body_bytes but within this limit is answered
+	// with an ImmediateResponse 413; a larger message ends the stream with
+	// ResourceExhausted, which Envoy answers 500. Keep Envoy's buffer
+	// limit below it. 0 (default) means 2 × max_body_bytes + 1 MiB.
+	MaxMessageBytes int64 `mapstructure:"max_message_bytes"`
 }
+
+// maxMessageBytes resolves MaxMessageBytes against the body limit.
+func (c ExtProcConfig) maxMessageBytes(maxBody int64) int64 {
+	if c.MaxMessageBytes > 0 {
+		return c.MaxMessageBytes
+	}
+	return 2*maxBody + 1<<20
+}
+
+// DefaultMaxInFlight is the default concurrency limit of each request
+// path: a pool of 16 pods running 256 sequences each.
+const DefaultMaxInFlight = 4096
 
 // AdminConfig configures the admin server.
 type AdminConfig struct {
@@ -122,12 +162,15 @@ func DefaultConfig() Config {
 			Retries:             2,
 			ConnectTimeout:      5 * time.Second,
 			MaxIdleConnsPerHost: 256,
+			MaxInFlight:         DefaultMaxInFlight,
+			MaxConnections:      DefaultMaxInFlight,
 		},
 		ExtProc: ExtProcConfig{
 			Enabled:          true,
 			Addr:             ":9002",
 			RequestBodyMode:  BodyModeFullDuplex,
 			ResponseBodyMode: BodyModeFullDuplex,
+			MaxInFlight:      DefaultMaxInFlight,
 		},
 		Admin: AdminConfig{
 			Enabled:        true,
@@ -135,9 +178,12 @@ func DefaultConfig() Config {
 			Decisions:      256,
 			DecisionsEvery: 16,
 		},
-		MaxBodyBytes: 16 << 20,
-		DrainTimeout: 30 * time.Second,
-		RetryAfter:   time.Second,
+		MaxBodyBytes:    16 << 20,
+		BodyMemoryBytes: 256 << 20,
+		BodyReadTimeout: 30 * time.Second,
+		IdleTimeout:     30 * time.Second,
+		DrainTimeout:    30 * time.Second,
+		RetryAfter:      time.Second,
 	}
 }
 
@@ -149,6 +195,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("max_body_bytes", "%d, must be > 0", c.MaxBodyBytes)
+	}
+	if c.BodyMemoryBytes < c.MaxBodyBytes {
+		bad("body_memory_bytes", "%d, must be ≥ max_body_bytes (%d), or no body of the largest size could be read", c.BodyMemoryBytes, c.MaxBodyBytes)
+	}
+	if c.BodyReadTimeout <= 0 {
+		bad("body_read_timeout", "%v, must be > 0", c.BodyReadTimeout)
+	}
+	if c.IdleTimeout <= 0 {
+		bad("idle_timeout", "%v, must be > 0", c.IdleTimeout)
 	}
 	if c.DrainTimeout < 0 {
 		bad("drain_timeout", "%v, must be ≥ 0", c.DrainTimeout)
@@ -181,6 +236,9 @@ func (c Config) Validate() error {
 	if c.HTTP.MaxInFlight < 0 {
 		bad("http.max_in_flight", "%d, must be ≥ 0", c.HTTP.MaxInFlight)
 	}
+	if c.HTTP.MaxConnections < 0 {
+		bad("http.max_connections", "%d, must be ≥ 0", c.HTTP.MaxConnections)
+	}
 	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
 		bad("ext_proc.addr", "must be set when ext_proc.enabled")
 	}
@@ -193,6 +251,11 @@ func (c Config) Validate() error {
 	case BodyModeFullDuplex, BodyModeBuffered, BodyModeNone:
 	default:
 		bad("ext_proc.response_body_mode", "%q, want %q, %q or %q", c.ExtProc.ResponseBodyMode, BodyModeFullDuplex, BodyModeBuffered, BodyModeNone)
+	}
+	if m := c.ExtProc.MaxMessageBytes; m != 0 && (m <= c.MaxBodyBytes || m > math.MaxInt32) {
+		bad("ext_proc.max_message_bytes", "%d, want 0 (2 × max_body_bytes + 1 MiB) or more than max_body_bytes (%d), at most %d", m, c.MaxBodyBytes, math.MaxInt32)
+	} else if c.ExtProc.maxMessageBytes(c.MaxBodyBytes) > math.MaxInt32 {
+		bad("max_body_bytes", "%d is too large for ext_proc messages (2 × max_body_bytes + 1 MiB must be at most %d)", c.MaxBodyBytes, math.MaxInt32)
 	}
 	if c.ExtProc.MaxInFlight < 0 {
 		bad("ext_proc.max_in_flight", "%d, must be ≥ 0", c.ExtProc.MaxInFlight)

@@ -14,7 +14,7 @@ import (
 // code it is answered with. Both paths (HTTP and ext_proc) render it as
 // {"error":{"message":…,"type":…,"param":null,"code":…}}.
 type Error struct {
-	// Status is the HTTP status (400, 404, 413, 429, 502, 503).
+	// Status is the HTTP status (400, 404, 405, 408, 413, 429, 502, 503).
 	Status int
 	// Type is the OpenAI error type ("invalid_request_error", …).
 	Type string
@@ -32,6 +32,10 @@ func (e *Error) Error() string { return e.Message }
 var (
 	ErrBodyTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 		Code: "body_too_large", Message: "request body exceeds the size limit"}
+	ErrBodyTimeout = &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+		Code: "body_timeout", Message: "the request body did not arrive within the read deadline"}
+	ErrBodyMemory = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
+		Code: "body_memory_exhausted", Message: "request bodies in flight use the whole body memory budget; retry later"}
 	ErrInvalidJSON = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
 		Code: "invalid_json", Message: "request body is not valid JSON"}
 	ErrNotObject = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
@@ -48,12 +52,16 @@ var (
 		Code: "no_endpoints", Message: "no endpoint is available; retry later"}
 	ErrOverloaded = &Error{Status: http.StatusTooManyRequests, Type: "server_error",
 		Code: "overloaded", Message: "too many requests in flight; retry later"}
+	ErrConnections = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
+		Code: "too_many_connections", Message: "too many open connections; retry later"}
 	ErrUpstream = &Error{Status: http.StatusBadGateway, Type: "server_error",
 		Code: "upstream_unreachable", Message: "the chosen endpoint could not be reached"}
 	ErrUpstreamBroken = &Error{Status: http.StatusBadGateway, Type: "server_error",
 		Code: "upstream_broken", Message: "the endpoint failed while streaming the response"}
 	ErrNotFound = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
 		Code: "not_found", Message: "unknown path"}
+	ErrBadPath = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Code: "invalid_path", Message: "the path must not contain dot segments (. or ..), plain or percent-encoded"}
 	ErrMethod = &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 		Code: "method_not_allowed", Message: "method not allowed on this path"}
 )

@@ -71,6 +71,7 @@ type ExtProc struct {
 	m        *pathMetrics
 	health   *health.Server
 	inflight atomic.Int64
+	budget   bodyBudget
 	mu       sync.Mutex
 	ln       net.Listener
 }
@@ -85,7 +86,7 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		return nil, errors.New("proxy: NewExtProc needs Deps.Scheduler")
 	}
 	deps.defaults()
-	return &ExtProc{
+	e := &ExtProc{
 		cfg:    cfg,
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
@@ -93,7 +94,9 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		m:      newPathMetrics("extproc", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		health: health.NewServer(),
 		ln:     deps.Listener,
-	}, nil
+	}
+	e.budget.limit = cfg.BodyMemoryBytes
+	return e, nil
 }
 
 // Listen binds the listen address (or adopts Deps.Listener) and returns
@@ -151,7 +154,10 @@ func (e *ExtProc) Run(ctx context.Context) error {
 func (e *ExtProc) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.WaitForHandlers(true),
-		grpc.MaxRecvMsgSize(int(e.cfg.MaxBodyBytes) + 1<<20),
+		// Bodies over max_body_bytes must reach the handler to be answered
+		// 413: grpc ends the stream with ResourceExhausted (a 500 at the
+		// client) on a message over this limit.
+		grpc.MaxRecvMsgSize(int(e.cfg.ExtProc.maxMessageBytes(e.cfg.MaxBodyBytes))),
 		experimental.BufferPool(grpcBuffers),
 		grpc.ForceServerCodecV2(protoCodec{}),
 		// A 64 KiB read and write buffer per connection (grpc's default is
@@ -239,6 +245,7 @@ type exchange struct {
 	addr        string
 	scores      string
 	admitted    bool
+	reserved    int64 // body bytes charged to the server's budget
 	status      int
 	ttfb        time.Duration
 	gotFirst    bool
@@ -257,6 +264,8 @@ func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServ
 }
 
 func (x *exchange) release() {
+	x.freeSlot() // a stream that never got a decision still held its slot
+	x.e.budget.free(x.reserved)
 	putState(x.st)
 	clear(x.subset)
 	x.subset = x.subset[:0]
@@ -372,6 +381,12 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	if int64(len(x.st.body)+len(b.GetBody())) > x.e.cfg.MaxBodyBytes {
 		return x.immediate(ErrBodyTooLarge)
 	}
+	if n := int64(len(b.GetBody())); n > 0 {
+		if !x.e.budget.reserve(n) {
+			return x.immediate(ErrBodyMemory)
+		}
+		x.reserved += n
+	}
 	if len(x.st.body) == 0 && b.GetEndOfStream() {
 		// The whole body in one message (BUFFERED, or a small body): use
 		// the message's bytes in place rather than copying them. Nothing
@@ -425,6 +440,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	}
 	d, err := e.sched.Pick(x.srv.Context(), req)
 	if err != nil {
+		x.freeSlot() // no decision will call done: free the slot now
 		return x.immediate(asError(err))
 	}
 	x.d = d
@@ -610,12 +626,18 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	lat := e.deps.Clock.Since(x.picked)
 	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
 	e.m.count(x.addr, x.status)
-	if x.admitted { // free the slot first: once Done is observed, it is free
-		e.inflight.Add(-1)
-		x.admitted = false
-	}
+	x.freeSlot() // first: once Done is observed, the slot is free
 	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
 	x.d = nil
+}
+
+// freeSlot gives back the max_in_flight slot the exchange was admitted
+// with, once; every path out of an admitted exchange calls it.
+func (x *exchange) freeSlot() {
+	if x.admitted {
+		x.e.inflight.Add(-1)
+		x.admitted = false
+	}
 }
 
 // immediate answers the request with an error and ends the stream.

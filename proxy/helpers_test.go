@@ -39,6 +39,7 @@ type upstream struct {
 	mu        sync.Mutex
 	bodies    [][]byte
 	headers   []http.Header
+	paths     []string // request URIs as received
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -58,6 +59,15 @@ func (u *upstream) lastBody() []byte {
 	return u.bodies[len(u.bodies)-1]
 }
 
+func (u *upstream) lastPath() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.paths) == 0 {
+		return ""
+	}
+	return u.paths[len(u.paths)-1]
+}
+
 func (u *upstream) lastHeader() http.Header {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -73,6 +83,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.bodies = append(u.bodies, body)
 	u.headers = append(u.headers, r.Header.Clone())
+	u.paths = append(u.paths, r.RequestURI)
 	u.mu.Unlock()
 	if u.status != 0 {
 		w.Header().Set("Content-Type", "application/json")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -39,6 +40,7 @@ type HTTP struct {
 	m         *pathMetrics
 	transport *http.Transport
 	inflight  atomic.Int64
+	budget    bodyBudget
 	rr        atomic.Uint64
 	srv       httpServer
 }
@@ -68,8 +70,10 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			WriteBufferSize:       64 << 10,
 			ReadBufferSize:        64 << 10,
 		},
-		srv: httpServer{name: "http", drain: cfg.DrainTimeout, ln: deps.Listener, addr: cfg.HTTP.Addr},
+		srv: httpServer{name: "http", drain: cfg.DrainTimeout, idle: cfg.IdleTimeout, maxConns: cfg.HTTP.MaxConnections,
+			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
+	h.budget.limit = cfg.BodyMemoryBytes
 	return h, nil
 }
 
@@ -87,25 +91,85 @@ func (h *HTTP) Run(ctx context.Context) error {
 
 // ServeHTTP routes /v1/completions and /v1/chat/completions through the
 // scheduler, answers /v1/models, and passes other /v1/* paths through.
+//
+// Paths with dot segments ("." or "..", plain or percent-encoded) get 400;
+// doubled slashes are collapsed before routing and forwarding. Pass-through
+// accepts the methods the OpenAI API uses (GET, POST, DELETE); others get
+// 405.
 func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !normalisePath(r.URL) {
+		h.reject(w, ErrBadPath)
+		return
+	}
 	switch p := r.URL.Path; {
 	case p == "/v1/completions" || p == "/v1/chat/completions":
 		if r.Method != http.MethodPost {
-			h.reject(w, ErrMethod)
+			h.rejectMethod(w, http.MethodPost)
 			return
 		}
 		h.scheduled(w, r)
 	case p == "/v1/models":
 		if r.Method != http.MethodGet {
-			h.reject(w, ErrMethod)
+			h.rejectMethod(w, http.MethodGet)
 			return
 		}
 		h.models(w)
 	case strings.HasPrefix(p, "/v1/"):
+		switch r.Method {
+		case http.MethodGet, http.MethodPost, http.MethodDelete:
+		default:
+			h.rejectMethod(w, passThroughMethods)
+			return
+		}
 		h.passthrough(w, r)
 	default:
 		h.reject(w, ErrNotFound)
 	}
+}
+
+// passThroughMethods are the methods of the OpenAI API, the only ones
+// passed through.
+const passThroughMethods = "GET, POST, DELETE"
+
+func (h *HTTP) rejectMethod(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	h.reject(w, ErrMethod)
+}
+
+// normalisePath collapses doubled slashes in u's path (decoded and
+// escaped alike) and reports false when the decoded path has a dot
+// segment: "." or "..", however it was encoded, split at "/" or "\\".
+func normalisePath(u *url.URL) bool {
+	p := u.Path
+	for start := 0; start <= len(p); {
+		end := start
+		for end < len(p) && p[end] != '/' && p[end] != '\\' {
+			end++
+		}
+		if seg := p[start:end]; seg == "." || seg == ".." {
+			return false
+		}
+		start = end + 1
+	}
+	if strings.Contains(u.Path, "//") {
+		u.Path = collapseSlashes(u.Path)
+		if u.RawPath != "" {
+			u.RawPath = collapseSlashes(u.RawPath)
+		}
+	}
+	return true
+}
+
+func collapseSlashes(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && i > 0 && p[i-1] == '/' {
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }
 
 func (h *HTTP) reject(w http.ResponseWriter, e *Error) {
@@ -132,33 +196,6 @@ func putState(st *reqState) {
 	}
 	st.p.Request = scheduler.Request{}
 	statePool.Put(st)
-}
-
-// readBody reads at most max bytes of r into buf; more is ErrBodyTooLarge.
-func readBody(r io.Reader, contentLength, max int64, buf []byte) ([]byte, error) {
-	if contentLength > max {
-		return buf[:0], ErrBodyTooLarge
-	}
-	buf = buf[:0]
-	if contentLength > 0 && int64(cap(buf)) < contentLength+1 {
-		buf = make([]byte, 0, contentLength+1)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > max {
-			return buf, ErrBodyTooLarge
-		}
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }
 
 func (h *HTTP) admit() bool {
@@ -188,15 +225,11 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	defer h.release()
 	st := statePool.Get().(*reqState)
 	defer putState(st)
-	var err error
-	st.body, err = readBody(r.Body, r.ContentLength, h.cfg.MaxBodyBytes, st.body)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			h.reject(w, e)
-		} else {
-			h.reject(w, ErrInvalidJSON) // the client broke off mid-body
-		}
+	body, reserved, rerr := h.readRequestBody(w, r, st.body)
+	st.body = body
+	defer h.budget.free(reserved)
+	if rerr != nil {
+		h.reject(w, rerr)
 		return
 	}
 	if err := h.parser.Parse(st.body, r.Header.Get(HeaderSessionID), &st.p); err != nil {
@@ -257,17 +290,13 @@ func (h *HTTP) outbound(ctx context.Context, r *http.Request, addr string, body 
 	return out, nil
 }
 
-func isConnectError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 func retryableStatus(code int) bool {
 	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable
 }
 
-// forward sends the request to d.Endpoint (moving to fallbacks on a
-// connect error or 502/503 while nothing reached the client yet) and
+// forward sends the request to d.Endpoint (moving to fallbacks on any
+// failure before the response headers, or a 502/503, while nothing
+// reached the client yet) and
 // streams the answer back. It finishes d exactly once.
 func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Decision, body []byte) {
 	clk := h.deps.Clock
@@ -280,6 +309,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 		if err != nil {
 			h.m.count(addr, http.StatusBadGateway)
 			d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Latency: clk.Since(start)})
+			w.Header().Set(HeaderEndpoint, addr)
 			writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			return
 		}
@@ -294,10 +324,13 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			d.Advance()
 			continue
 		case err == nil: // a 502/503 with no fallback left: pass it on
-		case isConnectError(err) && ctx.Err() == nil && attempt < h.cfg.HTTP.Retries && d.Advance():
+		case ctx.Err() == nil && attempt < h.cfg.HTTP.Retries && d.Advance():
+			// Any failure before the first response byte (refused, reset
+			// or closed before the headers, header timeout): nothing has
+			// reached the client, so a fallback may still answer.
 			h.m.count(addr, 0)
 			h.m.retries.Inc()
-			h.deps.Logger.Debug("endpoint unreachable, retrying on fallback", "endpoint", addr, "err", err)
+			h.deps.Logger.Debug("endpoint failed before answering, retrying on fallback", "endpoint", addr, "err", err)
 			continue
 		default:
 			kind := scheduler.OutcomeError
@@ -308,6 +341,8 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			h.recordIfSampled(d)
 			d.Done(scheduler.Outcome{Kind: kind, Latency: clk.Since(start)})
 			if kind == scheduler.OutcomeError {
+				h.deps.Logger.Warn("endpoint failed before answering", "endpoint", addr, "attempts", attempt+1, "err", err)
+				w.Header().Set(HeaderEndpoint, addr)
 				writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
@@ -486,7 +521,8 @@ func (h *HTTP) models(w http.ResponseWriter) {
 }
 
 // passthrough forwards any other /v1/* request to a fresh endpoint (round
-// robin), retrying the next one on a connect error. The scheduler is not
+// robin), retrying the next one on any failure before the response
+// headers. The scheduler is not
 // involved: these are cheap metadata calls (tokenize, version, …).
 func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 	eps := h.sched.Pool().Pointers()
@@ -503,13 +539,10 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, ErrNoEndpoints)
 		return
 	}
-	body, err := readBody(r.Body, r.ContentLength, h.cfg.MaxBodyBytes, nil)
-	if err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			e = ErrInvalidJSON
-		}
-		h.reject(w, e)
+	body, reserved, rerr := h.readRequestBody(w, r, nil)
+	defer h.budget.free(reserved)
+	if rerr != nil {
+		h.reject(w, rerr)
 		return
 	}
 	clk := h.deps.Clock
@@ -519,17 +552,21 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		addr := fresh[(first+attempt)%len(fresh)].Address
 		out, err := h.outbound(r.Context(), r, addr, body)
 		if err != nil {
+			w.Header().Set(HeaderEndpoint, addr)
 			h.reject(w, ErrUpstream)
 			return
 		}
 		resp, err := h.transport.RoundTrip(out)
 		if err != nil {
 			h.m.count(addr, 0)
-			if isConnectError(err) && attempt < h.cfg.HTTP.Retries && attempt+1 < len(fresh) && r.Context().Err() == nil {
+			// As on the scheduled path: any failure before the first
+			// response byte moves on to the next endpoint.
+			if attempt < h.cfg.HTTP.Retries && attempt+1 < len(fresh) && r.Context().Err() == nil {
 				h.m.retries.Inc()
 				continue
 			}
 			if r.Context().Err() == nil {
+				w.Header().Set(HeaderEndpoint, addr)
 				writeError(w, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
