@@ -76,13 +76,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // readyz is 200 when at least one endpoint has fresh metrics, else 503.
 func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
-	var fresh, total int
-	for _, e := range a.deps.View.Pool().Endpoints {
-		total++
-		if e.State == scheduler.StateFresh {
-			fresh++
-		}
-	}
+	fresh, total := freshEndpoints(a.deps.View.Pool())
 	code := http.StatusOK
 	if fresh == 0 {
 		code = http.StatusServiceUnavailable
