@@ -246,6 +246,9 @@ func (s *service) reload(f *configs.File) error {
 	if section := restartSection(s.running, f); section != "" {
 		return fmt.Errorf("%s changed: restart trimtab to apply it; the running profile is kept", section)
 	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%w; the running profile is kept", err)
+	}
 	if _, err := serverConfig(f); err != nil {
 		return err
 	}
