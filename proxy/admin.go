@@ -86,26 +86,40 @@ func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // WeightsView is the JSON shape of /debug/weights.
 type WeightsView struct {
-	Version uint64       `json:"version"`
-	Mode    string       `json:"mode"`
-	Reason  string       `json:"reason"`
-	Signal  float64      `json:"signal"`
-	At      time.Time    `json:"at"`
-	Scorers []ScorerView `json:"scorers"`
+	// Version, Mode, Reason and At are those of the weights in force.
+	Version uint64    `json:"version"`
+	Mode    string    `json:"mode"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+	// Signal is the detector's latest signal, measured at SignalAt (with
+	// Deps.Control; otherwise WeightsSignal and no SignalAt).
+	Signal   float64   `json:"signal"`
+	SignalAt time.Time `json:"signal_at,omitzero"`
+	// WeightsSignal is the signal the weights in force were made from.
+	WeightsSignal float64      `json:"weights_signal"`
+	Scorers       []ScorerView `json:"scorers"`
 }
 
 // ScorerView is one scorer in WeightsView.
 type ScorerView struct {
-	Name       string  `json:"name"`
-	Type       string  `json:"type"`
-	Category   string  `json:"category"`
-	Weight     float64 `json:"weight"`
+	Name     string  `json:"name"`
+	Type     string  `json:"type"`
+	Category string  `json:"category"`
+	Weight   float64 `json:"weight"`
+	// BaseWeight is the profile's weight in force (after reloads).
 	BaseWeight float64 `json:"base_weight"`
 }
 
 func (a *Admin) weights(w http.ResponseWriter, _ *http.Request) {
 	wt := a.deps.View.Weights()
-	v := WeightsView{Version: wt.Version, Mode: wt.Mode, Reason: wt.Reason, Signal: wt.Signal, At: wt.At}
+	v := WeightsView{Version: wt.Version, Mode: wt.Mode, Reason: wt.Reason, At: wt.At, Signal: wt.Signal, WeightsSignal: wt.Signal}
+	var base []float64
+	if c := a.deps.Control; c != nil {
+		if sig, at, ok := c.Signal(); ok {
+			v.Signal, v.SignalAt = sig, at
+		}
+		base = c.BaseWeights()
+	}
 	for i, s := range a.deps.View.Scorers() {
 		sv := ScorerView{Name: s.Name, Type: s.Type, BaseWeight: s.Weight}
 		if s.Scorer != nil {
@@ -113,6 +127,9 @@ func (a *Admin) weights(w http.ResponseWriter, _ *http.Request) {
 		}
 		if i < len(wt.Values) {
 			sv.Weight = wt.Values[i]
+		}
+		if i < len(base) {
+			sv.BaseWeight = base[i]
 		}
 		v.Scorers = append(v.Scorers, sv)
 	}

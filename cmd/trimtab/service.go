@@ -8,6 +8,7 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -136,7 +137,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
-			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Listener: l}
+			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Control: controlView{s}, Listener: l}
 	}
 	if srv.HTTP.Enabled {
 		if s.http, err = proxy.NewHTTP(srv, pdeps(opt.HTTP)); err != nil {
@@ -261,6 +262,28 @@ func (s *service) reload(f *configs.File) error {
 	}
 	s.running = f
 	return nil
+}
+
+// controlView shows the control loop on /debug/weights: the latest tick's
+// signal and the base weights of the profile in force.
+type controlView struct{ s *service }
+
+func (c controlView) Signal() (float64, time.Time, bool) {
+	t := c.s.loop.Last()
+	if t == nil {
+		return 0, time.Time{}, false
+	}
+	return t.Signal.Value, t.At, true
+}
+
+func (c controlView) BaseWeights() []float64 {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	base := make([]float64, len(c.s.running.Scorers))
+	for i, sc := range c.s.running.Scorers {
+		base[i] = *sc.Weight
+	}
+	return base
 }
 
 // restartSection names the first section that differs between two
