@@ -141,3 +141,64 @@ func TestDebugWeightsShowsLiveSignalAndReloadedBase(t *testing.T) {
 		t.Errorf("after reload: %+v, want queue base_weight 2", got)
 	}
 }
+
+// TestServeAdminTokenFile: server.admin.token_file is read at start (white
+// space trimmed) and then guards /debug/* and /ui; /metrics stays open. A
+// missing or empty file is an error naming the key.
+func TestServeAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	const token = "9f2c1e7a5b3d4c6e8a0b"
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, adminURL := adminService(t, fmt.Sprintf("server:\n  admin:\n    token_file: %s\n", tokenFile))
+	s.loop.Tick(time.Unix(1_700_000_000, 0), loadedPool(0, 0, 0))
+	get := func(path, auth string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, adminURL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tt := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/metrics", "", 200},
+		{"/healthz", "", 200},
+		{"/debug/weights", "", 401},
+		{"/debug/history", "", 401},
+		{"/ui", "", 401},
+		{"/debug/weights", "Bearer " + token, 200},
+		{"/debug/history", "Bearer " + token, 200},
+		{"/ui", "Bearer " + token, 200},
+	} {
+		if got := get(tt.path, tt.auth); got != tt.want {
+			t.Errorf("GET %s with %q: %d, want %d", tt.path, tt.auth, got, tt.want)
+		}
+	}
+
+	for _, tt := range []struct{ name, content, want string }{
+		{"missing", "", "server.admin.token_file"},
+		{"empty", " \n", "server.admin.token_file: " + filepath.Join(dir, "empty") + " is empty"},
+	} {
+		path := filepath.Join(dir, tt.name)
+		if tt.content != "" {
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := configs.Default()
+		f.Server = map[string]any{"admin": map[string]any{"token_file": path}}
+		if _, err := serverConfig(f); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s token file: %v, want an error containing %q", tt.name, err, tt.want)
+		}
+	}
+}

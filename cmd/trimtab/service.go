@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +63,8 @@ type serviceOptions struct {
 }
 
 // serverConfig decodes the profile's raw server: section into the proxy's
-// config, over its defaults.
+// config, over its defaults, and reads server.admin.token_file into
+// Admin.Token.
 func serverConfig(f *configs.File) (proxy.Config, error) {
 	cfg := proxy.DefaultConfig()
 	if err := configs.Decode(f.Server, &cfg); err != nil {
@@ -69,6 +72,20 @@ func serverConfig(f *configs.File) (proxy.Config, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("server: %w", err)
+	}
+	if path := cfg.Admin.TokenFile; path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("server.admin.token_file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return cfg, fmt.Errorf("server.admin.token_file: %s is empty", path)
+		}
+		cfg.Admin.Token, cfg.Admin.TokenFile = tok, ""
+		if err := cfg.Validate(); err != nil {
+			return cfg, fmt.Errorf("server (token from %s): %w", path, err)
+		}
 	}
 	return cfg, nil
 }
