@@ -68,11 +68,17 @@ type ScorerConfig struct {
 	Type string `mapstructure:"type"`
 	// Name identifies the scorer in weights and metrics; defaults to Type.
 	Name string `mapstructure:"name"`
-	// Weight is the static weight, a finite number ≥ 0. Required.
+	// Weight is the static weight, in [0, MaxWeight]. Required.
 	Weight *float64 `mapstructure:"weight"`
 	// Params are the scorer's own settings, decoded into its Config.
 	Params map[string]any `mapstructure:"params"`
 }
+
+// MaxWeight bounds a scorer's weight. Weights are relative (only their
+// ratios matter), and the bound keeps everything derived from them finite:
+// their sum, the adaptive weights sum·D·w/category-sum, and the weighted
+// score sum of a pick (scores are in [0,1]).
+const MaxWeight = 1e6
 
 // Default returns a File with every component's defaults and no scorers.
 func Default() *File {
@@ -250,6 +256,9 @@ func (f *File) buildScorers(reg map[string]scorers.Factory, deps scorers.Deps) (
 		w := *sc.Weight
 		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
 			return nil, fmt.Errorf("%s (%s).weight: must be a finite number ≥ 0, got %v", field, name, w)
+		}
+		if w > MaxWeight {
+			return nil, fmt.Errorf("%s (%s).weight: %g is above the maximum %g; weights are relative, so scale them all down", field, name, w, MaxWeight)
 		}
 		sum += w
 		params := sc.Params

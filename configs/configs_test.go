@@ -52,6 +52,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"missing weight", "scorers:\n  - type: queue\n", "scorers[0] (queue).weight: required"},
 		{"negative weight", "scorers:\n  - type: queue\n    weight: -1\n", "scorers[0] (queue).weight: must be a finite number ≥ 0, got -1"},
 		{"NaN weight", "scorers:\n  - type: queue\n    weight: .nan\n", "scorers[0] (queue).weight: must be a finite number ≥ 0, got NaN"},
+		// 1e308 is finite, but the sum of the weights, and the adaptive
+		// weights total·D·w/sum, overflow to +Inf.
+		{"huge weight", "scorers:\n  - type: queue\n    weight: 1e308\n", "scorers[0] (queue).weight: 1e+308 is above the maximum 1e+06"},
+		// Each 1e200 would pass a finiteness check: 1e200 + 1e200 is
+		// finite too, but total·w = 2e400 is not.
+		{"weights whose products overflow", "scorers:\n  - type: queue\n    weight: 1\n  - type: kvcache\n    weight: 1e200\n", "scorers[1] (kvcache).weight: 1e+200 is above the maximum 1e+06"},
 		{"all zero", "scorers:\n  - type: queue\n    weight: 0\n  - type: kvcache\n    weight: 0\n", "all weights are zero"},
 		{"duplicate name", "scorers:\n  - type: queue\n    weight: 1\n  - type: queue\n    weight: 2\n", `scorers[1].name: "queue" is already used by scorers[0]`},
 		{"no scorers", "picker:\n  type: max-score\n", "at least one scorer"},
@@ -72,6 +78,15 @@ func TestParseErrorsNameTheField(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestMaxWeightAccepted checks the bound is inclusive: the maximum, 1e6,
+// on every scorer, validates.
+func TestMaxWeightAccepted(t *testing.T) {
+	yaml := "scorers:\n  - type: prefix\n    weight: 1e6\n  - type: queue\n    weight: 1000000\n"
+	if _, err := Parse([]byte(yaml)); err != nil {
+		t.Fatalf("weights at MaxWeight refused: %v", err)
 	}
 }
 

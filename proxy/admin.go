@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,12 +19,16 @@ import (
 
 // Admin is the admin HTTP server: /metrics, /healthz, /readyz and the JSON
 // debug views /debug/weights, /debug/endpoints, /debug/decisions. More
-// handlers (a UI) can be added with Handle before Run.
+// handlers (a UI) can be added with Handle before Run. With
+// Config.Admin.Token set, everything but /metrics, /healthz and /readyz
+// needs the token.
 type Admin struct {
 	cfg  Config
 	deps Deps
 	mux  *http.ServeMux
 	srv  httpServer
+	// token is the SHA-256 of Config.Admin.Token; nil when none is set.
+	token *[sha256.Size]byte
 }
 
 // NewAdmin builds the admin server. deps.View is required; deps.Gatherer
@@ -40,20 +47,69 @@ func NewAdmin(cfg Config, deps Deps) (*Admin, error) {
 	}
 	a := &Admin{cfg: cfg, deps: deps, mux: http.NewServeMux(),
 		srv: httpServer{name: "admin", drain: min(cfg.DrainTimeout, 5*time.Second), idle: cfg.IdleTimeout, ln: deps.Listener, addr: cfg.Admin.Addr}}
+	if cfg.Admin.Token != "" {
+		sum := sha256.Sum256([]byte(cfg.Admin.Token))
+		a.token = &sum
+	}
+	// Open to probes and scrapers, with or without a token.
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	a.mux.HandleFunc("GET /readyz", a.readyz)
-	a.mux.HandleFunc("GET /debug/weights", a.weights)
-	a.mux.HandleFunc("GET /debug/endpoints", a.endpoints)
-	a.mux.HandleFunc("GET /debug/decisions", a.decisions)
+	// Behind the token, when one is set.
+	a.Handle("GET /debug/weights", http.HandlerFunc(a.weights))
+	a.Handle("GET /debug/endpoints", http.HandlerFunc(a.endpoints))
+	a.Handle("GET /debug/decisions", http.HandlerFunc(a.decisions))
 	return a, nil
 }
 
-// Handle adds a handler to the admin mux (http.ServeMux patterns). Call it
-// before Run.
-func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+// Handle adds a handler to the admin mux (http.ServeMux patterns). With
+// Config.Admin.Token set it requires the token. Call it before Run.
+func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, a.authorize(h)) }
+
+// authorize wraps h with the token check: 401 with Bearer and Basic
+// challenges unless the request carries the token (constant-time
+// comparison of SHA-256 digests, so neither content nor length leaks).
+func (a *Admin) authorize(h http.Handler) http.Handler {
+	if a.token == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := credential(r)
+		if ok {
+			sum := sha256.Sum256([]byte(got))
+			ok = subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1
+		}
+		if !ok {
+			challenge := `Bearer realm="trimtab admin"`
+			if r.Header.Get("Authorization") != "" {
+				challenge += `, error="invalid_token"`
+			}
+			w.Header().Add("WWW-Authenticate", challenge)
+			w.Header().Add("WWW-Authenticate", `Basic realm="trimtab admin", charset="UTF-8"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{
+				"message": "this admin path needs the server.admin token (Authorization: Bearer <token>)",
+				"type":    "authentication_error",
+			}})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// credential returns the token a request presents: a Bearer token, or the
+// password of Basic authentication.
+func credential(r *http.Request) (string, bool) {
+	if _, pass, ok := r.BasicAuth(); ok {
+		return pass, true
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", false
+	}
+	return tok, true
+}
 
 // ServeHTTP serves the admin mux.
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
@@ -76,13 +132,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // readyz is 200 when at least one endpoint has fresh metrics, else 503.
 func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
-	var fresh, total int
-	for _, e := range a.deps.View.Pool().Endpoints {
-		total++
-		if e.State == scheduler.StateFresh {
-			fresh++
-		}
-	}
+	fresh, total := freshEndpoints(a.deps.View.Pool())
 	code := http.StatusOK
 	if fresh == 0 {
 		code = http.StatusServiceUnavailable
@@ -92,26 +142,40 @@ func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // WeightsView is the JSON shape of /debug/weights.
 type WeightsView struct {
-	Version uint64       `json:"version"`
-	Mode    string       `json:"mode"`
-	Reason  string       `json:"reason"`
-	Signal  float64      `json:"signal"`
-	At      time.Time    `json:"at"`
-	Scorers []ScorerView `json:"scorers"`
+	// Version, Mode, Reason and At are those of the weights in force.
+	Version uint64    `json:"version"`
+	Mode    string    `json:"mode"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+	// Signal is the detector's latest signal, measured at SignalAt (with
+	// Deps.Control; otherwise WeightsSignal and no SignalAt).
+	Signal   float64   `json:"signal"`
+	SignalAt time.Time `json:"signal_at,omitzero"`
+	// WeightsSignal is the signal the weights in force were made from.
+	WeightsSignal float64      `json:"weights_signal"`
+	Scorers       []ScorerView `json:"scorers"`
 }
 
 // ScorerView is one scorer in WeightsView.
 type ScorerView struct {
-	Name       string  `json:"name"`
-	Type       string  `json:"type"`
-	Category   string  `json:"category"`
-	Weight     float64 `json:"weight"`
+	Name     string  `json:"name"`
+	Type     string  `json:"type"`
+	Category string  `json:"category"`
+	Weight   float64 `json:"weight"`
+	// BaseWeight is the profile's weight in force (after reloads).
 	BaseWeight float64 `json:"base_weight"`
 }
 
 func (a *Admin) weights(w http.ResponseWriter, _ *http.Request) {
 	wt := a.deps.View.Weights()
-	v := WeightsView{Version: wt.Version, Mode: wt.Mode, Reason: wt.Reason, Signal: wt.Signal, At: wt.At}
+	v := WeightsView{Version: wt.Version, Mode: wt.Mode, Reason: wt.Reason, At: wt.At, Signal: wt.Signal, WeightsSignal: wt.Signal}
+	var base []float64
+	if c := a.deps.Control; c != nil {
+		if sig, at, ok := c.Signal(); ok {
+			v.Signal, v.SignalAt = sig, at
+		}
+		base = c.BaseWeights()
+	}
 	for i, s := range a.deps.View.Scorers() {
 		sv := ScorerView{Name: s.Name, Type: s.Type, BaseWeight: s.Weight}
 		if s.Scorer != nil {
@@ -119,6 +183,9 @@ func (a *Admin) weights(w http.ResponseWriter, _ *http.Request) {
 		}
 		if i < len(wt.Values) {
 			sv.Weight = wt.Values[i]
+		}
+		if i < len(base) {
+			sv.BaseWeight = base[i]
 		}
 		v.Scorers = append(v.Scorers, sv)
 	}

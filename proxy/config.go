@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Body send modes of the Envoy ext_proc filter that the server supports.
@@ -142,8 +144,22 @@ const DefaultMaxInFlight = 4096
 type AdminConfig struct {
 	// Enabled says whether cmd runs the server. Default true.
 	Enabled bool `mapstructure:"enabled"`
-	// Addr is the listen address. Default ":9090".
+	// Addr is the listen address. Default "127.0.0.1:9090": loopback only,
+	// since the debug views show the pool and recent decisions. Set it to
+	// ":9090" where Prometheus or kubelet probes reach it over the network
+	// (the Kubernetes manifests do), and set Token there.
 	Addr string `mapstructure:"addr"`
+	// Token, when set, is required for every admin path except /metrics,
+	// /healthz and /readyz (so /debug/* and /ui): as
+	// "Authorization: Bearer <token>", or as the password of HTTP Basic
+	// authentication with any user name, which is how a browser opening
+	// /ui sends it. At least 16 bytes, no spaces. Default "" (open).
+	Token string `mapstructure:"token"`
+	// TokenFile names a file holding Token (surrounding white space is
+	// trimmed), e.g. a mounted Kubernetes Secret; cmd reads it at start.
+	// Set Token or TokenFile, not both. Changing either, or the file's
+	// content, needs a restart.
+	TokenFile string `mapstructure:"token_file"`
 	// Decisions is how many recent decisions /debug/decisions keeps.
 	// Default 256; 0 keeps none.
 	Decisions int `mapstructure:"decisions"`
@@ -152,6 +168,9 @@ type AdminConfig struct {
 	// off the hot path.
 	DecisionsEvery int `mapstructure:"decisions_every"`
 }
+
+// MinAdminToken is the shortest AdminConfig.Token accepted, in bytes.
+const MinAdminToken = 16
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
@@ -174,7 +193,7 @@ func DefaultConfig() Config {
 		},
 		Admin: AdminConfig{
 			Enabled:        true,
-			Addr:           ":9090",
+			Addr:           "127.0.0.1:9090",
 			Decisions:      256,
 			DecisionsEvery: 16,
 		},
@@ -262,6 +281,17 @@ func (c Config) Validate() error {
 	}
 	if c.Admin.Enabled && c.Admin.Addr == "" {
 		bad("admin.addr", "must be set when admin.enabled")
+	}
+	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
+		bad("admin.token_file", "set token or token_file, not both")
+	}
+	if t := c.Admin.Token; t != "" {
+		if len(t) < MinAdminToken {
+			bad("admin.token", "%d bytes, want at least %d", len(t), MinAdminToken)
+		}
+		if strings.ContainsFunc(t, unicode.IsSpace) {
+			bad("admin.token", "must not contain spaces")
+		}
 	}
 	if c.Admin.Decisions < 0 || c.Admin.Decisions > 1<<16 {
 		bad("admin.decisions", "%d, want 0…65536", c.Admin.Decisions)

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -69,7 +68,7 @@ type ExtProc struct {
 	parser   *Parser
 	deps     Deps
 	m        *pathMetrics
-	health   *health.Server
+	health   *healthServer
 	inflight atomic.Int64
 	budget   bodyBudget
 	mu       sync.Mutex
@@ -92,7 +91,7 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		parser: NewParser(cfg.LoRAAdapters),
 		deps:   deps,
 		m:      newPathMetrics("extproc", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
-		health: health.NewServer(),
+		health: newHealthServer(deps.Scheduler.Pool, extprocv3.ExternalProcessor_ServiceDesc.ServiceName),
 		ln:     deps.Listener,
 	}
 	e.budget.limit = cfg.BodyMemoryBytes
@@ -112,7 +111,9 @@ func (e *ExtProc) Listen() (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
-// Run serves ExternalProcessor and grpc.health.v1 until ctx is cancelled,
+// Run serves ExternalProcessor and grpc.health.v1 (services "", the
+// ExternalProcessor service and HealthLiveness: SERVING; HealthReadiness:
+// SERVING while an endpoint has fresh metrics) until ctx is cancelled,
 // then reports NOT_SERVING, stops accepting streams, lets open ones finish
 // for up to Config.DrainTimeout, cancels the rest and returns once every
 // stream handler has returned.
@@ -123,8 +124,10 @@ func (e *ExtProc) Run(ctx context.Context) error {
 	gs := grpc.NewServer(e.serverOptions()...)
 	extprocv3.RegisterExternalProcessorServer(gs, e)
 	healthpb.RegisterHealthServer(gs, e.health)
-	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	e.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hctx, hstop := context.WithCancel(ctx)
+	hdone := make(chan struct{})
+	go func() { e.health.run(hctx); close(hdone) }()
+	defer func() { hstop(); <-hdone }()
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(e.ln) }()
 	select {

@@ -452,6 +452,60 @@ func TestExtProcHealth(t *testing.T) {
 	}
 }
 
+// TestExtProcHealthProtocolServices checks the grpc.health.v1 services the
+// endpoint-picker protocol names: "liveness" is SERVING while the server
+// runs; "readiness" follows /readyz (at least one endpoint with fresh
+// metrics) and changes as the pool does.
+func TestExtProcHealthProtocolServices(t *testing.T) {
+	f := newFixture(t, nil, epA, epB)
+	e, err := NewExtProc(DefaultConfig(), f.deps(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := start(t, e)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil {
+			t.Fatalf("health %q: %v", svc, err)
+		}
+		return resp.GetStatus()
+	}
+	const serving, notServing = healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
+	stale := func(addrs ...string) []scheduler.Endpoint {
+		eps := make([]scheduler.Endpoint, len(addrs))
+		for i, a := range addrs {
+			eps[i] = scheduler.Endpoint{Address: a, Models: []string{"m"}, State: scheduler.StateStale}
+		}
+		return eps
+	}
+	steps := []struct {
+		name      string
+		pool      func()
+		readiness healthpb.HealthCheckResponse_ServingStatus
+	}{
+		{"two fresh endpoints", func() {}, serving},
+		{"every endpoint stale", func() { f.sched.SetEndpoints(stale(epA, epB)) }, notServing},
+		{"no endpoints", func() { f.sched.SetEndpoints(nil) }, notServing},
+		{"one fresh again", func() { setPool(f.sched, epC) }, serving},
+	}
+	for _, st := range steps {
+		st.pool()
+		if got := check("readiness"); got != st.readiness {
+			t.Errorf("%s: readiness %v, want %v", st.name, got, st.readiness)
+		}
+		if got := check("liveness"); got != serving {
+			t.Errorf("%s: liveness %v, want SERVING", st.name, got)
+		}
+	}
+}
+
 func TestExtProcScoresHeader(t *testing.T) {
 	f := newFixture(t, nil, epA)
 	cfg := DefaultConfig()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -29,6 +30,18 @@ type AdminView interface {
 	Scorers() []scheduler.ScorerEntry
 }
 
+// ControlView is what /debug/weights shows of the control loop besides the
+// weights in force. It must be safe for concurrent use.
+type ControlView interface {
+	// Signal returns the detector's latest signal in [0,1] and when it
+	// was measured; ok is false before the first measurement.
+	Signal() (value float64, at time.Time, ok bool)
+	// BaseWeights returns the profile weights in force (the reloaded ones
+	// after a reload), index-aligned with AdminView.Scorers. The caller
+	// may keep but not modify the slice.
+	BaseWeights() []float64
+}
+
 // Deps are the collaborators of the servers. Each constructor uses the
 // fields it needs; nil optional fields get harmless defaults.
 type Deps struct {
@@ -36,6 +49,10 @@ type Deps struct {
 	Scheduler Scheduler
 	// View is required by NewAdmin (usually the same *scheduler.Scheduler).
 	View AdminView
+	// Control, when set, gives /debug/weights the live signal and the base
+	// weights after reloads; nil shows the signal the weights in force
+	// were made from and the scheduler's base weights.
+	Control ControlView
 	// Gatherer is what /metrics exposes; nil serves an empty registry.
 	Gatherer prometheus.Gatherer
 	// Registerer receives the server's metrics; nil registers nothing.

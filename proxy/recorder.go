@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -29,6 +32,13 @@ func NewRecorder(size, every int) *Recorder {
 	return &Recorder{every: uint64(every), ring: make([]scheduler.Explanation, size)}
 }
 
+// SessionHash is how debug views show a session id: the 16 hex digits of
+// its 64-bit xxhash, stable across requests and restarts so one session's
+// decisions can be matched, without the id itself.
+func SessionHash(id string) string {
+	return fmt.Sprintf("%016x", xxhash.Sum64String(id))
+}
+
 // Sample reports whether the next decision should be recorded. Callers
 // call it once per decision and, when true, Record before Done.
 func (r *Recorder) Sample() bool {
@@ -38,10 +48,14 @@ func (r *Recorder) Sample() bool {
 	return (r.n.Add(1)-1)%r.every == 0
 }
 
-// Record stores x.
+// Record stores x, with its session id replaced by SessionHash of it:
+// the debug views never show a client's session id.
 func (r *Recorder) Record(x scheduler.Explanation) {
 	if r == nil || len(r.ring) == 0 {
 		return
+	}
+	if x.SessionID != "" {
+		x.SessionID = SessionHash(x.SessionID)
 	}
 	r.mu.Lock()
 	r.ring[r.next] = x

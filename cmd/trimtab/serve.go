@@ -28,8 +28,9 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the scheduler: OpenAI-compatible proxy, Envoy ext_proc endpoint picker and admin server",
 		Long: `serve discovers model-server endpoints, scrapes their metrics, and routes requests
 arriving on the OpenAI-compatible proxy (default :8080) or from Envoy's ext_proc
-filter (default :9002). The admin server (default :9090) serves /metrics, /healthz,
-/readyz, /debug/* and the status page /ui.
+filter (default :9002). The admin server (default 127.0.0.1:9090, loopback only)
+serves /metrics, /healthz, /readyz, /debug/* and the status page /ui; with
+server.admin.token or token_file set, /debug/* and /ui need that bearer token.
 
 SIGHUP or an edit of the profile reloads it: new weights and adaptive settings
 apply at once; a bad profile, or a change that needs a restart, is refused and

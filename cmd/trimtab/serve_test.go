@@ -344,3 +344,40 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestServeReloadRefusesOverflowingWeight: a weight that is finite but
+// whose derived weights overflow (1e308) is refused by a reload, which
+// names the field, and the running weights stay in force.
+func TestServeReloadRefusesOverflowingWeight(t *testing.T) {
+	addrs := startFakeFleet(t, 2)
+	ts := startService(t, addrs, false)
+	prefixWeight := func() float64 { return ts.svc.sched.Weights().Values[0] }
+	eventually(t, 5*time.Second, "static weights published", func() bool { return prefixWeight() == 3 })
+	f, err := configs.Load(ts.profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Through the file watcher: the edited file is refused when loaded.
+	huge := strings.Replace(profileYAML(f.Fleet.Endpoints.File, 3, false), "weight: 2", "weight: 1e308", 1)
+	if _, err := configs.Parse([]byte(huge)); err == nil || !strings.Contains(err.Error(), "scorers[1] (queue).weight: 1e+308 is above the maximum") {
+		t.Errorf("profile with weight 1e308: %v, want a refusal naming scorers[1] (queue).weight", err)
+	}
+
+	// Through reload itself, with a profile that skipped Load.
+	changed := *f
+	changed.Scorers = slices.Clone(f.Scorers)
+	w := 1e308
+	changed.Scorers[1].Weight = &w
+	running := ts.svc.running
+	if err := ts.svc.reload(&changed); err == nil || !strings.Contains(err.Error(), "scorers[1] (queue).weight") {
+		t.Errorf("reload with weight 1e308: %v, want a refusal naming scorers[1] (queue).weight", err)
+	}
+	if ts.svc.running != running {
+		t.Errorf("a refused reload replaced the running profile")
+	}
+	time.Sleep(300 * time.Millisecond) // a few control ticks
+	if got := ts.svc.sched.Weights().Values; got[0] != 3 || got[1] != 2 {
+		t.Errorf("weights after the refused reload %v, want the running 3, 2, …", got)
+	}
+}

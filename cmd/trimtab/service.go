@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -60,7 +63,8 @@ type serviceOptions struct {
 }
 
 // serverConfig decodes the profile's raw server: section into the proxy's
-// config, over its defaults.
+// config, over its defaults, and reads server.admin.token_file into
+// Admin.Token.
 func serverConfig(f *configs.File) (proxy.Config, error) {
 	cfg := proxy.DefaultConfig()
 	if err := configs.Decode(f.Server, &cfg); err != nil {
@@ -68,6 +72,20 @@ func serverConfig(f *configs.File) (proxy.Config, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("server: %w", err)
+	}
+	if path := cfg.Admin.TokenFile; path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("server.admin.token_file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return cfg, fmt.Errorf("server.admin.token_file: %s is empty", path)
+		}
+		cfg.Admin.Token, cfg.Admin.TokenFile = tok, ""
+		if err := cfg.Validate(); err != nil {
+			return cfg, fmt.Errorf("server (token from %s): %w", path, err)
+		}
 	}
 	return cfg, nil
 }
@@ -136,7 +154,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
-			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Listener: l}
+			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Control: controlView{s}, Listener: l}
 	}
 	if srv.HTTP.Enabled {
 		if s.http, err = proxy.NewHTTP(srv, pdeps(opt.HTTP)); err != nil {
@@ -246,6 +264,9 @@ func (s *service) reload(f *configs.File) error {
 	if section := restartSection(s.running, f); section != "" {
 		return fmt.Errorf("%s changed: restart trimtab to apply it; the running profile is kept", section)
 	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%w; the running profile is kept", err)
+	}
 	if _, err := serverConfig(f); err != nil {
 		return err
 	}
@@ -258,6 +279,28 @@ func (s *service) reload(f *configs.File) error {
 	}
 	s.running = f
 	return nil
+}
+
+// controlView shows the control loop on /debug/weights: the latest tick's
+// signal and the base weights of the profile in force.
+type controlView struct{ s *service }
+
+func (c controlView) Signal() (float64, time.Time, bool) {
+	t := c.s.loop.Last()
+	if t == nil {
+		return 0, time.Time{}, false
+	}
+	return t.Signal.Value, t.At, true
+}
+
+func (c controlView) BaseWeights() []float64 {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	base := make([]float64, len(c.s.running.Scorers))
+	for i, sc := range c.s.running.Scorers {
+		base[i] = *sc.Weight
+	}
+	return base
 }
 
 // restartSection names the first section that differs between two

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/proxy"
 )
 
 // crdGroups are the API groups whose kinds client-go's scheme does not
@@ -743,6 +745,45 @@ func TestRBACForDiscoveryMode(t *testing.T) {
 	for _, verb := range []string{"list", "watch"} {
 		if !allows("pods", verb) {
 			t.Errorf("the applied RBAC does not let ServiceAccount trimtab %s pods (endpoints.mode: pods)", verb)
+		}
+	}
+}
+
+// TestProfileServersListenOnThePodPorts: each server of the ConfigMap's
+// profile listens on every interface of the pod on its container port, so
+// kubelet probes and Prometheus reach the admin server and the Service
+// reaches the others. The admin server's default is loopback only
+// (proxy.DefaultConfig), so the profile must say ":9090".
+func TestProfileServersListenOnThePodPorts(t *testing.T) {
+	objs := load(t)
+	f, err := configs.Parse(profile(t, objs))
+	if err != nil {
+		t.Fatalf("ConfigMap trimtab-profile, profile.yaml: %v", err)
+	}
+	srv := proxy.DefaultConfig()
+	if err := configs.Decode(f.Server, &srv); err != nil {
+		t.Fatalf("profile.yaml server: %v", err)
+	}
+	dep, ok := find[*appsv1.Deployment](objs, "trimtab")
+	if !ok {
+		t.Fatal("no Deployment trimtab")
+	}
+	ports := map[string]int32{}
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for _, s := range []struct{ port, key, addr string }{
+		{"http", "server.http.addr", srv.HTTP.Addr},
+		{"ext-proc", "server.ext_proc.addr", srv.ExtProc.Addr},
+		{"admin", "server.admin.addr", srv.Admin.Addr},
+	} {
+		host, port, err := net.SplitHostPort(s.addr)
+		if err != nil {
+			t.Errorf("%s %q: %v", s.key, s.addr, err)
+			continue
+		}
+		if want := fmt.Sprint(ports[s.port]); port != want || (host != "" && host != "0.0.0.0" && host != "::") {
+			t.Errorf("%s %q: want \":%s\" (every interface, container port %s)", s.key, s.addr, want, s.port)
 		}
 	}
 }
