@@ -47,17 +47,9 @@ A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shi
 a profile can be tuned here before it goes to production.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(scenarios) == 0 {
-				return fmt.Errorf("--scenario: required (a file, a shipped name or all)")
-			}
-			if out == "" {
-				return fmt.Errorf("--out: required")
-			}
-			if seeds < 1 {
-				return fmt.Errorf("--seeds: must be ≥ 1")
-			}
-			if len(scenarios) == 1 && scenarios[0] == "all" {
-				scenarios = sim.Shipped()
+			var err error
+			if scenarios, err = checkSimFlags(scenarios, out, seeds); err != nil {
+				return err
 			}
 			pols, err := sim.Policies(policies)
 			if err != nil {

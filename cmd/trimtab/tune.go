@@ -42,20 +42,11 @@ It writes DIR/tune.md (every vector ranked, each scenario's own best vector)
 and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(scenarios) == 0 {
-				return fmt.Errorf("--scenario: required (a file, a shipped name or all)")
-			}
-			if out == "" {
-				return fmt.Errorf("--out: required")
-			}
-			if seeds < 1 {
-				return fmt.Errorf("--seeds: must be ≥ 1")
-			}
-			if len(scenarios) == 1 && scenarios[0] == "all" {
-				scenarios = sim.Shipped()
+			var err error
+			if scenarios, err = checkSimFlags(scenarios, out, seeds); err != nil {
+				return err
 			}
 			var f *configs.File
-			var err error
 			name := "adaptive-off"
 			if profile == "" {
 				f, err = configs.LoadShipped("adaptive")
@@ -129,4 +120,21 @@ func writeFile(path string, fn func(*os.File) error) error {
 		werr = cerr
 	}
 	return werr
+}
+
+// checkSimFlags checks the flags sim and sim tune share and expands
+// "all" to every shipped scenario.
+func checkSimFlags(scenarios []string, out string, seeds int) ([]string, error) {
+	switch {
+	case len(scenarios) == 0:
+		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all)")
+	case out == "":
+		return nil, fmt.Errorf("--out: required")
+	case seeds < 1:
+		return nil, fmt.Errorf("--seeds: must be ≥ 1")
+	}
+	if len(scenarios) == 1 && scenarios[0] == "all" {
+		return sim.Shipped(), nil
+	}
+	return scenarios, nil
 }
