@@ -71,16 +71,14 @@ type Config struct {
 	// SubtractNoise removes from the request-load signal the imbalance
 	// that random placement of the same number of requests would show by
 	// chance (see NoiseCorrected), so a small, calm pool reads calmer.
-	// Default false. The corrected signal is lower at every level, so it
-	// pairs with a lower S0 than the default, which was chosen on the
-	// uncorrected signal: docs/benchmarks.md finding 6 recommends s0 0.06
-	// for pools of a few endpoints, and says why it is not the default.
+	// Default false; only the CV signal uses it. The corrected signal is
+	// lower at every level, so it pairs with a lower configurator S0.
 	SubtractNoise bool `mapstructure:"subtract_noise"`
 	// Smoothing is the EWMA factor α per step, in (0,1]:
 	// smoothed = α·raw + (1 − α)·smoothed (the CV signal; the herd signal
-	// averages over HerdWindow instead). 1 disables smoothing. Default 0.2: at 50 ms steps a half-life of
-	// ln 2 / −ln 0.8 ≈ 3.1 steps (155 ms), 95 % of a step change after 14
-	// steps (0.7 s).
+	// averages over HerdWindow instead). 1 disables smoothing. Default
+	// 0.2: at 50 ms steps a half-life of ln 2 / −ln 0.8 ≈ 3.1 steps
+	// (155 ms), 95 % of a step change after 14 steps (0.7 s).
 	Smoothing float64 `mapstructure:"smoothing"`
 }
 
