@@ -173,6 +173,10 @@ func TestFilters(t *testing.T) {
 		{"fail open", Request{Model: "llama", Subset: []string{"b:1"}}, []string{"b:1"}, nil},
 		{"subset matches none", Request{Subset: []string{"zz:9"}}, nil, ErrNoEndpoints},
 		{"unknown model", Request{Model: "mistral", Subset: []string{"a:1", "b:1"}}, nil, ErrUnknownModel},
+		// qwen's only endpoints in the subset: c is unreachable, never kept.
+		{"unreachable only", Request{Model: "qwen", Subset: []string{"c:1"}}, nil, ErrUnreachable},
+		// no fresh endpoint: fail open keeps stale b, still drops unreachable c.
+		{"fail open skips unreachable", Request{Subset: []string{"b:1", "c:1"}}, []string{"b:1"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
