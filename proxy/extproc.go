@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ import (
 const (
 	// DestinationHeader carries "ip:port[,fallback,…]" to Envoy.
 	DestinationHeader = "x-gateway-destination-endpoint"
+	// ServedHeader is the response header in which Envoy reports the
+	// endpoint that actually served the request ("ip:port"), which differs
+	// from the pick after Envoy retried along the fallbacks.
+	ServedHeader = DestinationHeader + "-served"
 	// DestinationNamespace is the dynamic-metadata namespace of the pick.
 	DestinationNamespace = "envoy.lb"
 	// SubsetNamespace and SubsetKey locate the gateway's subset hint in
@@ -54,8 +59,9 @@ const (
 // body and the body is streamed back in chunks under 62,000 bytes; in
 // BUFFERED mode headers are answered at once and the destination travels
 // in the body answer. The response is observed (status, first byte, end
-// of stream, trailers) to finish the decision; a stream that ends early
-// finishes it as cancelled. Errors end the stream with an
+// of stream, trailers) to finish the decision, which is credited to the
+// endpoint Envoy names in ServedHeader when that is one of its
+// candidates; a stream that ends early finishes it as cancelled. Errors end the stream with an
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
 // JSON body. STREAMED and BUFFERED_PARTIAL body modes cannot carry a
 // destination decided from the body and are not supported, nor is
@@ -528,8 +534,11 @@ func (x *exchange) sendBodyChunk(b []byte, eos bool) error {
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.GetKey() == ":status" {
+		switch hv.GetKey() {
+		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
+		case ServedHeader:
+			x.served(hv)
 		}
 	}
 	var set []*corev3.HeaderValueOption
@@ -560,6 +569,29 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 		x.finish()
 	}
 	return nil
+}
+
+// served credits the decision to the endpoint Envoy reports in
+// ServedHeader when it is one of the decision's candidates (an Envoy retry
+// along the fallbacks), so in-flight counts, pending prefill, learning
+// scorers and this path's per-endpoint metrics follow the endpoint that
+// did the work. Any other value is ignored: the destination is only ever
+// an endpoint trimtab chose from.
+func (x *exchange) served(hv *corev3.HeaderValue) {
+	if x.d == nil {
+		return
+	}
+	raw := hv.GetRawValue()
+	if len(raw) == 0 {
+		raw = []byte(hv.GetValue())
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == x.addr {
+		return
+	}
+	if x.d.MoveTo(string(raw)) {
+		x.addr = x.d.Endpoint.Address
+	}
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
