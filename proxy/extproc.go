@@ -55,17 +55,18 @@ const (
 // of stream, parsed and scheduled; the answer sets DestinationHeader and
 // DestinationNamespace metadata to the chosen endpoint followed by its
 // fallbacks when Config.ExtProc.DestinationFallbacks is set. In
-// FULL_DUPLEX_STREAMED mode the header answer waits for the
-// body and the body is streamed back in chunks under 62,000 bytes; in
-// BUFFERED mode headers are answered at once and the destination travels
-// in the body answer. The response is observed (status, first byte, end
-// of stream, trailers) to finish the decision, which is credited to the
-// endpoint Envoy names in ServedHeader when that is one of its
-// candidates; a stream that ends early finishes it as cancelled. Errors end the stream with an
+// FULL_DUPLEX_STREAMED mode the header answer waits for the body and the
+// body is streamed back in chunks under 62,000 bytes; in BUFFERED mode
+// headers are answered at once and the destination travels in the body
+// answer. The response is observed (status, first byte, end of stream,
+// trailers) to finish the decision, which is credited to the endpoint
+// Envoy names in ServedHeader when that is one of its candidates; a stream
+// that ends early finishes it as cancelled. Errors end the stream with an
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
-// JSON body. STREAMED and BUFFERED_PARTIAL body modes cannot carry a
-// destination decided from the body and are not supported, nor is
-// observability_mode (answers are always sent).
+// JSON body. A protocol_config announcing request_body_mode STREAMED or
+// BUFFERED_PARTIAL is refused with a 500 ImmediateResponse naming the
+// mode: neither can carry a destination decided from the body.
+// observability_mode is not supported (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
@@ -208,7 +209,7 @@ type bodyMode uint8
 const (
 	modeDuplex bodyMode = iota
 	modeBuffered
-	modeStreamed // STREAMED / BUFFERED_PARTIAL: acknowledged chunk by chunk
+	modeStreamed // STREAMED / BUFFERED_PARTIAL: response side only, acknowledged chunk by chunk
 	modeNone
 )
 
@@ -232,6 +233,18 @@ func modeFromProto(m filterv3.ProcessingMode_BodySendMode) bodyMode {
 		return modeNone
 	}
 	return modeStreamed
+}
+
+// unsupportedBodyMode is the answer to a request_body_mode the destination
+// cannot be returned in: STREAMED and BUFFERED_PARTIAL send the headers on
+// before the body that decides the pick has arrived, and Envoy applies a
+// header mutation on a body answer only in BUFFERED mode. Refusing beats
+// routing every request without a destination. Only misconfiguration
+// reaches it, so it may allocate.
+func unsupportedBodyMode(m filterv3.ProcessingMode_BodySendMode) *Error {
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "unsupported_body_mode",
+		Message: "ext_proc request_body_mode " + m.String() + " is not supported: the destination is chosen from the body " +
+			"and can only be returned in BUFFERED or FULL_DUPLEX_STREAMED mode; set Envoy's processing_mode.request_body_mode to one of them"}
 }
 
 // exchange is the state of one ext_proc stream; pooled.
@@ -290,6 +303,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 		if pc := req.GetProtocolConfig(); pc != nil {
 			x.reqMode = modeFromProto(pc.GetRequestBodyMode())
 			x.respMode = modeFromProto(pc.GetResponseBodyMode())
+			if x.reqMode == modeStreamed {
+				return x.immediate(unsupportedBodyMode(pc.GetRequestBodyMode()))
+			}
 		}
 	}
 	x.readSubset(req)
@@ -406,10 +422,6 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		x.body = x.st.body
 	}
 	if !b.GetEndOfStream() {
-		if x.reqMode == modeStreamed {
-			return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
-		}
 		return false, nil
 	}
 	return x.pick(true, false)
