@@ -50,6 +50,8 @@ var (
 		Code: "model_not_found", Message: "no endpoint serves the requested model"}
 	ErrNoEndpoints = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
 		Code: "no_endpoints", Message: "no endpoint is available; retry later"}
+	ErrUnreachable = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
+		Code: "endpoints_unreachable", Message: "every endpoint for the request is unreachable (its metrics scrapes keep failing); retry later"}
 	ErrOverloaded = &Error{Status: http.StatusTooManyRequests, Type: "server_error",
 		Code: "overloaded", Message: "too many requests in flight; retry later"}
 	ErrConnections = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
@@ -77,6 +79,8 @@ func asError(err error) *Error {
 		return ErrUnknownModel
 	case errors.Is(err, scheduler.ErrNoEndpoints):
 		return ErrNoEndpoints
+	case errors.Is(err, scheduler.ErrUnreachable):
+		return ErrUnreachable
 	default:
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "pick_failed", Message: err.Error()}
 	}

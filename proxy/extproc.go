@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ import (
 const (
 	// DestinationHeader carries "ip:port[,fallback,…]" to Envoy.
 	DestinationHeader = "x-gateway-destination-endpoint"
+	// ServedHeader is the response header in which Envoy reports the
+	// endpoint that actually served the request ("ip:port"), which differs
+	// from the pick after Envoy retried along the fallbacks.
+	ServedHeader = DestinationHeader + "-served"
 	// DestinationNamespace is the dynamic-metadata namespace of the pick.
 	DestinationNamespace = "envoy.lb"
 	// SubsetNamespace and SubsetKey locate the gateway's subset hint in
@@ -50,16 +55,18 @@ const (
 // of stream, parsed and scheduled; the answer sets DestinationHeader and
 // DestinationNamespace metadata to the chosen endpoint followed by its
 // fallbacks when Config.ExtProc.DestinationFallbacks is set. In
-// FULL_DUPLEX_STREAMED mode the header answer waits for the
-// body and the body is streamed back in chunks under 62,000 bytes; in
-// BUFFERED mode headers are answered at once and the destination travels
-// in the body answer. The response is observed (status, first byte, end
-// of stream, trailers) to finish the decision; a stream that ends early
-// finishes it as cancelled. Errors end the stream with an
+// FULL_DUPLEX_STREAMED mode the header answer waits for the body and the
+// body is streamed back in chunks under 62,000 bytes; in BUFFERED mode
+// headers are answered at once and the destination travels in the body
+// answer. The response is observed (status, first byte, end of stream,
+// trailers) to finish the decision, which is credited to the endpoint
+// Envoy names in ServedHeader when that is one of its candidates; a stream
+// that ends early finishes it as cancelled. Errors end the stream with an
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
-// JSON body. STREAMED and BUFFERED_PARTIAL body modes cannot carry a
-// destination decided from the body and are not supported, nor is
-// observability_mode (answers are always sent).
+// JSON body. A protocol_config announcing request_body_mode STREAMED or
+// BUFFERED_PARTIAL is refused with a 500 ImmediateResponse naming the
+// mode: neither can carry a destination decided from the body.
+// observability_mode is not supported (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
@@ -202,7 +209,7 @@ type bodyMode uint8
 const (
 	modeDuplex bodyMode = iota
 	modeBuffered
-	modeStreamed // STREAMED / BUFFERED_PARTIAL: acknowledged chunk by chunk
+	modeStreamed // STREAMED / BUFFERED_PARTIAL: response side only, acknowledged chunk by chunk
 	modeNone
 )
 
@@ -226,6 +233,18 @@ func modeFromProto(m filterv3.ProcessingMode_BodySendMode) bodyMode {
 		return modeNone
 	}
 	return modeStreamed
+}
+
+// unsupportedBodyMode is the answer to a request_body_mode the destination
+// cannot be returned in: STREAMED and BUFFERED_PARTIAL send the headers on
+// before the body that decides the pick has arrived, and Envoy applies a
+// header mutation on a body answer only in BUFFERED mode. Refusing beats
+// routing every request without a destination. Only misconfiguration
+// reaches it, so it may allocate.
+func unsupportedBodyMode(m filterv3.ProcessingMode_BodySendMode) *Error {
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "unsupported_body_mode",
+		Message: "ext_proc request_body_mode " + m.String() + " is not supported: the destination is chosen from the body " +
+			"and can only be returned in BUFFERED or FULL_DUPLEX_STREAMED mode; set Envoy's processing_mode.request_body_mode to one of them"}
 }
 
 // exchange is the state of one ext_proc stream; pooled.
@@ -284,6 +303,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 		if pc := req.GetProtocolConfig(); pc != nil {
 			x.reqMode = modeFromProto(pc.GetRequestBodyMode())
 			x.respMode = modeFromProto(pc.GetResponseBodyMode())
+			if x.reqMode == modeStreamed {
+				return x.immediate(unsupportedBodyMode(pc.GetRequestBodyMode()))
+			}
 		}
 	}
 	x.readSubset(req)
@@ -400,10 +422,6 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		x.body = x.st.body
 	}
 	if !b.GetEndOfStream() {
-		if x.reqMode == modeStreamed {
-			return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
-		}
 		return false, nil
 	}
 	return x.pick(true, false)
@@ -528,8 +546,11 @@ func (x *exchange) sendBodyChunk(b []byte, eos bool) error {
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.GetKey() == ":status" {
+		switch hv.GetKey() {
+		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
+		case ServedHeader:
+			x.served(hv)
 		}
 	}
 	var set []*corev3.HeaderValueOption
@@ -560,6 +581,29 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 		x.finish()
 	}
 	return nil
+}
+
+// served credits the decision to the endpoint Envoy reports in
+// ServedHeader when it is one of the decision's candidates (an Envoy retry
+// along the fallbacks), so in-flight counts, pending prefill, learning
+// scorers and this path's per-endpoint metrics follow the endpoint that
+// did the work. Any other value is ignored: the destination is only ever
+// an endpoint trimtab chose from.
+func (x *exchange) served(hv *corev3.HeaderValue) {
+	if x.d == nil {
+		return
+	}
+	raw := hv.GetRawValue()
+	if len(raw) == 0 {
+		raw = []byte(hv.GetValue())
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == x.addr {
+		return
+	}
+	if x.d.MoveTo(string(raw)) {
+		x.addr = x.d.Endpoint.Address
+	}
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {

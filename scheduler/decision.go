@@ -85,24 +85,57 @@ func (d *Decision) Advance() bool {
 	if d.at+1 >= len(d.order) {
 		return false
 	}
+	d.at++
+	d.move(d.cands[d.order[d.at]])
+	return true
+}
+
+// MoveTo credits the request to the candidate at addr, for a gateway that
+// reports it served the request from another endpoint than the current one
+// (after its own retry along the fallbacks): the in-flight count and, before
+// the first byte, the pending prefill move with it, Done reports the
+// outcome for it, and learning scorers are told. A ranked endpoint becomes
+// the current rank, so Fallbacks counts from it. It returns false, and
+// keeps the current endpoint, when addr is not one of the decision's
+// candidates; true when it is (also when it is already the current one).
+func (d *Decision) MoveTo(addr string) bool {
+	if d.Endpoint.Address == addr {
+		return true
+	}
+	for r, i := range d.order {
+		if d.cands[i].Address == addr {
+			d.at = r
+			d.move(d.cands[i])
+			return true
+		}
+	}
+	for _, e := range d.cands {
+		if e.Address == addr {
+			d.move(e)
+			return true
+		}
+	}
+	return false
+}
+
+// move shifts the request's accounting from d.Endpoint to e.
+func (d *Decision) move(e *Endpoint) {
 	prefill := !d.firstByte.Load()
 	d.Endpoint.st.inflight.Add(-1)
 	if prefill {
 		d.Endpoint.st.pending.Add(-d.prefill)
 	}
-	d.at++
-	d.Endpoint = d.cands[d.order[d.at]]
-	d.Endpoint.st.inflight.Add(1)
-	d.Endpoint.st.picks.Add(1)
+	d.Endpoint = e
+	e.st.inflight.Add(1)
+	e.st.picks.Add(1)
 	if prefill {
-		d.Endpoint.st.pending.Add(d.prefill)
+		e.st.pending.Add(d.prefill)
 	}
 	s := d.s
 	for _, si := range s.pickObs {
 		d.cs.cur = si
-		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, d.Request, d.Endpoint)
+		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, d.Request, e)
 	}
-	return true
 }
 
 // FirstByte records that the first byte of the endpoint's response reached

@@ -20,9 +20,12 @@ func (ModelFilter) Filter(req *Request, in, out []*Endpoint) []*Endpoint {
 	return out
 }
 
-// HealthyFilter drops stale and unhealthy endpoints, but fails open: when
-// that would drop every candidate it keeps them all, because a guess is
-// better than refusing traffic while metrics are late.
+// HealthyFilter drops stale and unhealthy endpoints. It fails open on
+// stale metrics only: when no fresh endpoint is left it keeps the stale
+// ones, because a guess is better than refusing traffic while metrics are
+// late. Unhealthy endpoints (unreachable: their scrapes were refused, timed
+// out or answered with an HTTP error several times in a row) are never
+// kept; when every candidate is unhealthy Pick returns ErrUnreachable.
 type HealthyFilter struct{}
 
 // Filter implements Filter.
@@ -33,7 +36,15 @@ func (HealthyFilter) Filter(req *Request, in, out []*Endpoint) []*Endpoint {
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, in...)
+		for _, e := range in {
+			if e.State != StateUnhealthy {
+				out = append(out, e)
+			}
+		}
 	}
 	return out
 }
+
+// EmptyError implements EmptyErrorer: a pool left empty by this filter is
+// unreachable, not missing the model.
+func (HealthyFilter) EmptyError() error { return ErrUnreachable }

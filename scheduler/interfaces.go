@@ -19,6 +19,14 @@ type Filter interface {
 	Filter(req *Request, in, out []*Endpoint) []*Endpoint
 }
 
+// EmptyErrorer is implemented by filters that know why they removed every
+// candidate. EmptyError is the error Pick returns when the filter leaves
+// none; it must be a sentinel (Pick does not allocate). Filters without
+// it mean ErrUnknownModel.
+type EmptyErrorer interface {
+	EmptyError() error
+}
+
 // Picker ranks candidates from their total scores. Rank writes into order
 // the indexes of the n best candidates (n ≤ len(order), n ≤ len(totals)),
 // best first, and returns n. rnd is a per-request random source derived

@@ -11,6 +11,7 @@ type metrics struct {
 	guarded         prometheus.Counter
 	errNoEndpoints  prometheus.Counter
 	errUnknownModel prometheus.Counter
+	errUnreachable  prometheus.Counter
 	clamped         []prometheus.Counter // per scorer
 	outcomes        [3]prometheus.Counter
 }
@@ -32,6 +33,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 	}, []string{"reason"})
 	m.errNoEndpoints = errs.WithLabelValues("no_endpoints")
 	m.errUnknownModel = errs.WithLabelValues("unknown_model")
+	m.errUnreachable = errs.WithLabelValues("unreachable")
 	clamped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trimtab_scheduler_scores_clamped_total",
 		Help: "Scores outside [0,1] (or NaN) that a scorer returned and the scheduler clamped.",
@@ -50,6 +52,19 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.picks, m.guarded, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
+}
+
+// pickError counts a filter's refusal by its reason; errors other than the
+// scheduler's own count as unknown_model, the filter default.
+func (m *metrics) pickError(err error) {
+	switch err {
+	case ErrUnreachable:
+		m.errUnreachable.Inc()
+	case ErrNoEndpoints:
+		m.errNoEndpoints.Inc()
+	default:
+		m.errUnknownModel.Inc()
+	}
 }
 
 func (m *metrics) outcome(k OutcomeKind) {

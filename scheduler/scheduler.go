@@ -20,6 +20,9 @@ var (
 	ErrNoEndpoints = errors.New("scheduler: no endpoints available")
 	// ErrUnknownModel: no endpoint in the pool serves the requested model.
 	ErrUnknownModel = errors.New("scheduler: no endpoint serves the requested model")
+	// ErrUnreachable: every endpoint left for the request is unhealthy
+	// (its metrics scrapes keep failing: refused, timed out, HTTP error).
+	ErrUnreachable = errors.New("scheduler: every endpoint for the request is unreachable (its metrics scrapes keep failing)")
 )
 
 // ScorerEntry is one scorer of a profile with its name and base weight.
@@ -81,6 +84,7 @@ type Scheduler struct {
 	cfg     Config
 	entries []ScorerEntry
 	filters []Filter
+	empty   []error // per filter: what Pick returns when it leaves no candidate
 	picker  Picker
 	log     *slog.Logger
 	m       *metrics
@@ -132,6 +136,13 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, f := range s.filters {
+		err := ErrUnknownModel
+		if ee, ok := f.(EmptyErrorer); ok && ee.EmptyError() != nil {
+			err = ee.EmptyError()
+		}
+		s.empty = append(s.empty, err)
 	}
 	for i, e := range entries {
 		if _, ok := e.Scorer.(PickObserver); ok {
@@ -208,7 +219,8 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 
 // Pick chooses an endpoint for req. On success the caller owns the returned
 // Decision until it calls Done exactly once; afterwards it must not touch
-// it. Errors are ErrNoEndpoints or ErrUnknownModel.
+// it. Errors are ErrNoEndpoints, ErrUnknownModel, ErrUnreachable or a
+// filter's EmptyError.
 func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	pool := s.pool.Load()
 	w := s.weights.Load()
@@ -231,17 +243,15 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		return nil, ErrNoEndpoints
 	}
 	spare := d.spare[:0]
-	for _, f := range s.filters {
+	for fi, f := range s.filters {
 		out := f.Filter(req, cands, spare)
 		cands, spare = out, cands[:0]
 		if len(cands) == 0 {
-			break
+			s.release(d)
+			err := s.empty[fi]
+			s.m.pickError(err)
+			return nil, err
 		}
-	}
-	if len(cands) == 0 {
-		s.release(d)
-		s.m.errUnknownModel.Inc()
-		return nil, ErrUnknownModel
 	}
 	d.cands, d.spare = cands, spare
 

@@ -173,6 +173,10 @@ func TestFilters(t *testing.T) {
 		{"fail open", Request{Model: "llama", Subset: []string{"b:1"}}, []string{"b:1"}, nil},
 		{"subset matches none", Request{Subset: []string{"zz:9"}}, nil, ErrNoEndpoints},
 		{"unknown model", Request{Model: "mistral", Subset: []string{"a:1", "b:1"}}, nil, ErrUnknownModel},
+		// qwen's only endpoints in the subset: c is unreachable, never kept.
+		{"unreachable only", Request{Model: "qwen", Subset: []string{"c:1"}}, nil, ErrUnreachable},
+		// no fresh endpoint: fail open keeps stale b, still drops unreachable c.
+		{"fail open skips unreachable", Request{Subset: []string{"b:1", "c:1"}}, []string{"b:1"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -537,5 +541,54 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	d2.Done(Outcome{Kind: OutcomeError})
 	if got := pending(); got != 0 {
 		t.Errorf("after Done: pending = %d, want 0", got)
+	}
+}
+
+func TestMoveToCreditsServedEndpoint(t *testing.T) {
+	c := &countingScorer{}
+	s, err := New(Config{MaxFallbacks: 1}, []ScorerEntry{{Name: "c", Scorer: c, Weight: 1}}, nil, MaxScore{}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1", "c:1"))
+	d, err := s.Pick(context.Background(), &Request{ID: "1", Prompt: []byte("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, fallback := d.Endpoint, d.RankedEndpoint(1)
+	var other *Endpoint // the candidate that is neither ranked
+	for _, e := range d.Candidates() {
+		if e != first && e != fallback {
+			other = e
+		}
+	}
+	if d.MoveTo("zz:9") || d.Endpoint != first {
+		t.Fatal("MoveTo an address outside the candidates moved the request")
+	}
+	if !d.MoveTo(first.Address) || d.Endpoint != first {
+		t.Fatal("MoveTo the current endpoint must be a no-op that succeeds")
+	}
+	if !d.MoveTo(fallback.Address) || d.Endpoint != fallback || d.Fallbacks() != 0 {
+		t.Fatalf("MoveTo the fallback: endpoint %s, %d fallbacks left; want %s, 0", d.Endpoint.Address, d.Fallbacks(), fallback.Address)
+	}
+	// in flight and pending prefill (5 prompt bytes) move: first 0/0, fallback 1/5
+	if first.InFlight() != 0 || first.PendingPrefill() != 0 || fallback.InFlight() != 1 || fallback.PendingPrefill() != 5 {
+		t.Errorf("after MoveTo: first %d/%d, fallback %d/%d; want 0/0, 1/5",
+			first.InFlight(), first.PendingPrefill(), fallback.InFlight(), fallback.PendingPrefill())
+	}
+	d.FirstByte()
+	if !d.MoveTo(other.Address) || d.Endpoint != other {
+		t.Fatal("MoveTo an unranked candidate failed")
+	}
+	// after the first byte only the in-flight count moves
+	if fallback.InFlight() != 0 || other.InFlight() != 1 || other.PendingPrefill() != 0 {
+		t.Errorf("after MoveTo past first byte: fallback %d, other %d/%d; want 0, 1/0", fallback.InFlight(), other.InFlight(), other.PendingPrefill())
+	}
+	d.Done(Outcome{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// learning scorers see the pick and both moves
+	if want := []string{first.Address, fallback.Address, other.Address}; strings.Join(c.picked, ",") != strings.Join(want, ",") {
+		t.Errorf("picked %v, want %v", c.picked, want)
 	}
 }

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// An Envoy announcing request_body_mode STREAMED or BUFFERED_PARTIAL gets
+// a clear refusal on its first message: the destination could only be put
+// where Envoy ignores it in those modes.
+func TestExtProcRefusesStreamedRequestBodyMode(t *testing.T) {
+	for _, m := range []filterv3.ProcessingMode_BodySendMode{filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_BUFFERED_PARTIAL} {
+		t.Run(m.String(), func(t *testing.T) {
+			f := newFixture(t, nil, epA)
+			c, _, _ := startExtProc(t, DefaultConfig(), f)
+			s := openStream(t, context.Background(), c)
+			s.send(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{
+				RequestBodyMode: m, ResponseBodyMode: filterv3.ProcessingMode_STREAMED}))
+			r := s.recv()
+			checkImmediate(t, r, 500, "unsupported_body_mode", false)
+			msg := string(r.GetImmediateResponse().GetBody())
+			for _, want := range []string{m.String(), "BUFFERED", "FULL_DUPLEX_STREAMED"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("refusal %q does not name %q", msg, want)
+				}
+			}
+			f.noMoreOutcomes(t)
+		})
+	}
+}
+
+// STREAMED on the response side is fine: each chunk is acknowledged.
+func TestExtProcStreamedResponseBodyMode(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	s := openStream(t, context.Background(), c)
+	s.send(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{
+		RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED}))
+	s.send(requestBody([]byte(`{"model":"m","prompt":"x"}`), true))
+	r := s.recv()
+	if got := destination(t, r.GetRequestHeaders().GetResponse(), r.GetDynamicMetadata()); got != epA {
+		t.Fatalf("destination %q, want %q", got, epA)
+	}
+	s.recv() // body
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200")}}})
+	s.recv()
+	for _, eos := range []bool{false, true} {
+		s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: []byte("chunk"), EndOfStream: eos}}})
+		if rb := s.recv().GetResponseBody(); rb == nil || rb.GetResponse().GetBodyMutation() != nil {
+			t.Fatalf("streamed response chunk answer %v, want an empty body response", rb)
+		}
+	}
+	f.outcome(t)
+	f.waitIdle(t)
+}
