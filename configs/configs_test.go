@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
@@ -65,6 +66,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad temperature", "picker:\n  type: weighted-random\n  temperature: 0\nscorers:\n  - type: queue\n    weight: 1\n", "picker.temperature"},
 		{"bad filter", "filters: [model, sunny]\nscorers:\n  - type: queue\n    weight: 1\n", `filters[1]: unknown filter "sunny"`},
 		{"bad scheduler", "scheduler:\n  max_fallbacks: 99\nscorers:\n  - type: queue\n    weight: 1\n", "scheduler: max_fallbacks: 99"},
+		{"bad outlier", "scheduler:\n  outlier:\n    base_ejection: 1m\n    max_ejection: 30s\nscorers:\n  - type: queue\n    weight: 1\n", "scheduler: outlier.max_ejection: 30s is shorter than outlier.base_ejection 1m0s"},
+		{"unknown outlier field", "scheduler:\n  outlier:\n    max_ejection_percent: 10\nscorers:\n  - type: queue\n    weight: 1\n", "unknown field: max_ejection_percent"},
 		{"bad params field", "scorers:\n  - type: prefix\n    weight: 1\n    params:\n      blok_size: 64\n", "scorers[0] (prefix).params: scorer \"prefix\": params: unknown field: blok_size"},
 		{"bad params type", "scorers:\n  - type: prefix\n    weight: 1\n    params:\n      block_size: lots\n", "block_size"},
 	}
@@ -156,6 +159,10 @@ scrape:
 server:
   http:
     addr: 127.0.0.1:8080
+scheduler:
+  outlier:
+    consecutive_failures: 3
+    base_ejection: 10s
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +175,10 @@ server:
 	}
 	if f.Server["http"] == nil {
 		t.Errorf("server section lost: %v", f.Server)
+	}
+	want := scheduler.OutlierConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjection: 5 * time.Minute, MaxEjectedPercent: 50}
+	if f.Scheduler.Outlier != want {
+		t.Errorf("scheduler.outlier = %+v, want %+v (untouched keys keep their defaults)", f.Scheduler.Outlier, want)
 	}
 	// Defaults of untouched fields survive.
 	if f.Adaptive.ThetaOff <= 0 || f.Adaptive.Detector.MinEndpoints != 2 {

@@ -210,6 +210,14 @@ type EndpointView struct {
 	ScrapedAt      time.Time         `json:"scraped_at"`
 	CacheBlockSize int               `json:"cache_block_size,omitempty"`
 	CacheBlocks    int               `json:"cache_blocks,omitempty"`
+	// Ejected: outlier ejection leaves the endpoint out of picks until
+	// EjectedUntil after consecutive failures.
+	Ejected      bool       `json:"ejected"`
+	EjectedUntil *time.Time `json:"ejected_until,omitempty"`
+	// Ejections counts the endpoint's ejections; ConsecutiveFailures its
+	// failures in a row so far.
+	Ejections           uint64 `json:"ejections"`
+	ConsecutiveFailures int    `json:"consecutive_failures"`
 }
 
 func (a *Admin) endpoints(w http.ResponseWriter, _ *http.Request) {
@@ -222,11 +230,18 @@ func (a *Admin) endpoints(w http.ResponseWriter, _ *http.Request) {
 		Endpoints []EndpointView `json:"endpoints"`
 	}{Version: pool.Version, Now: a.deps.Clock.Now(), Endpoints: []EndpointView{}}
 	for _, e := range pool.Pointers() {
+		var until *time.Time
+		ejected := e.Ejected(out.Now)
+		if ejected {
+			u := e.EjectedUntil()
+			until = &u
+		}
 		out.Endpoints = append(out.Endpoints, EndpointView{
 			Address: e.Address, Name: e.Name, Models: e.Models, Labels: e.Labels, State: e.State.String(),
 			Waiting: e.Waiting, Running: e.Running, KVUtil: e.KVUtil, Capacity: e.CapacityOrOne(),
 			InFlight: e.InFlight(), Picks: e.Picks(), LoRAActive: e.LoRA.Active, LoRAWaiting: e.LoRA.Waiting,
 			ScrapedAt: e.ScrapedAt, CacheBlockSize: e.CacheBlockSize, CacheBlocks: e.CacheBlocks,
+			Ejected: ejected, EjectedUntil: until, Ejections: e.Ejections(), ConsecutiveFailures: e.ConsecutiveFailures(),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -78,13 +78,16 @@ func (d *Decision) RankedIndex(r int) int { return d.order[r] }
 func (d *Decision) Fallbacks() int { return len(d.order) - 1 - d.at }
 
 // Advance moves the request to the next fallback endpoint, for a retry
-// after the current endpoint failed before answering: the in-flight count
+// after the current endpoint failed before answering: the failure counts
+// towards the current endpoint's outlier ejection, the in-flight count
 // moves with it and learning scorers are told. It returns false (and keeps
-// the current endpoint) when no fallback is left.
+// the current endpoint, whose failure Done reports) when no fallback is
+// left.
 func (d *Decision) Advance() bool {
 	if d.at+1 >= len(d.order) {
 		return false
 	}
+	d.s.observe(d.Endpoint, d.Request, Outcome{Kind: OutcomeError})
 	d.at++
 	d.move(d.cands[d.order[d.at]])
 	return true
@@ -162,6 +165,7 @@ func (d *Decision) Done(o Outcome) {
 	s := d.s
 	d.FirstByte()
 	d.Endpoint.st.inflight.Add(-1)
+	s.observe(d.Endpoint, d.Request, o)
 	for _, si := range s.doneObs {
 		s.entries[si].Scorer.(DoneObserver).Done(d.Request, d.Endpoint, o)
 	}

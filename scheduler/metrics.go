@@ -14,6 +14,9 @@ type metrics struct {
 	errUnreachable  prometheus.Counter
 	clamped         []prometheus.Counter // per scorer
 	outcomes        [3]prometheus.Counter
+	// ejectionsRefused counts ejections the cap (max_ejected_percent, never
+	// the last endpoint) refused.
+	ejectionsRefused prometheus.Counter
 }
 
 func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
@@ -25,6 +28,10 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		guarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_guarded_picks_total",
 			Help: "Decisions whose best-scoring candidate was over the load guard's bound, so a candidate within it was chosen.",
+		}),
+		ejectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_ejections_refused_total",
+			Help: "Outlier ejections refused because the ejection cap was reached (outlier.max_ejected_percent of the pool, and never the last endpoint).",
 		}),
 	}
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -49,7 +56,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		m.outcomes[k] = outcomes.WithLabelValues(k.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.guarded, errs, clamped, outcomes, &poolCollector{s: s})
+		reg.MustRegister(m.picks, m.guarded, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
 }
@@ -85,6 +92,10 @@ var (
 		"Decisions that chose an endpoint (retries moved to it included), since this router first saw it.", []string{"endpoint"}, nil)
 	herdDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_herd_picks_total",
 		"Guarded decisions whose calm-weights choice was this endpoint while it was over the load guard's bound: requests affinity would have piled on it.", []string{"endpoint"}, nil)
+	ejectionsDesc = prometheus.NewDesc("trimtab_scheduler_ejections_total",
+		"Outlier ejections of an endpoint after consecutive failures, since this router first saw it.", []string{"endpoint"}, nil)
+	ejectedDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_ejected",
+		"1 while an endpoint is ejected (left out of picks after consecutive failures), else 0.", []string{"endpoint"}, nil)
 	endpointsDesc = prometheus.NewDesc("trimtab_scheduler_endpoints",
 		"Endpoints in the installed pool, by metrics state.", []string{"state"}, nil)
 	weightDesc = prometheus.NewDesc("trimtab_scheduler_weight",
@@ -98,6 +109,8 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- picksDesc
 	ch <- herdDesc
 	ch <- pendingDesc
+	ch <- ejectionsDesc
+	ch <- ejectedDesc
 	ch <- endpointsDesc
 	ch <- weightDesc
 	ch <- weightsVersionDesc
@@ -106,7 +119,14 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.s.pool.Load()
 	var states [3]int
+	now := c.s.clk.Now()
 	for _, e := range p.ptrs {
+		ejected := 0.0
+		if e.Ejected(now) {
+			ejected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(e.Ejections()), e.Address)
+		ch <- prometheus.MustNewConstMetric(ejectedDesc, prometheus.GaugeValue, ejected, e.Address)
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
 		ch <- prometheus.MustNewConstMetric(picksDesc, prometheus.CounterValue, float64(e.Picks()), e.Address)
 		ch <- prometheus.MustNewConstMetric(herdDesc, prometheus.CounterValue, float64(e.HerdPicks()), e.Address)

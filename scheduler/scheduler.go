@@ -11,6 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 )
 
 // Errors returned by Pick. They are sentinel values so the request path
@@ -43,24 +44,30 @@ type Config struct {
 	// MaxFallbacks is how many fallback endpoints a decision carries, after
 	// the chosen one (default 2).
 	MaxFallbacks int `mapstructure:"max_fallbacks"`
+	// Outlier is outlier ejection of failing endpoints.
+	Outlier OutlierConfig `mapstructure:"outlier"`
 }
 
-// DefaultConfig returns the defaults: seed 0, two fallbacks.
-func DefaultConfig() Config { return Config{MaxFallbacks: 2} }
+// DefaultConfig returns the defaults: seed 0, two fallbacks, outlier
+// ejection on with DefaultOutlierConfig.
+func DefaultConfig() Config { return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig()} }
 
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.MaxFallbacks < 0 || c.MaxFallbacks > 16 {
 		return fmt.Errorf("max_fallbacks: %d, want 0…16", c.MaxFallbacks)
 	}
-	return nil
+	return c.Outlier.Validate()
 }
 
 // Deps are the scheduler's collaborators. Nil fields get harmless
-// defaults (no metrics, discarded logs).
+// defaults (no metrics, discarded logs, the real clock).
 type Deps struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Clock dates outlier ejections of requests whose Arrival is unset and
+	// tells the metrics which endpoints are ejected now.
+	Clock clock.PassiveClock
 }
 
 // Pool is one installed, immutable set of endpoints.
@@ -87,6 +94,7 @@ type Scheduler struct {
 	empty   []error // per filter: what Pick returns when it leaves no candidate
 	picker  Picker
 	log     *slog.Logger
+	clk     clock.PassiveClock
 	m       *metrics
 
 	pickObs []int // indexes of scorers implementing PickObserver
@@ -98,6 +106,9 @@ type Scheduler struct {
 
 	mu     sync.Mutex                // serialises SetEndpoints
 	states map[string]*endpointState // by address, across pools
+
+	ejMu    sync.Mutex   // serialises ejections and restorations
+	ejected atomic.Int32 // pool endpoints with an ejection not yet restored; 0 skips the check
 
 	decisions sync.Pool
 }
@@ -132,7 +143,11 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		filters: append([]Filter(nil), filters...),
 		picker:  picker,
 		log:     deps.Logger,
+		clk:     deps.Clock,
 		states:  map[string]*endpointState{},
+	}
+	if s.clk == nil {
+		s.clk = clock.RealClock{}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -214,7 +229,10 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 			o.PoolChanged(p.ptrs)
 		}
 	}
+	s.ejMu.Lock()
 	s.pool.Store(p)
+	s.recount(p)
+	s.ejMu.Unlock()
 }
 
 // Pick chooses an endpoint for req. On success the caller owns the returned
@@ -252,6 +270,11 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 			s.m.pickError(err)
 			return nil, err
 		}
+	}
+	// Every filter left a candidate; outlier ejection never empties the
+	// list (when all are ejected it keeps them).
+	if s.ejected.Load() > 0 {
+		cands, spare = s.dropEjected(req, cands, spare)
 	}
 	d.cands, d.spare = cands, spare
 

@@ -138,6 +138,13 @@ type endpointState struct {
 	picks    atomic.Uint64
 	herd     atomic.Uint64 // guarded picks whose calm choice was this endpoint, over the bound
 	pending  atomic.Int64  // prompt bytes of requests awaiting their first byte
+
+	// Outlier ejection (outlier.go).
+	fails     atomic.Int32  // consecutive failures
+	until     atomic.Int64  // end of the current ejection, Unix ns; 0 in service
+	ejections atomic.Uint64 // times ejected
+	streak    int32         // ejections in a row (the ejection time multiplier); under ejMu
+	lastEnd   int64         // end of the last ejection, Unix ns; under ejMu
 }
 
 // InFlight returns the number of requests this router has sent to the

@@ -118,7 +118,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	s.registered = &recordingRegisterer{Registerer: s.reg}
 	reg := s.registered
 
-	s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: reg, Logger: log})
+	s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: reg, Logger: log, Clock: s.clk})
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,10 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 		{Name: "queue", Type: "queue", Scorer: &funcScorer{scheduler.CategoryDistribution, queueLike}, Weight: 2},
 		{Name: "kvcache", Type: "kvcache", Scorer: &funcScorer{scheduler.CategoryDistribution, kvLike}, Weight: 2},
 	}
-	s, err := scheduler.New(scheduler.DefaultConfig(), entries, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	// Ejections last 10m, longer than the test runs on the real clock.
+	cfg := scheduler.DefaultConfig()
+	cfg.Outlier.BaseEjection, cfg.Outlier.MaxEjection = 10*time.Minute, 10*time.Minute
+	s, err := scheduler.New(cfg, entries, nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +100,18 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	f.srv = httptest.NewServer(admin)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// fail reports five consecutive 500 answers from endpoint i, which ejects it.
+func (f *pageFixture) fail(t *testing.T, i int) {
+	t.Helper()
+	for range 5 {
+		d, err := f.sched.Pick(context.Background(), &scheduler.Request{ID: "failing-1", Model: "llama-3.1-8b", Subset: fixtureAddrs[i : i+1], Arrival: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Status: 500})
+	}
 }
 
 // scrape installs the pool as a scrape at now would: endpoint 0 is hot
@@ -348,6 +363,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the candidate table", `document.querySelectorAll("#decisions tr.cands tbody tr").length === 4`)
+
+	// Endpoint 1 fails five times in a row: outlier ejection labels it.
+	f.fail(t, 1)
+	wait("the ejected label", `document.querySelectorAll("#endpoints .st-ejected").length === 1`)
+	if ej := eval(`Array.from(document.querySelectorAll('#endpoints tbody tr[data-address="10.0.0.12:8000"] .pill')).map(p => p.textContent).join(" ")`); ej != "fresh ejected" {
+		t.Errorf("endpoint 1 state pills = %q, want \"fresh ejected\"", ej)
+	}
 
 	shot := func(name string) {
 		t.Helper()

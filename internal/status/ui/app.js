@@ -291,6 +291,9 @@
       picks: num(pick(e, "picks", "picks_total", "requests", "requests_total")),
       prefix: num(pick(e, "prefix_hit_rate", "prefix_hit_ratio", "prefix_hits")),
       capacity: num(pick(e, "capacity", "Capacity")),
+      ejected: pick(e, "ejected", "Ejected") === true,
+      ejectedUntil: pick(e, "ejected_until", "EjectedUntil"),
+      ejections: num(pick(e, "ejections", "Ejections")),
     };
   }
 
@@ -724,7 +727,11 @@
       const st = e.state || "—";
       return h("tr", { dataset: { address: e.address || "" } },
         h("td", { class: "l" }, h("span", { class: "addr", text: shortAddr(e.address) }), e.name ? h("span", { class: "name", text: e.name }) : null),
-        h("td", { class: "l" }, h("span", { class: "pill st-" + st, text: st })),
+        h("td", { class: "l" }, h("span", { class: "pill st-" + st, text: st }), e.ejected ? h("span", {
+          class: "pill st-ejected", text: "ejected",
+          title: "Left out of picks after consecutive failures" + (e.ejectedUntil ? " until " + new Date(e.ejectedUntil).toLocaleTimeString() : "") +
+            (e.ejections !== null ? " · " + fmtInt(e.ejections) + " ejection" + (e.ejections === 1 ? "" : "s") : ""),
+        }) : null),
         h("td", { class: "n", text: fmtInt(e.waiting) }),
         h("td", { class: "n", text: fmtInt(e.running) }),
         h("td", { class: "l" }, meter(e.kv, { heat: true })),
