@@ -36,8 +36,8 @@ func (favour) Score(_ *scheduler.CycleState, req *scheduler.Request, eps []*sche
 //   - A herd (every request favours a:1) at 100 picks/s: a:1 holds its
 //     bound, the rest are herd picks, the signal crosses theta_on and the
 //     loop enters rebalance at once.
-//   - A herd at 5 picks/s, requests held 8 s: half the picks are herd
-//     picks, but the rate is below min_picks (8): gated, calm.
+//   - A herd at 10 picks/s, requests held 4 s: half the picks are herd
+//     picks, but the rate is below min_picks: gated, calm.
 func TestHerdSignal(t *testing.T) {
 	pods := []string{"a:1", "b:1", "c:1", "d:1"}
 	run := func(perTick, everyTicks, hold int, model func(i int) string, seconds int) (*Loop, *scheduler.Scheduler, []string) {
@@ -106,17 +106,17 @@ func TestHerdSignal(t *testing.T) {
 		t.Errorf("herd at 100 picks/s: herd %.3f picks %.1f, want ≥ 0.2 and ≈ 100", sig.Herd, sig.Picks)
 	}
 
-	// Held 8 s: 40 in flight, a:1 at its bound of 20, half the picks herd.
-	l, s, modes = run(1, 4, 160, func(int) string { return "a:1" }, 20)
+	// Held 4 s: 40 in flight, a:1 at its bound of 20, half the picks herd.
+	l, s, modes = run(1, 2, 80, func(int) string { return "a:1" }, 10)
 	for k, m := range modes {
 		if m != configurator.ModeCalm {
-			t.Fatalf("herd at 5 picks/s: tick %d mode %s, want calm (gated)", k, m)
+			t.Fatalf("herd at 10 picks/s: tick %d mode %s, want calm (gated)", k, m)
 		}
 	}
 	if sig := l.Last().Signal; sig.Gate != detector.GateLowLoad || sig.Herd < 0.3 {
-		t.Errorf("herd at 5 picks/s: gate %q herd %.3f, want %q with herd ≥ 0.3", sig.Gate, sig.Herd, detector.GateLowLoad)
+		t.Errorf("herd at 10 picks/s: gate %q herd %.3f, want %q with herd ≥ 0.3", sig.Gate, sig.Herd, detector.GateLowLoad)
 	}
 	if h := s.Pool().Pointers()[0].HerdPicks(); h < 20 {
-		t.Errorf("herd at 5 picks/s: a:1 has %d herd picks, want the bound exceeded", h)
+		t.Errorf("herd at 10 picks/s: a:1 has %d herd picks, want the bound exceeded", h)
 	}
 }

@@ -43,10 +43,7 @@ type Config struct {
 	HerdWindow time.Duration `mapstructure:"herd_window"`
 	// MinPicks gates the herd signal: with fewer picks than this in the
 	// herd window the signal is held at 0 (gate "low_load"): a handful of
-	// requests says nothing about herding. Default 8: 20 sits at the pick
-	// rate of a 32-client herd on 16 pods and gated it; 8 lets it through
-	// and still reads no herd in any calm phase of the shipped suite
-	// (docs/benchmarks.md). Must be ≥ 1.
+	// requests says nothing about herding. Default 20. Must be ≥ 1.
 	MinPicks float64 `mapstructure:"min_picks"`
 	// Interval is how often the control loop ticks (and steps the
 	// detector). Default 50ms, the fleet's scrape interval: stepping
@@ -90,7 +87,7 @@ func DefaultConfig() Config {
 	return Config{
 		Signal:       SignalHerd,
 		HerdWindow:   time.Second,
-		MinPicks:     8,
+		MinPicks:     20,
 		Interval:     50 * time.Millisecond,
 		MinEndpoints: 2,
 		MinLoad:      5,
