@@ -82,7 +82,8 @@ type ScrapeConfig struct {
 	// (for servers that export metrics on a separate port).
 	Port int `mapstructure:"port"`
 	// UnhealthyAfter consecutive failed scrapes (timeouts, refused
-	// connections, HTTP errors) mark an endpoint unhealthy (default 3).
+	// connections, HTTP errors) back an endpoint's scrapes off and, unless
+	// they were timeouts, mark it unhealthy (default 3).
 	UnhealthyAfter int `mapstructure:"unhealthy_after"`
 	// MaxBackoff caps the retry delay of an unhealthy endpoint, which
 	// doubles from 2 × Interval on every further failure (default 5s).

@@ -14,8 +14,9 @@
 // see EngineMapping) to the scheduler.Endpoint load fields. Freshness:
 // metrics older than max_age make an endpoint stale; unhealthy_after
 // consecutive unreachable scrapes (timeout, refused connection, HTTP
-// error) make it unhealthy and back its scrapes off exponentially; one
-// success restores it. Unusable answers (too large, unparsable, missing or
+// error) back its scrapes off exponentially, and, unless they were
+// timeouts (a busy server may still serve), make it unhealthy, which takes
+// it out of routing; one success restores it. Unusable answers (too large, unparsable, missing or
 // invalid values) leave the metrics to go stale but never make an
 // endpoint unhealthy: the server is up, only its numbers are untrusted.
 //

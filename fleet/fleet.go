@@ -449,10 +449,15 @@ func (f *Fleet) refresh(force bool) {
 	f.subMu.Unlock()
 }
 
-// state is ep's state at now. ep.mu must be held.
+// state is ep's state at now. ep.mu must be held. Refused connections and
+// HTTP errors make an endpoint unhealthy, which takes it out of routing
+// (scheduler.HealthyFilter). Timeouts only back its scrapes off: a server
+// too busy to answer /metrics in time may still be serving, so its metrics
+// go stale instead (routing fails open to it; requests that fail there are
+// retried and, repeated, eject it).
 func (f *Fleet) state(ep *endpoint, now time.Time) scheduler.State {
 	switch {
-	case ep.fails >= f.cfg.UnhealthyAfter:
+	case ep.fails >= f.cfg.UnhealthyAfter && ep.reason != ReasonTimeout:
 		return scheduler.StateUnhealthy
 	case ep.scrapedAt.IsZero() || now.Sub(ep.scrapedAt) > f.maxAge:
 		return scheduler.StateStale

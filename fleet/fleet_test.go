@@ -277,13 +277,14 @@ func TestFleetBadServers(t *testing.T) {
 		mode   string
 		body   string
 		reason string
-		// final state while the fault lasts: unreachable servers become
-		// unhealthy after unhealthy_after (3) failures; servers answering
+		// final state while the fault lasts: refused connections and HTTP
+		// errors make a server unhealthy after unhealthy_after (3)
+		// failures; a hanging server (timeouts) and servers answering
 		// unusable metrics go stale after max_age (4 × 50ms).
 		state scheduler.State
 	}{
 		{"http 500", "status", "", ReasonHTTPStatus, scheduler.StateUnhealthy},
-		{"hanging server", "hang", "", ReasonTimeout, scheduler.StateUnhealthy},
+		{"hanging server", "hang", "", ReasonTimeout, scheduler.StateStale},
 		{"connection refused", "closed", "", ReasonConnect, scheduler.StateUnhealthy},
 		{"garbage", "body", "<html>502 Bad Gateway</html>", ReasonParse, scheduler.StateStale},
 		{"missing metrics", "body", "vllm:num_requests_running 2\n", ReasonMissingMetric, scheduler.StateStale},

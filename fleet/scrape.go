@@ -96,7 +96,8 @@ func transportError(ctx context.Context, err error) error {
 // scrape. A success refreshes the metrics and clears failures. An
 // unreachable server (timeout, connect, HTTP status) keeps the previous
 // metrics, which go stale after max_age; unhealthy_after such failures in
-// a row make the endpoint unhealthy and back off. A server that answers
+// a row back it off and, unless they were timeouts, make it unhealthy
+// (Fleet.state). A server that answers
 // with unusable metrics (too large, unparsable, missing or invalid values)
 // is alive: its metrics go stale but it never becomes unhealthy for it.
 func (f *Fleet) record(ep *endpoint, m Metrics, err error, now time.Time) time.Duration {
