@@ -65,7 +65,9 @@ const (
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
 // JSON body. A protocol_config announcing request_body_mode STREAMED or
 // BUFFERED_PARTIAL is refused with a 500 ImmediateResponse naming the
-// mode: neither can carry a destination decided from the body. Without protocol_config (an Envoy older
+// mode: neither can carry a destination decided from the body. With
+// request_body_mode NONE there is no body: the pick is made from the
+// headers alone and answers them. Without protocol_config (an Envoy older
 // than the field) full duplex is never assumed: Envoy then uses its
 // filter's processing_mode, which trimtab cannot see, and a BUFFERED Envoy
 // would wait for the headers answer while trimtab waited for the body.
@@ -411,7 +413,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			x.requestID = headerValue(hv)
 		}
 	}
-	if h.GetEndOfStream() { // no body (a GET): route without a model
+	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
 		return x.pick(true, true)
 	}
 	if x.reqMode != modeDuplex {

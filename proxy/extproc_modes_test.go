@@ -103,3 +103,36 @@ func TestExtProcNoProtocolConfigBufferedEnvoy(t *testing.T) {
 	}
 	f.waitIdle(t)
 }
+
+// With request_body_mode NONE Envoy sends no body, so the pick is made
+// from the headers alone and rides on the headers answer.
+func TestExtProcRequestBodyModeNone(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	s := openStream(t, ctx, c)
+	s.send(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{
+		RequestBodyMode: filterv3.ProcessingMode_NONE, ResponseBodyMode: filterv3.ProcessingMode_NONE}, "x-session-id", "s1"))
+	r := s.recv()
+	hr := r.GetRequestHeaders()
+	if hr == nil {
+		t.Fatalf("answer %v, want a headers response", r)
+	}
+	if got := destination(t, hr.GetResponse(), r.GetDynamicMetadata()); got != epA {
+		t.Fatalf("destination %q, want %q", got, epA)
+	}
+	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "content-length" {
+			t.Errorf("content-length set to %q on a request without a body", h.GetHeader().GetRawValue())
+		}
+	}
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200")}}})
+	s.recv()
+	_ = s.s.CloseSend()
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeSuccess || o.Status != 200 {
+		t.Errorf("outcome %+v, want success 200", o)
+	}
+	f.waitIdle(t)
+}
