@@ -102,11 +102,13 @@ type ExtProcConfig struct {
 	Addr string `mapstructure:"addr"`
 	// RequestBodyMode is Envoy's request_body_mode, used when Envoy does
 	// not send protocol_config: "full-duplex-streamed" (default) or
-	// "buffered".
+	// "buffered". Full duplex needs protocol_config: without it
+	// "full-duplex-streamed" is served as "buffered".
 	RequestBodyMode string `mapstructure:"request_body_mode"`
 	// ResponseBodyMode is Envoy's response_body_mode, used when Envoy does
 	// not send protocol_config: "full-duplex-streamed" (default),
-	// "buffered" or "none".
+	// "buffered" or "none". Without protocol_config
+	// "full-duplex-streamed" is served as "buffered".
 	ResponseBodyMode string `mapstructure:"response_body_mode"`
 	// DestinationFallbacks appends the decision's fallback endpoints to
 	// the destination header and metadata ("ip:port,ip:port,…"), for

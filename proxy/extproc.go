@@ -65,7 +65,16 @@ const (
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
 // JSON body. A protocol_config announcing request_body_mode STREAMED or
 // BUFFERED_PARTIAL is refused with a 500 ImmediateResponse naming the
-// mode: neither can carry a destination decided from the body.
+// mode: neither can carry a destination decided from the body. With
+// request_body_mode NONE there is no body: the pick is made from the
+// headers alone and answers them. Without protocol_config (an Envoy older
+// than the field) full duplex is never assumed: Envoy then uses its
+// filter's processing_mode, which trimtab cannot see, and a BUFFERED Envoy
+// would wait for the headers answer while trimtab waited for the body.
+// Such a stream is served as BUFFERED (headers answered at once, the pick
+// made on the body message) and response messages are acknowledged
+// without a streamed body; Config.ExtProc's modes apply only when they
+// are not full-duplex-streamed.
 // observability_mode is not supported (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
@@ -235,6 +244,20 @@ func modeFromProto(m filterv3.ProcessingMode_BodySendMode) bodyMode {
 	return modeStreamed
 }
 
+// withoutProtocolConfig is the mode used for a configured mode m when
+// Envoy announces none. Full duplex is never assumed then: a BUFFERED
+// Envoy waits for the headers answer before it sends the body, so waiting
+// for the body first would hang the request until Envoy's message_timeout.
+// The request side is served as BUFFERED (headers answered at once, the
+// pick made on the body message), the response side acknowledges each
+// message without a streamed body, which every other mode accepts.
+func withoutProtocolConfig(m bodyMode) bodyMode {
+	if m == modeDuplex {
+		return modeBuffered
+	}
+	return m
+}
+
 // unsupportedBodyMode is the answer to a request_body_mode the destination
 // cannot be returned in: STREAMED and BUFFERED_PARTIAL send the headers on
 // before the body that decides the pick has arrived, and Envoy applies a
@@ -306,6 +329,8 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 			if x.reqMode == modeStreamed {
 				return x.immediate(unsupportedBodyMode(pc.GetRequestBodyMode()))
 			}
+		} else {
+			x.reqMode, x.respMode = withoutProtocolConfig(x.reqMode), withoutProtocolConfig(x.respMode)
 		}
 	}
 	x.readSubset(req)
@@ -388,7 +413,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			x.requestID = headerValue(hv)
 		}
 	}
-	if h.GetEndOfStream() { // no body (a GET): route without a model
+	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
 		return x.pick(true, true)
 	}
 	if x.reqMode != modeDuplex {

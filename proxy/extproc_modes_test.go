@@ -4,9 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 // An Envoy announcing request_body_mode STREAMED or BUFFERED_PARTIAL gets
@@ -57,5 +60,79 @@ func TestExtProcStreamedResponseBodyMode(t *testing.T) {
 		}
 	}
 	f.outcome(t)
+	f.waitIdle(t)
+}
+
+// An Envoy that sends no protocol_config (older than the field) and
+// buffers the request body holds the body back until the request headers
+// are answered. trimtab must answer them at once, not wait for body chunks
+// the way FULL_DUPLEX_STREAMED would: the exchange below would otherwise
+// hang until the context deadline (in Envoy, until message_timeout).
+func TestExtProcNoProtocolConfigBufferedEnvoy(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	c, _, _ := startExtProc(t, DefaultConfig(), f) // request_body_mode full-duplex-streamed
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	s := openStream(t, ctx, c)
+	s.send(requestHeaders(false, nil, nil))
+	hr := s.recv().GetRequestHeaders()
+	if hr == nil || hr.GetResponse().GetHeaderMutation() != nil {
+		t.Fatalf("headers answer %v, want an immediate CONTINUE without a destination", hr)
+	}
+	s.send(requestBody([]byte(`{"model":"m","prompt":"x"}`), true))
+	r := s.recv()
+	br := r.GetRequestBody()
+	if br == nil || br.GetResponse().GetBodyMutation() != nil || !br.GetResponse().GetClearRouteCache() {
+		t.Fatalf("body answer %v: want the destination as a header mutation, body untouched", r)
+	}
+	if got := destination(t, br.GetResponse(), r.GetDynamicMetadata()); got != epA {
+		t.Fatalf("destination %q, want %q", got, epA)
+	}
+	// The response side is not full duplex either: each message is
+	// acknowledged without a streamed body.
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200")}}})
+	s.recv()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte(`{"choices":[]}`), EndOfStream: true}}})
+	if rb := s.recv().GetResponseBody(); rb == nil || rb.GetResponse().GetBodyMutation() != nil {
+		t.Fatalf("response body answer %v, want an empty body response", rb)
+	}
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeSuccess || o.Status != 200 {
+		t.Errorf("outcome %+v, want success 200", o)
+	}
+	f.waitIdle(t)
+}
+
+// With request_body_mode NONE Envoy sends no body, so the pick is made
+// from the headers alone and rides on the headers answer.
+func TestExtProcRequestBodyModeNone(t *testing.T) {
+	f := newFixture(t, nil, epA)
+	c, _, _ := startExtProc(t, DefaultConfig(), f)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	s := openStream(t, ctx, c)
+	s.send(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{
+		RequestBodyMode: filterv3.ProcessingMode_NONE, ResponseBodyMode: filterv3.ProcessingMode_NONE}, "x-session-id", "s1"))
+	r := s.recv()
+	hr := r.GetRequestHeaders()
+	if hr == nil {
+		t.Fatalf("answer %v, want a headers response", r)
+	}
+	if got := destination(t, hr.GetResponse(), r.GetDynamicMetadata()); got != epA {
+		t.Fatalf("destination %q, want %q", got, epA)
+	}
+	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "content-length" {
+			t.Errorf("content-length set to %q on a request without a body", h.GetHeader().GetRawValue())
+		}
+	}
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200")}}})
+	s.recv()
+	_ = s.s.CloseSend()
+	if o := f.outcome(t); o.Kind != scheduler.OutcomeSuccess || o.Status != 200 {
+		t.Errorf("outcome %+v, want success 200", o)
+	}
 	f.waitIdle(t)
 }
