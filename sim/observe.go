@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"math"
+	"slices"
+
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// What a run sees and records: scrapes into the scheduler's pool, control
+// ticks, samples for the timeline, window marks and the final result.
+
+func (r *runner) scrape() {
+	at := Epoch.Add(r.now)
+	for i, e := range r.servers {
+		idx := r.poolIndex(i)
+		if idx < 0 {
+			continue
+		}
+		ep := &r.eps[idx]
+		if r.dead[i] {
+			if r.missed[i]++; r.missed[i] >= unhealthyAfter {
+				ep.State = scheduler.StateUnhealthy
+			}
+			continue
+		}
+		st := e.Stats()
+		ep.Waiting, ep.Running, ep.KVUtil = float64(st.Waiting), float64(st.Running), st.KVUtil
+		ep.ScrapedAt = at
+	}
+	r.sched.SetEndpoints(r.eps)
+}
+
+// poolIndex returns server i's index in r.eps, or −1 once it was dropped.
+func (r *runner) poolIndex(i int) int {
+	if i < len(r.eps) && r.addrIdx[r.eps[i].Address] == i {
+		return i // no endpoint dropped before it
+	}
+	for j := range r.eps {
+		if r.addrIdx[r.eps[j].Address] == i {
+			return j
+		}
+	}
+	return -1
+}
+
+func (r *runner) control() {
+	t := r.ctl.Tick(Epoch.Add(r.now), r.sched.Pool().Pointers())
+	r.signal = t.Signal.Value
+	if t.Changed() && t.Err == nil {
+		r.res.WeightChanges++
+	}
+	if t.Mode != r.mode {
+		if r.mode == configurator.ModeCalm && (t.Mode == configurator.ModeRebalance || t.Mode == configurator.ModeFrozen) {
+			if ph := &r.res.Phases[r.phase]; r.now >= r.warm {
+				ph.RebalanceEntries++
+			} else {
+				ph.WarmupRebalanceEntries++
+			}
+		}
+		if t.Mode == configurator.ModeFrozen {
+			r.res.Freezes++
+		}
+		r.mode = t.Mode
+	}
+}
+
+func (r *runner) sample() {
+	inWindow := r.now >= r.warm && r.now < r.end
+	tl := r.res.Timeline
+	for i, e := range r.servers {
+		var load float64
+		if !r.dead[i] {
+			st := e.Stats()
+			load = float64(st.Waiting + st.Running)
+		}
+		if inWindow {
+			r.loadSum[i] += load
+		}
+		if tl != nil && r.now <= r.end {
+			tl.PodLoad[i] = append(tl.PodLoad[i], load)
+		}
+	}
+	if inWindow {
+		r.loadN++
+	}
+	if tl != nil && r.now <= r.end {
+		tl.T = append(tl.T, r.now.Seconds())
+		w := r.sched.Weights()
+		for s := range tl.Weights {
+			tl.Weights[s] = append(tl.Weights[s], w.Values[s])
+		}
+		tl.Signal = append(tl.Signal, r.signal)
+		mode := w.Mode
+		if mode == "" {
+			mode = configurator.ModeStatic
+		}
+		tl.Mode = append(tl.Mode, mode)
+	}
+}
+
+func (r *runner) mark(end bool) {
+	for i, e := range r.servers {
+		st := e.Stats()
+		if !end {
+			r.markGen[i], r.markHits[i], r.markQuery[i] = st.GenerationTokens, st.PrefixHits, st.PrefixQueries
+			continue
+		}
+		r.markGen[i] = st.GenerationTokens - r.markGen[i]
+		r.markHits[i] = st.PrefixHits - r.markHits[i]
+		r.markQuery[i] = st.PrefixQueries - r.markQuery[i]
+	}
+	if !end {
+		// The current phase's share of the window starts now.
+		r.phases[r.phase].genStart, r.phases[r.phase].winStart = r.genTotal(), r.now
+		return
+	}
+	r.phaseTokens(r.phase)
+	var gen, hits, query int64
+	for i := range r.servers {
+		gen += r.markGen[i]
+		hits += r.markHits[i]
+		query += r.markQuery[i]
+	}
+	if win := (r.end - r.warm).Seconds(); win > 0 {
+		r.res.OutputTokensPerSec = float64(gen) / win
+	}
+	if query > 0 {
+		r.res.PrefixHitRate = float64(hits) / float64(query)
+	}
+}
+
+func (r *runner) finish() {
+	slices.Sort(r.res.TTFT)
+	slices.Sort(r.res.E2E)
+	if r.loadN > 0 {
+		r.res.LoadMin = math.Inf(1)
+		var sum, capSum, top, topRatio float64
+		for i, s := range r.loadSum {
+			avg := s / float64(r.loadN)
+			r.res.PodLoad = append(r.res.PodLoad, avg)
+			r.res.LoadMax = max(r.res.LoadMax, avg)
+			r.res.LoadMin = min(r.res.LoadMin, avg)
+			sum += avg
+			top = max(top, avg)
+			if !r.dead[i] {
+				capSum += r.caps[i]
+				topRatio = max(topRatio, avg/r.caps[i])
+			}
+		}
+		if sum > 0 {
+			r.res.BusiestShare = top / sum
+			r.res.BusiestRatio = topRatio / (sum / capSum)
+		}
+	}
+	for _, e := range r.servers {
+		r.res.Preemptions += e.Stats().Preemptions
+	}
+	r.finishPhases()
+}

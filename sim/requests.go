@@ -1,0 +1,210 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/engine"
+)
+
+// A request's life in a run: arrival, dispatch through the real scheduler,
+// engine events, completion, failure and timeout.
+
+// next lets closed-loop client c issue its next request, or retire.
+func (r *runner) next(c int) {
+	if c < 0 {
+		return
+	}
+	if c >= r.clients || r.now >= r.end {
+		r.busy--
+		return
+	}
+	var think time.Duration
+	if m := r.sc.Load.ThinkTime; m > 0 {
+		think = time.Duration(r.arng.ExpFloat64() * float64(m))
+	}
+	r.h.push(event{at: r.now + think, kind: evArrival, idx: int32(c)})
+}
+
+func (r *runner) getReq() *simReq {
+	if n := len(r.free); n > 0 {
+		q := r.free[n-1]
+		r.free = r.free[:n-1]
+		return q
+	}
+	return &simReq{}
+}
+
+func (r *runner) putReq(q *simReq) {
+	q.live = false
+	q.dec = nil
+	q.gen++
+	r.free = append(r.free, q)
+}
+
+// arrive issues one request from client c (−1: open loop).
+func (r *runner) arrive(c int) {
+	if c >= 0 && (c >= r.clients || r.now >= r.end) {
+		r.busy--
+		return
+	}
+	q := r.getReq()
+	q.client, q.arrival, q.live, q.phase = c, r.now, true, r.phase
+	q.measured = r.now >= r.warm && r.now < r.end
+	slot := c
+	if c < 0 {
+		// Open loop: arrivals cycle over a pool of sessions / tenants.
+		slot = r.openN % openChatSlots
+		r.openN++
+	}
+	r.gens[r.phase].next(r.wrng, slot, &q.spec)
+	q.buf = q.buf[:0]
+	for _, s := range q.spec.segs {
+		q.buf = r.segs.append(q.buf, s)
+	}
+	promptBytes := len(q.buf)
+	q.buf = appendSegment(q.buf, q.spec.out)
+	q.seq.Reset()
+	q.seq.Hashes = blockHashes(q.seq.Hashes, q.buf, r.sc.EngineConfig().BlockSize)
+	q.seq.PromptTokens = promptBytes / BytesPerToken
+	q.seq.OutputTokens = q.spec.out.tokens
+	q.seq.Data = q
+	q.req = scheduler.Request{
+		Model:     r.sc.Model,
+		Prompt:    q.buf[:promptBytes],
+		SessionID: q.spec.sessionID,
+		Arrival:   Epoch.Add(r.now),
+	}
+	r.res.Issued++
+	if q.measured {
+		r.res.Measured++
+		r.res.Phases[q.phase].Measured++
+	}
+	r.inflight++
+	dec, err := r.sched.Pick(context.Background(), &q.req)
+	if err != nil {
+		r.fail(q)
+		return
+	}
+	q.dec = dec
+	if r.dispatch(q) {
+		r.h.push(event{at: r.now + r.sc.Timeout, kind: evTimeout, r: q, gen: q.gen})
+	}
+}
+
+// dispatch sends q to its decision's endpoint, moving along the fallbacks
+// while the endpoint is down (connection refused, as the proxies retry).
+// It reports whether q is now in an engine; if not, q has failed.
+func (r *runner) dispatch(q *simReq) bool {
+	for {
+		i := r.addrIdx[q.dec.Endpoint.Address]
+		if !r.dead[i] {
+			q.server = i
+			if err := r.servers[i].Add(&q.seq); err != nil {
+				r.fail(q)
+				return false
+			}
+			q.active = len(r.active)
+			r.active = append(r.active, q)
+			r.kick(i)
+			return true
+		}
+		r.res.Retried++
+		if !q.dec.Advance() {
+			r.fail(q)
+			return false
+		}
+	}
+}
+
+// leave removes q from the active list (it left its engine).
+func (r *runner) leave(q *simReq) {
+	last := r.active[len(r.active)-1]
+	r.active[q.active] = last
+	last.active = q.active
+	r.active = r.active[:len(r.active)-1]
+}
+
+func (r *runner) fail(q *simReq) {
+	r.res.Failed++
+	if q.measured {
+		r.res.MeasuredFailed++
+	}
+	if q.dec != nil {
+		q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Status: 503})
+	}
+	r.inflight--
+	c := q.client
+	r.putReq(q)
+	r.next(c)
+}
+
+func (r *runner) timeout(q *simReq) {
+	r.servers[q.server].Abort(&q.seq)
+	r.leave(q)
+	r.res.TimedOut++
+	if q.measured {
+		r.res.MeasuredTimedOut++
+	}
+	o := scheduler.Outcome{Kind: scheduler.OutcomeCanceled, Latency: r.now - q.arrival}
+	if q.seq.Generated > 0 {
+		o.TTFT = q.seq.FirstTokenAt - q.arrival
+	}
+	q.dec.Done(o)
+	r.inflight--
+	c := q.client
+	s := q.server
+	r.putReq(q)
+	r.next(c)
+	r.kick(s)
+}
+
+func (r *runner) kick(i int) {
+	e := r.servers[i]
+	if r.dead[i] || e.Busy() {
+		return
+	}
+	if d, ok := e.StartStep(); ok {
+		r.h.push(event{at: r.now + d, kind: evStepEnd, idx: int32(i)})
+	}
+}
+
+func (r *runner) stepEnd(i int) {
+	if r.dead[i] {
+		return // the step died with the server
+	}
+	r.servers[i].FinishStep(r.now, r.emit[i])
+	r.kick(i)
+}
+
+// onEvent handles engine events; it only schedules, never re-enters the
+// engine.
+func (r *runner) onEvent(ev engine.Event) {
+	q := ev.Seq.Data.(*simReq)
+	if ev.Kind == engine.EventFirstToken {
+		// The first token is the first response byte a proxy would see:
+		// the prompt stops counting as pending prefill on the endpoint.
+		q.dec.FirstByte()
+	}
+	if ev.Kind != engine.EventFinished {
+		return
+	}
+	ttft := q.seq.FirstTokenAt - q.arrival
+	e2e := r.now - q.arrival
+	if q.measured {
+		t, e := float64(ttft)/1e6, float64(e2e)/1e6
+		r.res.TTFT = append(r.res.TTFT, t)
+		r.res.E2E = append(r.res.E2E, e)
+		p := &r.res.Phases[q.phase]
+		p.TTFT = append(p.TTFT, t)
+		p.E2E = append(p.E2E, e)
+	}
+	r.res.Completed++
+	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e})
+	r.leave(q)
+	r.inflight--
+	c := q.client
+	r.putReq(q)
+	r.next(c)
+}
