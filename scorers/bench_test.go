@@ -146,6 +146,31 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickGuarded is BenchmarkPick in adaptive mode: the weights
+// carry the load guard (factor 2, slack 6) and the calm weights whose
+// choice the herd signal counts, so each pick also computes the calm
+// totals and the bound. Compare with BenchmarkPick in the same run.
+func BenchmarkPickGuarded(b *testing.B) {
+	for _, n := range benchSizes.endpoints {
+		tok := 8 << 10
+		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
+			s, _ := benchScheduler(b, benchEndpoints(n, 1))
+			w := s.Weights()
+			g := &scheduler.Weights{Version: w.Version + 1, Values: w.Values, Mode: "calm", Guard: scheduler.Guard{Factor: 2, Slack: 6}, Calm: w.Values}
+			if err := s.Publish(g); err != nil {
+				b.Fatal(err)
+			}
+			reqs := benchWorkload(tok, 16, 8, 1024, 1)
+			warm(b, s, reqs)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				pickDone(b, s, &reqs[i%len(reqs)])
+			}
+		})
+	}
+}
+
 func BenchmarkPickParallel(b *testing.B) {
 	for _, n := range benchSizes.endpoints {
 		for _, tok := range benchSizes.tokens {
