@@ -134,10 +134,6 @@ func (c *Configurator) Config() Config { return c.cfg }
 // Names returns the profile's scorer names, in weight-index order.
 func (c *Configurator) Names() []string { return c.names }
 
-// Categories returns the profile's scorer categories, in weight-index
-// order.
-func (c *Configurator) Categories() []scheduler.Category { return c.cats }
-
 // Mode returns the mode after the latest Step (ModeStatic before the
 // first). Not safe for concurrent use with Step.
 func (c *Configurator) Mode() string { return c.mode }

@@ -104,7 +104,7 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	if err := l.build(cfg, target.Scorers()); err != nil {
 		return nil, err
 	}
-	l.m = newMetrics(deps.Registerer, l.conf.Names(), l.conf.Categories())
+	l.m = newMetrics(deps.Registerer)
 	w := target.Weights()
 	l.m.published(w, l.conf.Budget(w))
 	return l, nil

@@ -17,23 +17,23 @@ var transitions = [...][2]string{
 }
 
 // metrics are the loop's Prometheus metrics: the detector's signal and
-// its components, and the configurator's weights, budget and modes.
+// its components, and the configurator's budget and modes. The weights in
+// force and their version are the scheduler's (trimtab_scheduler_weight,
+// trimtab_scheduler_weights_version): one series per fact.
 // Children are resolved at construction; a tick only sets gauges and
 // increments counters, which does not allocate.
 type metrics struct {
 	signal      prometheus.Gauge
 	component   [detector.NumComponents]prometheus.Gauge
 	gated       map[detector.Gate]prometheus.Counter
-	weight      []prometheus.Gauge // per scorer, profile order
 	budget      prometheus.Gauge
 	mode        map[string]prometheus.Gauge
 	transitions map[[2]string]prometheus.Counter
 	freezes     prometheus.Counter
-	version     prometheus.Gauge
 	publishErrs prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Category) *metrics {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		signal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_detector_signal",
@@ -50,10 +50,6 @@ func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Cate
 			Name: "trimtab_configurator_watchdog_freezes_total",
 			Help: "Times the flap watchdog froze the configurator.",
 		}),
-		version: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "trimtab_configurator_weights_version",
-			Help: "Version of the latest weights the configurator produced.",
-		}),
 		publishErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_control_publish_errors_total",
 			Help: "Weights versions the scheduler refused; the previous weights stayed in force.",
@@ -61,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Cate
 	}
 	comp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "trimtab_detector_component",
-		Help: "Components of the latest detector step: request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
+		Help: "Components of the latest detector step: herd (share of picks whose calm-weights choice was over the load guard's bound), picks (picks in the herd window), request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
 	}, []string{"component"})
 	var zero detector.Signal
 	for i, c := range zero.Components() {
@@ -73,13 +69,6 @@ func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Cate
 	}, []string{"reason"})
 	for _, g := range detector.Gates {
 		m.gated[g] = gated.WithLabelValues(string(g))
-	}
-	weight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "trimtab_configurator_weight",
-		Help: "Weight of each scorer in the latest weights the configurator produced, with its category.",
-	}, []string{"scorer", "category"})
-	for i, n := range names {
-		m.weight = append(m.weight, weight.WithLabelValues(n, cats[i].String()))
 	}
 	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "trimtab_configurator_mode",
@@ -96,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, names []string, cats []scheduler.Cate
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, comp, gated, m.budget, m.freezes, m.version, m.publishErrs, weight, mode, tr)
+		reg.MustRegister(m.signal, comp, gated, m.budget, m.freezes, m.publishErrs, mode, tr)
 	}
 	return m
 }
@@ -113,11 +102,6 @@ func (m *metrics) observe(s *detector.Signal) {
 
 // published records the weights in force and their mode.
 func (m *metrics) published(w *scheduler.Weights, budget float64) {
-	for i, g := range m.weight {
-		if i < len(w.Values) {
-			g.Set(w.Values[i])
-		}
-	}
 	m.budget.Set(budget)
 	for md, g := range m.mode {
 		if md == w.Mode {
@@ -126,7 +110,6 @@ func (m *metrics) published(w *scheduler.Weights, budget float64) {
 			g.Set(0)
 		}
 	}
-	m.version.Set(float64(w.Version))
 }
 
 func (m *metrics) transition(from, to string) {
