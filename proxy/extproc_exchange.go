@@ -1,0 +1,487 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// exchange is the state of one ext_proc stream; pooled.
+type exchange struct {
+	e           *ExtProc
+	srv         extprocv3.ExternalProcessor_ProcessServer
+	st          *reqState
+	body        []byte // the request body: st.body, or a lone body message's bytes
+	reqMode     bodyMode
+	respMode    bodyMode
+	first       bool
+	session     string
+	requestID   string
+	subset      []string
+	subsetSet   bool
+	subsetBad   bool
+	arrival     time.Time
+	picked      time.Time
+	d           *scheduler.Decision
+	addr        string
+	scores      string
+	admitted    bool
+	reserved    int64 // body bytes charged to the server's budget
+	status      int
+	ttfb        time.Duration
+	gotFirst    bool
+	headersOut  bool // request headers answered
+	headersSeen bool
+}
+
+func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServer) {
+	subset := x.subset[:0]
+	*x = exchange{e: e, srv: srv, subset: subset, first: true,
+		reqMode: modeOf(e.cfg.ExtProc.RequestBodyMode), respMode: modeOf(e.cfg.ExtProc.ResponseBodyMode)}
+	x.st = statePool.Get().(*reqState)
+	x.st.body = x.st.body[:0]
+}
+
+func (x *exchange) release() {
+	x.freeSlot() // a stream that never got a decision still held its slot
+	x.e.budget.free(x.reserved)
+	putState(x.st)
+	clear(x.subset)
+	x.subset = x.subset[:0]
+	x.e, x.srv, x.st, x.d, x.body = nil, nil, nil, nil, nil
+	exchangePool.Put(x)
+}
+
+// handle processes one message; end reports that the stream should close
+// (an immediate response was sent).
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error) {
+	if x.first {
+		x.first = false
+		if pc := req.GetProtocolConfig(); pc != nil {
+			x.reqMode = modeFromProto(pc.GetRequestBodyMode())
+			x.respMode = modeFromProto(pc.GetResponseBodyMode())
+			if x.reqMode == modeStreamed {
+				return x.immediate(unsupportedBodyMode(pc.GetRequestBodyMode()))
+			}
+		} else {
+			x.reqMode, x.respMode = withoutProtocolConfig(x.reqMode), withoutProtocolConfig(x.respMode)
+		}
+	}
+	x.readSubset(req)
+	switch v := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if x.d == nil {
+			if end, err := x.pick(false, false); end || err != nil {
+				return end, err
+			}
+		}
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, x.responseHeaders(v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, x.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.finish()
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return false, nil
+}
+
+// readSubset takes the gateway's subset hint from the filter metadata.
+func (x *exchange) readSubset(req *extprocv3.ProcessingRequest) {
+	ns := req.GetMetadataContext().GetFilterMetadata()[SubsetNamespace]
+	if ns == nil {
+		return
+	}
+	v, ok := ns.GetFields()[SubsetKey]
+	if !ok {
+		return
+	}
+	x.subsetSet, x.subsetBad = true, false
+	clear(x.subset)
+	x.subset = x.subset[:0]
+	list := v.GetListValue()
+	if list == nil {
+		x.subsetBad = true
+		return
+	}
+	for _, item := range list.GetValues() {
+		s, ok := item.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			x.subsetBad = true
+			return
+		}
+		// An entry may itself be a comma-separated list.
+		for a := range strings.SplitSeq(s.StringValue, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				x.subset = append(x.subset, a)
+			}
+		}
+	}
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
+	if x.headersSeen {
+		return false, errors.New("request headers sent twice on one stream")
+	}
+	x.headersSeen = true
+	x.arrival = x.e.deps.Clock.Now()
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch strings.ToLower(hv.GetKey()) {
+		case "x-session-id":
+			x.session = headerValue(hv)
+		case "x-request-id":
+			x.requestID = headerValue(hv)
+		}
+	}
+	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
+		return x.pick(true, true)
+	}
+	if x.reqMode != modeDuplex {
+		x.headersOut = true
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}})
+	}
+	return false, nil
+}
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
+	if x.d != nil { // body after the pick (should not happen): pass it on
+		return false, x.sendBodyChunk(b.GetBody(), b.GetEndOfStream())
+	}
+	if int64(len(x.st.body)+len(b.GetBody())) > x.e.cfg.MaxBodyBytes {
+		return x.immediate(ErrBodyTooLarge)
+	}
+	if n := int64(len(b.GetBody())); n > 0 {
+		if !x.e.budget.reserve(n) {
+			return x.immediate(ErrBodyMemory)
+		}
+		x.reserved += n
+	}
+	if len(x.st.body) == 0 && b.GetEndOfStream() {
+		// The whole body in one message (BUFFERED, or a small body): use
+		// the message's bytes in place rather than copying them. Nothing
+		// else holds the message, and sends marshal before they return.
+		x.body = b.GetBody()
+	} else {
+		x.st.body = append(x.st.body, b.GetBody()...)
+		x.body = x.st.body
+	}
+	if !b.GetEndOfStream() {
+		return false, nil
+	}
+	return x.pick(true, false)
+}
+
+// pick parses the buffered body, schedules and answers with the
+// destination. eos says whether the body ended (false when trailers
+// follow); noBody that the request has none (headers ended the stream).
+func (x *exchange) pick(eos, noBody bool) (bool, error) {
+	e := x.e
+	p := &x.st.p
+	if noBody {
+		p.Reset()
+		p.Request.SessionID = x.session
+	} else if err := e.parser.Parse(x.body, x.session, p); err != nil {
+		return x.immediate(asError(err))
+	}
+	if x.subsetBad {
+		return x.immediate(&Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_subset",
+			Message: "subset hint " + SubsetNamespace + "/" + SubsetKey + " must be a list of strings"})
+	}
+	if x.subsetSet && len(x.subset) == 0 {
+		return x.immediate(ErrNoEndpoints)
+	}
+	if max := e.cfg.ExtProc.MaxInFlight; max > 0 {
+		if e.inflight.Add(1) > int64(max) {
+			e.inflight.Add(-1)
+			return x.immediate(ErrOverloaded)
+		}
+		x.admitted = true
+	}
+	req := &p.Request
+	req.ID = x.requestID
+	req.Arrival = x.arrival
+	if x.subsetSet {
+		req.Subset = x.subset
+	}
+	d, err := e.sched.Pick(x.srv.Context(), req)
+	if err != nil {
+		x.freeSlot() // no decision will call done: free the slot now
+		return x.immediate(asError(err))
+	}
+	x.d = d
+	x.picked = e.deps.Clock.Now()
+	x.addr = d.Endpoint.Address
+	dest := d.Endpoint.Address
+	if e.cfg.ExtProc.DestinationFallbacks && d.Ranked() > 1 {
+		var b strings.Builder
+		for r := 0; r < d.Ranked(); r++ {
+			if r > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(d.RankedEndpoint(r).Address)
+		}
+		dest = b.String()
+	}
+	sampled := e.deps.Recorder.Sample()
+	if sampled || e.cfg.ExtProc.ScoresHeader {
+		xp := d.Explain()
+		if sampled {
+			e.deps.Recorder.Record(xp)
+		}
+		if e.cfg.ExtProc.ScoresHeader {
+			x.scores = scoresHeader(xp)
+		}
+	}
+	set := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			DestinationHeader: structpb.NewStringValue(dest),
+		}}),
+	}}
+	if x.headersOut { // BUFFERED: the destination rides on the body answer
+		return false, x.send(&extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}}},
+			DynamicMetadata: md,
+		})
+	}
+	if !noBody {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(x.body)))},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	x.headersOut = true
+	if err := x.send(&extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}}},
+		DynamicMetadata: md,
+	}); err != nil {
+		return false, err
+	}
+	if noBody {
+		return false, nil
+	}
+	// FULL_DUPLEX_STREAMED: give the body back, unchanged, in chunks.
+	body := x.body
+	for off := 0; ; off += bodyChunk {
+		end := min(off+bodyChunk, len(body))
+		if err := x.sendBodyChunk(body[off:end], eos && end == len(body)); err != nil {
+			return false, err
+		}
+		if end == len(body) {
+			return false, nil
+		}
+	}
+}
+
+func (x *exchange) sendBodyChunk(b []byte, eos bool) error {
+	if x.reqMode != modeDuplex {
+		return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
+	}
+	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos}}}}}}})
+}
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":status":
+			x.status, _ = strconv.Atoi(headerValue(hv))
+		case ServedHeader:
+			x.served(hv)
+		}
+	}
+	var set []*corev3.HeaderValueOption
+	if x.addr != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-endpoint", RawValue: []byte(x.addr)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	if x.scores != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-scores", RawValue: []byte(x.scores)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	cr := &extprocv3.CommonResponse{}
+	if set != nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+	}
+	if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() || x.respMode == modeNone {
+		x.firstByte() // the best first-byte estimate when no body is seen
+	}
+	if h.GetEndOfStream() {
+		x.finish()
+	}
+	return nil
+}
+
+// served credits the decision to the endpoint Envoy reports in
+// ServedHeader when it is one of the decision's candidates (an Envoy retry
+// along the fallbacks), so in-flight counts, pending prefill, learning
+// scorers and this path's per-endpoint metrics follow the endpoint that
+// did the work. Any other value is ignored: the destination is only ever
+// an endpoint trimtab chose from.
+func (x *exchange) served(hv *corev3.HeaderValue) {
+	if x.d == nil {
+		return
+	}
+	raw := hv.GetRawValue()
+	if len(raw) == 0 {
+		raw = []byte(hv.GetValue())
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == x.addr {
+		return
+	}
+	if x.d.MoveTo(string(raw)) {
+		x.addr = x.d.Endpoint.Address
+	}
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	if len(b.GetBody()) > 0 {
+		x.firstByte()
+	}
+	var resp *extprocv3.ProcessingResponse
+	if x.respMode == modeDuplex {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}}}
+	} else {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}
+	}
+	if err := x.send(resp); err != nil {
+		return err
+	}
+	if b.GetEndOfStream() {
+		x.finish()
+	}
+	return nil
+}
+
+func (x *exchange) firstByte() {
+	if !x.gotFirst && x.d != nil {
+		x.gotFirst = true
+		x.ttfb = x.e.deps.Clock.Since(x.picked)
+		x.d.FirstByte()
+	}
+}
+
+// finish completes the decision after the response ended.
+func (x *exchange) finish() {
+	if x.d == nil {
+		return
+	}
+	kind := scheduler.OutcomeSuccess
+	if x.status >= 500 || x.status == 0 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+// abandon completes the decision when the stream ended before the
+// response did (client gone, Envoy reset, upstream failure). With
+// response_body_mode NONE the body is never seen: a graceful end of the
+// stream (eof) after the response headers is the response's end.
+func (x *exchange) abandon(eof bool) {
+	if x.d == nil {
+		return
+	}
+	if eof && x.respMode == modeNone && x.status != 0 {
+		x.finish()
+		return
+	}
+	kind := scheduler.OutcomeCanceled
+	if x.status >= 500 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+func (x *exchange) done(kind scheduler.OutcomeKind) {
+	e := x.e
+	lat := e.deps.Clock.Since(x.picked)
+	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
+	e.m.count(x.addr, x.status)
+	x.freeSlot() // first: once Done is observed, the slot is free
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
+	x.d = nil
+}
+
+// freeSlot gives back the max_in_flight slot the exchange was admitted
+// with, once; every path out of an admitted exchange calls it.
+func (x *exchange) freeSlot() {
+	if x.admitted {
+		x.e.inflight.Add(-1)
+		x.admitted = false
+	}
+}
+
+// immediate answers the request with an error and ends the stream.
+func (x *exchange) immediate(er *Error) (bool, error) {
+	x.e.m.count("none", er.Status)
+	set := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	if er.retryable() {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(retryAfterValue(x.e.cfg.RetryAfter))},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	return true, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(er.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+			Body:    er.JSON(),
+			Details: "trimtab_" + er.Code,
+		}}})
+}
+
+func (x *exchange) send(r *extprocv3.ProcessingResponse) error {
+	if err := x.srv.Send(r); err != nil {
+		return fmt.Errorf("send to envoy: %w", err)
+	}
+	return nil
+}
