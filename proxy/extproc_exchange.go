@@ -23,6 +23,7 @@ type exchange struct {
 	srv         extprocv3.ExternalProcessor_ProcessServer
 	st          *reqState
 	body        []byte // the request body: st.body, or a lone body message's bytes
+	api         API    // from :path
 	reqMode     bodyMode
 	respMode    bodyMode
 	first       bool
@@ -156,6 +157,12 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			x.session = headerValue(hv)
 		case "x-request-id":
 			x.requestID = headerValue(hv)
+		case ":path":
+			if raw := hv.GetRawValue(); len(raw) > 0 {
+				x.api = apiOfPath(raw)
+			} else {
+				x.api = apiOfPath([]byte(hv.GetValue()))
+			}
 		}
 	}
 	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
@@ -206,7 +213,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	if noBody {
 		p.Reset()
 		p.Request.SessionID = x.session
-	} else if err := e.parser.Parse(x.body, x.session, p); err != nil {
+	} else if err := e.parser.ParseAPI(x.api, x.body, x.session, p); err != nil {
 		return x.immediate(asError(err))
 	}
 	if x.subsetBad {
