@@ -158,11 +158,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 		case "x-request-id":
 			x.requestID = headerValue(hv)
 		case ":path":
-			if raw := hv.GetRawValue(); len(raw) > 0 {
-				x.api = apiOfPath(raw)
-			} else {
-				x.api = apiOfPath([]byte(hv.GetValue()))
-			}
+			x.api = apiOfHeader(hv)
 		}
 	}
 	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
@@ -256,8 +252,9 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		dest = b.String()
 	}
 	sampled := e.deps.Recorder.Sample()
-	if sampled || e.cfg.ExtProc.ScoresHeader {
-		xp := d.Explain()
+	var xp scheduler.Explanation
+	if sampled || e.cfg.ExtProc.ScoresHeader || e.cfg.ExtProc.EmitScores {
+		xp = d.Explain()
 		if sampled {
 			e.deps.Recorder.Record(xp)
 		}
@@ -274,6 +271,9 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 			DestinationHeader: structpb.NewStringValue(dest),
 		}}),
 	}}
+	if e.cfg.ExtProc.EmitScores {
+		addScores(md, xp, e.cfg.ExtProc.EmitScoresTop)
+	}
 	if x.headersOut { // BUFFERED: the destination rides on the body answer
 		return false, x.send(&extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{

@@ -1,5 +1,7 @@
 package proxy
 
+import corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 // API is the format of a scheduled request body.
 type API uint8
 
@@ -55,6 +57,14 @@ func apiOfPath(path []byte) API {
 		return APIMessages
 	}
 	return APIOpenAI
+}
+
+// apiOfHeader is apiOfPath of an ext_proc :path header.
+func apiOfHeader(hv *corev3.HeaderValue) API {
+	if raw := hv.GetRawValue(); len(raw) > 0 {
+		return apiOfPath(raw)
+	}
+	return apiOfPath([]byte(hv.GetValue()))
 }
 
 // Sections of a Responses or Messages prompt, in the order they are
