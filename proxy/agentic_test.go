@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -148,4 +149,40 @@ func TestExtProcAgentAPIs(t *testing.T) {
 		}
 	}
 	f.waitIdle(t)
+}
+
+// TestHTTPAgentStreamsUnbuffered: each event of a Responses or Messages
+// stream reaches the client before the endpoint writes the next one.
+func TestHTTPAgentStreamsUnbuffered(t *testing.T) {
+	for _, path := range []string{PathResponses, PathMessages} {
+		t.Run(path, func(t *testing.T) {
+			u := newUpstream(t)
+			u.gate = make(chan struct{})
+			f := newFixture(t, nil, u.addr)
+			h, err := NewHTTP(DefaultConfig(), f.deps(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, _ := start(t, h)
+			resp := post(t, "http://"+addr+path, `{"model":"m","stream":true}`, nil)
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			// The upstream writes event i only after the test read event
+			// i-1: a buffering proxy would deadlock here.
+			for i := 0; i < u.events; i++ {
+				u.gate <- struct{}{}
+				line, err := br.ReadString('\n')
+				if want := `data: {"choices":[{"index":0,"text":"t` + string(rune('0'+i)) + `"}]}` + "\n"; err != nil || line != want {
+					t.Fatalf("event %d = %q (%v), want %q", i, line, err, want)
+				}
+				if blank, _ := br.ReadString('\n'); blank != "\n" {
+					t.Fatalf("event %d not terminated by a blank line: %q", i, blank)
+				}
+			}
+			if rest := readAll(t, br); rest != "data: [DONE]\n\n" {
+				t.Fatalf("tail %q", rest)
+			}
+			f.outcome(t)
+		})
+	}
 }
