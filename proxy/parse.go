@@ -34,9 +34,22 @@ import (
 //     shared system prompt and shared earlier turns therefore become shared
 //     leading bytes. When both keys appear, messages win.
 //
-// The Responses and Messages formats are rendered as sections in a fixed
-// order, whatever the order of the keys in the body, so that a shared
-// system prompt and tool list are shared leading bytes (see ParseAPI).
+// Prompt bytes (APIResponses, APIMessages): three sections, in this order
+// whatever the order of the keys in the body, so that an agent's shared
+// system prompt and tool list are shared leading bytes:
+//   - the system prompt, "instructions" (Responses) or "system"
+//     (Messages): a string as "<|system|>\n" + text + "\n"; Messages'
+//     array of text blocks as "<|system|>\n" + the blocks as content
+//     parts + "\n"; Responses' array of items as input items;
+//   - "tools": "<|tools|>\n" + the array's raw JSON + "\n";
+//   - the conversation: Responses "input", a string as "<|user|>\n" +
+//     text + "\n", an array of items each as a chat message when it has
+//     a role, else as "<|" + type + "|>" + its raw JSON + "\n"
+//     (function_call, function_call_output, reasoning, …); Messages
+//     "messages" as chat messages (tool_use, tool_result and other blocks
+//     as non-text parts).
+//
+// A section whose key is null or absent renders nothing.
 type Parser struct {
 	adapters map[string]loraEntry
 	names    interner

@@ -83,16 +83,8 @@ type span struct {
 }
 
 // agentField reads a top-level key of a Responses or Messages body.
-// Sections are rendered at the end of out.prompt as their keys come and
-// put in order by Parsed.order:
-//
-//   - "instructions" (Responses) or "system" (Messages): "<|system|>\n" +
-//     the text + "\n"; Messages' array of text blocks renders as content
-//     parts, Responses' array of input items as "input" items;
-//   - "tools": "<|tools|>\n" + the array's raw JSON + "\n";
-//   - "input" (Responses): a string as "<|user|>\n" + text + "\n", an
-//     array of items as messages() with items; "messages" (Messages): as
-//     chat messages.
+// Sections (see Parser) are rendered at the end of out.prompt as their
+// keys come and put in order by Parsed.order.
 func (s *scan) agentField(api API, k []byte, out *Parsed, f *fields) (err error) {
 	start := len(out.prompt)
 	sec := -1
