@@ -197,22 +197,6 @@ func benchAgentBody(api API, tokens int, inputFirst bool) []byte {
 	return agentBody(api, sb.String(), tools, "what next?", inputFirst)
 }
 
-func TestParseAgentAllocs(t *testing.T) {
-	ps := NewParser(nil)
-	var p Parsed
-	for _, api := range []API{APIResponses, APIMessages} {
-		for _, inputFirst := range []bool{false, true} {
-			body := benchAgentBody(api, 8192, inputFirst)
-			if err := ps.ParseAPI(api, body, "", &p); err != nil { // warm: interns the model, grows the buffers
-				t.Fatal(err)
-			}
-			if n := testing.AllocsPerRun(20, func() { _ = ps.ParseAPI(api, body, "", &p) }); n != 0 {
-				t.Errorf("api %d, input first %v: ParseAPI allocates %v times per op, want 0", api, inputFirst, n)
-			}
-		}
-	}
-}
-
 func BenchmarkParseAgent(b *testing.B) {
 	ps := NewParser(nil)
 	for _, tc := range []struct {
