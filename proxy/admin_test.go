@@ -126,6 +126,7 @@ func TestConfigValidate(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "proxy.idle_timeout"},
 		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "proxy.http.max_connections"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "proxy.http.connect_timeout"},
+		{"emit scores top", func(c *Config) { c.ExtProc.EmitScoresTop = 0 }, "proxy.ext_proc.emit_scores_top: 0, want 1…64"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()

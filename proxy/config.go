@@ -119,6 +119,19 @@ type ExtProcConfig struct {
 	// ScoresHeader adds x-trimtab-scores to responses (via a response
 	// header mutation). Default false.
 	ScoresHeader bool `mapstructure:"scores_header"`
+	// EmitScores puts the decision's scores into the dynamic metadata of
+	// the answer that carries the destination, so the gateway's access
+	// logs can explain each route: envoy.lb gets ScoresKey, a map of
+	// endpoint → total score (the shape of llm-d-router's
+	// --emit-endpoint-scores), and the ScoresNamespace ("trimtab") gets
+	// the chosen endpoint, the weights (version, mode, per scorer) and,
+	// per listed endpoint, its total and per-scorer scores. Default false:
+	// it copies the decision on every request.
+	EmitScores bool `mapstructure:"emit_scores"`
+	// EmitScoresTop bounds the endpoints EmitScores lists, to keep the
+	// message small: the chosen endpoint and the best others by total
+	// score. 1…64, default 8.
+	EmitScoresTop int `mapstructure:"emit_scores_top"`
 	// MaxInFlight caps concurrent scheduled requests; more get 429.
 	// 0 means unlimited. Default 4096.
 	MaxInFlight int `mapstructure:"max_in_flight"`
@@ -137,6 +150,10 @@ func (c ExtProcConfig) maxMessageBytes(maxBody int64) int64 {
 	}
 	return 2*maxBody + 1<<20
 }
+
+// MaxEmitScoresTop is the most endpoints ExtProcConfig.EmitScoresTop may
+// list.
+const MaxEmitScoresTop = 64
 
 // DefaultMaxInFlight is the default concurrency limit of each request
 // path: a pool of 16 pods running 256 sequences each.
@@ -191,6 +208,7 @@ func DefaultConfig() Config {
 			Addr:             ":9002",
 			RequestBodyMode:  BodyModeFullDuplex,
 			ResponseBodyMode: BodyModeFullDuplex,
+			EmitScoresTop:    8,
 			MaxInFlight:      DefaultMaxInFlight,
 		},
 		Admin: AdminConfig{
@@ -277,6 +295,9 @@ func (c Config) Validate() error {
 		bad("ext_proc.max_message_bytes", "%d, want 0 (2 × max_body_bytes + 1 MiB) or more than max_body_bytes (%d), at most %d", m, c.MaxBodyBytes, math.MaxInt32)
 	} else if c.ExtProc.maxMessageBytes(c.MaxBodyBytes) > math.MaxInt32 {
 		bad("max_body_bytes", "%d is too large for ext_proc messages (2 × max_body_bytes + 1 MiB must be at most %d)", c.MaxBodyBytes, math.MaxInt32)
+	}
+	if c.ExtProc.EmitScoresTop < 1 || c.ExtProc.EmitScoresTop > MaxEmitScoresTop {
+		bad("ext_proc.emit_scores_top", "%d, want 1…%d", c.ExtProc.EmitScoresTop, MaxEmitScoresTop)
 	}
 	if c.ExtProc.MaxInFlight < 0 {
 		bad("ext_proc.max_in_flight", "%d, must be ≥ 0", c.ExtProc.MaxInFlight)

@@ -2,7 +2,8 @@
 // scheduler, and the admin server.
 //
 //   - HTTP is an OpenAI-compatible reverse proxy (/v1/completions,
-//     /v1/chat/completions, /v1/models, other /v1/* passed through). It
+//     /v1/chat/completions, /v1/responses, the Anthropic /v1/messages,
+//     /v1/models, other /v1/* passed through). It
 //     parses the body once (Parser), asks the scheduler for an endpoint,
 //     forwards the body byte for byte and streams the answer back, flushing
 //     every chunk so SSE events are never held. Any failure before the
@@ -13,8 +14,8 @@
 //   - ExtProc is an Envoy ext_proc gRPC server speaking the Gateway API
 //     Inference Extension endpoint-picker protocol: it buffers the request
 //     body, picks, and answers with the x-gateway-destination-endpoint
-//     header and envoy.lb dynamic metadata; it watches the response to
-//     finish the decision.
+//     header and envoy.lb dynamic metadata (and, opt-in, the decision's
+//     scores); it watches the response to finish the decision.
 //   - Admin serves /metrics, /healthz, /readyz and JSON debug views
 //     (/debug/weights, /debug/endpoints, /debug/decisions).
 //

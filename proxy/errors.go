@@ -43,7 +43,7 @@ var (
 	ErrMissingModel = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
 		Code: "missing_model", Message: "request must name a model (a non-empty string)"}
 	ErrBadField = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
-		Code: "invalid_field", Message: "a request field has the wrong type (stream must be a boolean; prompt a string, strings or token ids; messages objects with string or part-array content)"}
+		Code: "invalid_field", Message: "a request field has the wrong type (stream must be a boolean; prompt a string, strings or token ids; messages objects with string or part-array content; instructions and system a string or parts; tools an array; input a string or items)"}
 	ErrTooDeep = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",
 		Code: "invalid_json", Message: "request body nests too deeply"}
 	ErrUnknownModel = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
@@ -102,6 +102,37 @@ type errorDetail struct {
 func (e *Error) JSON() []byte {
 	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: e.Message, Type: e.Type, Code: e.Code}})
 	return b
+}
+
+// sseError renders e as the error event of api's event stream, after a
+// blank line that ends any event the endpoint left unfinished: OpenAI
+// chat and completions send a bare data line with the error envelope;
+// Responses an "error" event {"type":"error","code","message","param"};
+// Messages an "error" event {"type":"error","error":{"type","message"}}.
+func sseError(api API, e *Error) []byte {
+	var v any
+	switch api {
+	case APIResponses:
+		v = struct {
+			Type    string  `json:"type"`
+			Code    string  `json:"code"`
+			Message string  `json:"message"`
+			Param   *string `json:"param"`
+		}{"error", e.Code, e.Message, nil}
+	case APIMessages:
+		type detail struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		}
+		v = struct {
+			Type  string `json:"type"`
+			Error detail `json:"error"`
+		}{"error", detail{"api_error", e.Message}}
+	default:
+		return append(append([]byte("\n\ndata: "), e.JSON()...), "\n\n"...)
+	}
+	b, _ := json.Marshal(v)
+	return append(append([]byte("\n\nevent: error\ndata: "), b...), "\n\n"...)
 }
 
 // retryable reports whether an answer should carry Retry-After.

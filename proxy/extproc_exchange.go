@@ -23,6 +23,7 @@ type exchange struct {
 	srv         extprocv3.ExternalProcessor_ProcessServer
 	st          *reqState
 	body        []byte // the request body: st.body, or a lone body message's bytes
+	api         API    // from :path
 	reqMode     bodyMode
 	respMode    bodyMode
 	first       bool
@@ -156,6 +157,8 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			x.session = headerValue(hv)
 		case "x-request-id":
 			x.requestID = headerValue(hv)
+		case ":path":
+			x.api = apiOfHeader(hv)
 		}
 	}
 	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
@@ -206,7 +209,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	if noBody {
 		p.Reset()
 		p.Request.SessionID = x.session
-	} else if err := e.parser.Parse(x.body, x.session, p); err != nil {
+	} else if err := e.parser.ParseAPI(x.api, x.body, x.session, p); err != nil {
 		return x.immediate(asError(err))
 	}
 	if x.subsetBad {
@@ -249,8 +252,9 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		dest = b.String()
 	}
 	sampled := e.deps.Recorder.Sample()
-	if sampled || e.cfg.ExtProc.ScoresHeader {
-		xp := d.Explain()
+	var xp scheduler.Explanation
+	if sampled || e.cfg.ExtProc.ScoresHeader || e.cfg.ExtProc.EmitScores {
+		xp = d.Explain()
 		if sampled {
 			e.deps.Recorder.Record(xp)
 		}
@@ -267,6 +271,9 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 			DestinationHeader: structpb.NewStringValue(dest),
 		}}),
 	}}
+	if e.cfg.ExtProc.EmitScores {
+		addScores(md, xp, e.cfg.ExtProc.EmitScoresTop)
+	}
 	if x.headersOut { // BUFFERED: the destination rides on the body answer
 		return false, x.send(&extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{

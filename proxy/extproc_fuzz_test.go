@@ -81,9 +81,14 @@ func FuzzExtProcMessages(f *testing.F) {
 	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"nope"}`, true)))
 	f.Add(encodeMessages(requestHeaders(true, nil, nil), requestHeaders(true, nil, nil), respH))
 	f.Add([]byte{0x05, 0x0a, 0x03, 0x0a, 0x01, 0x00})
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex, ":path", PathResponses),
+		rb(`{"model":"m","instructions":"s","tools":[],"input":[{"role":"user","content":"x"},{"type":"function_call_output","output":"y"}]}`, true), respH, respB))
+	f.Add(encodeMessages(requestHeaders(false, nil, nil, ":path", PathMessages+"?beta=true"),
+		rb(`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"u"}}`, true), respH))
 	fx := newFixture(f, preferOrder(epA, epB, epC), epA, epB, epC)
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 1 << 16
+	cfg.ExtProc.EmitScores = true
 	e, err := NewExtProc(cfg, Deps{Scheduler: fx.sched})
 	if err != nil {
 		f.Fatal(err)

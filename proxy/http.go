@@ -82,7 +82,8 @@ func (h *HTTP) Run(ctx context.Context) error {
 	return h.srv.run(ctx, h)
 }
 
-// ServeHTTP routes /v1/completions and /v1/chat/completions through the
+// ServeHTTP routes /v1/completions, /v1/chat/completions, /v1/responses
+// (OpenAI Responses) and /v1/messages (Anthropic Messages) through the
 // scheduler, answers /v1/models, and passes other /v1/* paths through.
 //
 // Paths with dot segments ("." or "..", plain or percent-encoded) get 400;
@@ -95,7 +96,7 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch p := r.URL.Path; {
-	case p == "/v1/completions" || p == "/v1/chat/completions":
+	case isScheduled(p):
 		if r.Method != http.MethodPost {
 			h.rejectMethod(w, http.MethodPost)
 			return
@@ -184,9 +185,7 @@ func putState(st *reqState) {
 	if cap(st.body) > maxPooledBody {
 		st.body = nil
 	}
-	if cap(st.p.prompt) > maxPooledBody {
-		st.p.prompt = nil
-	}
+	st.p.dropHugeBuffers(maxPooledBody)
 	st.p.Request = scheduler.Request{}
 	statePool.Put(st)
 }
@@ -225,7 +224,8 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, rerr)
 		return
 	}
-	if err := h.parser.Parse(st.body, r.Header.Get(HeaderSessionID), &st.p); err != nil {
+	api, _ := scheduledAPI(r.URL.Path)
+	if err := h.parser.ParseAPI(api, st.body, r.Header.Get(HeaderSessionID), &st.p); err != nil {
 		h.reject(w, asError(err))
 		return
 	}

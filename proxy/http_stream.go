@@ -135,7 +135,8 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 	d.Done(o)
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
-		abortStream(w, resp)
+		api, _ := scheduledAPI(r.URL.Path)
+		abortStream(w, resp, api)
 	}
 }
 
@@ -201,14 +202,12 @@ func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(tim
 }
 
 // abortStream ends a response whose endpoint broke mid-way: an SSE client
-// gets an error event first; then the connection is cut (no clean end of
-// the chunked body), so no client mistakes a truncated answer for a
-// complete one.
-func abortStream(w http.ResponseWriter, resp *http.Response) {
+// gets an error event in its API's format first (sseError); then the
+// connection is cut (no clean end of the chunked body), so no client
+// mistakes a truncated answer for a complete one.
+func abortStream(w http.ResponseWriter, resp *http.Response, api API) {
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		_, _ = w.Write([]byte("\n\ndata: "))
-		_, _ = w.Write(ErrUpstreamBroken.JSON())
-		_, _ = w.Write([]byte("\n\n"))
+		_, _ = w.Write(sseError(api, ErrUpstreamBroken))
 		_ = http.NewResponseController(w).Flush()
 	}
 	panic(http.ErrAbortHandler)
@@ -332,7 +331,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		res := stream(w, resp, clk, start, nil)
 		resp.Body.Close()
 		if res.err != nil && r.Context().Err() == nil {
-			abortStream(w, resp)
+			abortStream(w, resp, APIOpenAI)
 		}
 		return
 	}

@@ -7,10 +7,11 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-// Parser extracts what the scheduler needs from an OpenAI request body
-// (/v1/completions or /v1/chat/completions): model, stream flag, session
-// id, LoRA adapter and the prompt bytes. It is shared by the HTTP proxy and
-// the ext_proc server and is safe for concurrent use.
+// Parser extracts what the scheduler needs from a request body: model,
+// stream flag, session id, LoRA adapter and the prompt bytes. It reads
+// three request formats (API): OpenAI completions and chat completions,
+// the OpenAI Responses API and the Anthropic Messages API. It is shared by
+// the HTTP proxy and the ext_proc server and is safe for concurrent use.
 //
 // It is a single-pass, validating JSON scanner that looks only at the
 // top-level keys it needs and skips everything else without building
@@ -19,7 +20,7 @@ import (
 // reusable buffer). Keys match exactly (case-sensitive); when a key repeats,
 // the last one wins.
 //
-// Prompt bytes:
+// Prompt bytes (APIOpenAI):
 //   - completions, "prompt" a string: its unescaped text;
 //   - an array of strings (a batch): the strings joined by "\n";
 //   - token ids (an array of integers, or an array of such arrays): each id
@@ -27,10 +28,28 @@ import (
 //     scorer's block size;
 //   - chat, "messages": every message rendered in order as
 //     "<|" + role + "|>\n" + content + "\n", where content is the string,
-//     or for an array of parts the parts joined by "\n": a text part as its
-//     text, any other part as "<|" + type + "|>" followed by the part's raw
-//     JSON. A shared system prompt and shared earlier turns therefore
-//     become shared leading bytes. When both keys appear, messages win.
+//     or for an array of parts the parts joined by "\n": a text part (type
+//     "text", "input_text" or "output_text", or none) as its text, any
+//     other part as "<|" + type + "|>" followed by the part's raw JSON. A
+//     shared system prompt and shared earlier turns therefore become shared
+//     leading bytes. When both keys appear, messages win.
+//
+// Prompt bytes (APIResponses, APIMessages): three sections, in this order
+// whatever the order of the keys in the body, so that an agent's shared
+// system prompt and tool list are shared leading bytes:
+//   - the system prompt, "instructions" (Responses) or "system"
+//     (Messages): a string as "<|system|>\n" + text + "\n"; Messages'
+//     array of text blocks as "<|system|>\n" + the blocks as content
+//     parts + "\n"; Responses' array of items as input items;
+//   - "tools": "<|tools|>\n" + the array's raw JSON + "\n";
+//   - the conversation: Responses "input", a string as "<|user|>\n" +
+//     text + "\n", an array of items each as a chat message when it has
+//     a role, else as "<|" + type + "|>" + its raw JSON + "\n"
+//     (function_call, function_call_output, reasoning, …); Messages
+//     "messages" as chat messages (tool_use, tool_result and other blocks
+//     as non-text parts).
+//
+// A section whose key is null or absent renders nothing.
 type Parser struct {
 	adapters map[string]loraEntry
 	names    interner
@@ -56,12 +75,15 @@ type Parsed struct {
 	Request scheduler.Request
 	// Stream is the request's "stream" flag.
 	Stream bool
-	// Chat is true when the prompt was rendered from "messages".
+	// Chat is true when the prompt was rendered from chat completions'
+	// "messages".
 	Chat bool
 
 	prompt  []byte
+	alt     []byte // the prompt's sections put in order (swapped with prompt)
 	scratch []byte
 	subset  []string
+	secs    [numSections]span
 }
 
 // Reset clears the request, keeping the buffers.
@@ -69,9 +91,11 @@ func (p *Parsed) Reset() {
 	p.Request = scheduler.Request{}
 	p.Stream, p.Chat = false, false
 	p.prompt = p.prompt[:0]
+	p.alt = p.alt[:0]
 	p.scratch = p.scratch[:0]
 	clear(p.subset)
 	p.subset = p.subset[:0]
+	p.secs = [numSections]span{}
 }
 
 var parsedPool = sync.Pool{New: func() any { return new(Parsed) }}
@@ -79,21 +103,55 @@ var parsedPool = sync.Pool{New: func() any { return new(Parsed) }}
 func getParsed() *Parsed { p := parsedPool.Get().(*Parsed); p.Reset(); return p }
 
 func putParsed(p *Parsed) {
-	if cap(p.prompt) > 4<<20 { // do not keep huge buffers around
-		p.prompt = nil
-	}
+	p.dropHugeBuffers(4 << 20) // do not keep huge buffers around
 	p.Request = scheduler.Request{}
 	parsedPool.Put(p)
+}
+
+// dropHugeBuffers forgets prompt buffers larger than limit bytes.
+func (p *Parsed) dropHugeBuffers(limit int) {
+	if cap(p.prompt) > limit {
+		p.prompt = nil
+	}
+	if cap(p.alt) > limit {
+		p.alt = nil
+	}
 }
 
 // maxDepth bounds nesting, like encoding/json.
 const maxDepth = 10000
 
-// Parse parses body into out (which it resets first). sessionHeader is the
-// x-session-id header value; when empty the session id comes from the
-// body's "session_id", else its "user". Errors are *Error values: 400 for
-// invalid JSON, a non-object body, a missing model or a mistyped field.
+// rawStr is a string value as it appears in the body.
+type rawStr struct {
+	raw []byte
+	esc bool
+	ok  bool
+}
+
+func (r rawStr) set() bool { return r.ok && len(r.raw) > 0 }
+
+// fields are the top-level values of a body, before rendering.
+type fields struct {
+	model, salt rawStr
+	// ids are the body's session id candidates, most preferred first
+	// (which keys fill which slot depends on the API).
+	ids [3]rawStr
+}
+
+// Parse parses an OpenAI completions or chat completions body; it is
+// ParseAPI(APIOpenAI, …).
 func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
+	return ps.ParseAPI(APIOpenAI, body, sessionHeader, out)
+}
+
+// ParseAPI parses body, in the format of api, into out (which it resets
+// first). sessionHeader is the x-session-id header value; when empty the
+// session id comes from the body: "session_id", else "user" (OpenAI);
+// "conversation" (a string, or an object's "id"), else
+// "previous_response_id", else "user" (Responses); "metadata"."user_id"
+// (Messages). Errors are *Error values: 400 for invalid JSON, a non-object
+// body, a missing model or a mistyped field.
+func (ps *Parser) ParseAPI(api API, body []byte, sessionHeader string, out *Parsed) error {
 	out.Reset()
 	s := scan{b: body}
 	s.ws()
@@ -109,12 +167,7 @@ func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
 		}
 		return ErrNotObject
 	}
-	var (
-		model, session, user, salt []byte
-		modelEsc, sessEsc, userEsc bool
-		saltEsc, haveModel         bool
-		haveSession, haveUser      bool
-	)
+	var f fields
 	empty, err := s.open('{')
 	if err != nil {
 		return err
@@ -131,31 +184,20 @@ func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
 		s.ws()
 		switch string(k) {
 		case "model":
-			if model, modelEsc, err = s.stringField(1); err != nil {
+			if f.model.raw, f.model.esc, err = s.stringField(1); err != nil {
 				return err
 			}
-			haveModel = true
+			f.model.ok = true
 		case "stream":
-			if out.Stream, err = s.boolField(); err != nil {
-				return err
-			}
-		case "session_id":
-			session, sessEsc, haveSession, err = s.optString(1)
-		case "user":
-			user, userEsc, haveUser, err = s.optString(1)
+			out.Stream, err = s.boolField()
 		case "cache_salt":
-			salt, saltEsc, _, err = s.optString(1)
-		case "prompt":
-			if out.Chat {
-				err = s.value(1)
-				break
-			}
-			out.prompt, err = s.prompt(out.prompt[:0], 1)
-		case "messages":
-			out.Chat = true
-			out.prompt, err = s.messages(out.prompt[:0], 1)
+			f.salt.raw, f.salt.esc, f.salt.ok, err = s.optString(1)
 		default:
-			err = s.value(1)
+			if api == APIOpenAI {
+				err = s.openAIField(k, out, &f)
+			} else {
+				err = s.agentField(api, k, out, &f)
+			}
 		}
 		if err != nil {
 			return err
@@ -171,10 +213,11 @@ func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
 	if s.ws(); s.i != len(body) {
 		return ErrInvalidJSON
 	}
-	if !haveModel || len(model) == 0 {
+	if !f.model.ok || len(f.model.raw) == 0 {
 		return ErrMissingModel
 	}
-	if modelEsc {
+	model := f.model.raw
+	if f.model.esc {
 		out.scratch = unescape(out.scratch[:0], model)
 		model = out.scratch
 	}
@@ -184,19 +227,46 @@ func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
 	} else {
 		r.Model = ps.names.intern(model)
 	}
-	switch {
-	case sessionHeader != "":
+	if sessionHeader != "" {
 		r.SessionID = sessionHeader
-	case haveSession && len(session) > 0:
-		r.SessionID = unescapeString(session, sessEsc)
-	case haveUser && len(user) > 0:
-		r.SessionID = unescapeString(user, userEsc)
+	} else {
+		for _, id := range f.ids {
+			if id.set() {
+				r.SessionID = unescapeString(id.raw, id.esc)
+				break
+			}
+		}
 	}
-	if len(salt) > 0 {
-		r.CacheSalt = unescapeString(salt, saltEsc)
+	if f.salt.set() {
+		r.CacheSalt = unescapeString(f.salt.raw, f.salt.esc)
+	}
+	if api != APIOpenAI {
+		out.order()
 	}
 	r.Prompt = out.prompt
 	return nil
+}
+
+// openAIField reads a top-level key of a completions or chat completions
+// body.
+func (s *scan) openAIField(k []byte, out *Parsed, f *fields) (err error) {
+	switch string(k) {
+	case "session_id":
+		f.ids[0].raw, f.ids[0].esc, f.ids[0].ok, err = s.optString(1)
+	case "user":
+		f.ids[1].raw, f.ids[1].esc, f.ids[1].ok, err = s.optString(1)
+	case "prompt":
+		if out.Chat {
+			return s.value(1)
+		}
+		out.prompt, err = s.prompt(out.prompt[:0], 1)
+	case "messages":
+		out.Chat = true
+		out.prompt, err = s.messages(out.prompt[:0], 1, false)
+	default:
+		err = s.value(1)
+	}
+	return err
 }
 
 // interner returns a shared string for a byte slice it has seen before,
@@ -249,6 +319,17 @@ var strSafe = func() (t [256]bool) {
 // for, for the two-byte escapes (0: not one).
 var simpleEscape = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
+// textPart reports whether a content part of type typ (nil: no type) is
+// rendered as its text: "text" (chat completions, Messages) or
+// "input_text" / "output_text" (Responses).
+func textPart(typ []byte) bool {
+	switch string(typ) {
+	case "text", "input_text", "output_text":
+		return true
+	}
+	return typ == nil
+}
+
 // renderContent renders a validated content value: a string, null or an
 // array of parts.
 func renderContent(dst, content []byte, depth int) ([]byte, error) {
@@ -289,7 +370,7 @@ func renderContent(dst, content []byte, depth int) ([]byte, error) {
 		if n > 0 {
 			dst = append(dst, '\n')
 		}
-		if haveText && (typ == nil || string(typ) == "text") {
+		if haveText && textPart(typ) {
 			dst = appendStr(dst, text, textEsc)
 		} else {
 			dst = append(dst, "<|"...)

@@ -131,8 +131,11 @@ func (s *scan) prompt(dst []byte, depth int) ([]byte, error) {
 	}
 }
 
-// messages renders chat messages (see Parser) into dst.
-func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
+// messages renders chat messages (see Parser) into dst. With items set it
+// renders Responses input items instead: an item with a role is a message;
+// any other item (function_call, function_call_output, reasoning, …)
+// renders as "<|" + type + "|>" + its raw JSON + "\n".
+func (s *scan) messages(dst []byte, depth int, items bool) ([]byte, error) {
 	switch s.peek() {
 	case 'n':
 		return dst, s.lit("null")
@@ -152,9 +155,9 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 		if s.peek() != '{' {
 			return dst, s.wrongType(depth + 1)
 		}
-		var role, content []byte
-		var roleEsc, haveRole, rendered bool
-		msgStart := len(dst)
+		var role, content, typ []byte
+		var roleEsc, typEsc, haveRole, rendered, badContent bool
+		msgStart, itemStart := len(dst), s.i
 		empty, err := s.open('{')
 		if err != nil {
 			return dst, err
@@ -181,16 +184,25 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 					if dst, err = s.strAppend(dst); err != nil {
 						return dst, err
 					}
-					rendered = true
+					rendered, badContent = true, false
 				case c == '"' || c == '[' || c == 'n':
 					if err := s.value(depth + 2); err != nil {
 						return dst, err
 					}
-					rendered = false
+					rendered, badContent = false, false
+				case items: // wrong only if the item turns out to be a message
+					if err := s.value(depth + 2); err != nil {
+						return dst, err
+					}
+					rendered, badContent = false, true
 				default:
 					return dst, s.wrongType(depth + 2)
 				}
 				content = s.b[st:s.i]
+			case items && !kesc && string(k) == "type" && s.peek() == '"':
+				if typ, typEsc, err = s.str(); err != nil {
+					return dst, err
+				}
 			default:
 				if err := s.value(depth + 2); err != nil {
 					return dst, err
@@ -204,7 +216,15 @@ func (s *scan) messages(dst []byte, depth int) ([]byte, error) {
 				break
 			}
 		}
-		if !rendered {
+		switch {
+		case items && !haveRole:
+			dst = append(dst[:msgStart], "<|"...)
+			dst = appendStr(dst, typ, typEsc)
+			dst = append(dst, "|>"...)
+			dst = append(dst, s.b[itemStart:s.i]...)
+		case badContent:
+			return dst, ErrBadField
+		case !rendered:
 			dst = append(dst[:msgStart], "<|"...)
 			dst = appendStr(dst, role, roleEsc)
 			dst = append(dst, "|>\n"...)

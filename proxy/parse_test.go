@@ -121,15 +121,24 @@ func TestParseSharedSystemPromptSharesLeadingBytes(t *testing.T) {
 
 func TestParseAllocs(t *testing.T) {
 	ps := NewParser(nil)
-	body := benchBody(8192, false)
-	chat := benchBody(8192, true)
 	var p Parsed
-	for _, b := range [][]byte{body, chat} {
-		if err := ps.Parse(b, "", &p); err != nil { // warm: interns the model, grows the buffer
+	for _, tc := range []struct {
+		name string
+		api  API
+		body []byte
+	}{
+		{"completions", APIOpenAI, benchBody(8192, false)},
+		{"chat", APIOpenAI, benchBody(8192, true)},
+		{"responses", APIResponses, benchAgentBody(APIResponses, 8192, false)},
+		{"responses, input first", APIResponses, benchAgentBody(APIResponses, 8192, true)}, // sections reordered
+		{"messages", APIMessages, benchAgentBody(APIMessages, 8192, false)},
+		{"messages, messages first", APIMessages, benchAgentBody(APIMessages, 8192, true)},
+	} {
+		if err := ps.ParseAPI(tc.api, tc.body, "", &p); err != nil { // warm: interns the model, grows the buffers
 			t.Fatal(err)
 		}
-		if n := testing.AllocsPerRun(20, func() { _ = ps.Parse(b, "", &p) }); n != 0 {
-			t.Errorf("Parse allocates %v times per op, want 0", n)
+		if n := testing.AllocsPerRun(20, func() { _ = ps.ParseAPI(tc.api, tc.body, "", &p) }); n != 0 {
+			t.Errorf("%s: ParseAPI allocates %v times per op, want 0", tc.name, n)
 		}
 	}
 }

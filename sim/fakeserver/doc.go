@@ -1,6 +1,8 @@
 // Package fakeserver runs the simulator's vLLM engine model in (scaled)
 // wall-clock time behind a real HTTP server that speaks vLLM's API:
-// /v1/completions and /v1/chat/completions (SSE streaming and not),
+// /v1/completions, /v1/chat/completions, the OpenAI Responses API
+// /v1/responses and the Anthropic Messages API /v1/messages (each SSE
+// streamed in its own events, and not),
 // /v1/models, /health and /metrics in vLLM's metric names (Prometheus text,
 // including vllm:cache_config_info). The demo and the end-to-end tests
 // start several on 127.0.0.1:0 in one process.
