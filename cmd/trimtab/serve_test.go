@@ -245,8 +245,8 @@ func TestServeEndToEnd(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, name := range []string{
-			"trimtab_scheduler_picks_total", "trimtab_detector_signal", "trimtab_scheduler_weights_version",
-			"trimtab_configurator_mode", "trimtab_proxy_requests_total", "trimtab_scrape_duration_seconds",
+			"trimtab_scheduler_picks_total", "trimtab_detector_signal_ratio", "trimtab_scheduler_weights_version",
+			"trimtab_configurator_mode", "trimtab_proxy_requests_total", "trimtab_fleet_scrape_duration_seconds",
 		} {
 			if !strings.Contains(string(b), name) {
 				t.Errorf("/metrics has no %s", name)
