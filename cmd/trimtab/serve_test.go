@@ -92,7 +92,7 @@ scrape:
 `, prefixWeight, adaptive, endpointsFile)
 }
 
-func startService(t *testing.T, addrs []string, adaptive bool) *testService {
+func startService(t *testing.T, addrs []string, adaptive bool, opts ...func(*serviceOptions)) *testService {
 	t.Helper()
 	dir := t.TempDir()
 	var eps strings.Builder
@@ -127,9 +127,13 @@ func startService(t *testing.T, addrs []string, adaptive bool) *testService {
 		return ln
 	}
 	httpLn, adminLn := listen(), listen()
-	svc, err := newService(f, serviceOptions{
+	opt := serviceOptions{
 		Logger: slog.New(slog.DiscardHandler), HTTP: httpLn, Admin: adminLn, ExtProc: listen(), NoRuntimeM: true,
-	})
+	}
+	for _, o := range opts {
+		o(&opt)
+	}
+	svc, err := newService(f, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,13 +298,11 @@ func TestServeReload(t *testing.T) {
 	// The real watcher: edits of the profile file are picked up.
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	watched := make(chan struct{})
-	go func() {
-		watchProfile(ctx, ts.profile, slog.New(slog.NewTextHandler(&logs, nil)), ts.svc.reload)
-		close(watched)
-	}()
+	watched, ready := make(chan error, 1), make(chan struct{})
+	watch := configs.Watch{Path: ts.profile, Apply: ts.svc.reload, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Ready: func() { close(ready) }}
+	go func() { watched <- watch.Run(ctx) }()
 	defer func() { cancel(); <-watched }()
-	time.Sleep(100 * time.Millisecond) // let the watcher start
+	<-ready
 
 	// A bad edit is refused, says why, and the running weights stay.
 	writeProfile(t, filepath.Dir(ts.profile), strings.Replace(profileYAML(epsFile, 3, false), "weight: 2", "weight: -2", 1))
