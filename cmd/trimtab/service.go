@@ -156,7 +156,7 @@ func (s *service) Run(ctx context.Context) error {
 
 	back, bctx := errgroup.WithContext(backCtx)
 	back.Go(func() error { return s.fleet.Run(bctx) })
-	back.Go(func() error { return s.feedScheduler(bctx) })
+	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
 	back.Go(func() error { return s.loop.Run(bctx) })
 	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
 
@@ -174,25 +174,6 @@ func (s *service) Run(ctx context.Context) error {
 	stopBack()
 	berr := back.Wait()
 	return errors.Join(ferr, berr)
-}
-
-// feedScheduler installs every fleet snapshot as the scheduler's pool.
-func (s *service) feedScheduler(ctx context.Context) error {
-	updates, cancel := s.fleet.Subscribe()
-	defer cancel()
-	if snap := s.fleet.Load(); snap != nil {
-		s.sched.SetEndpoints(snap.Endpoints)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-updates:
-			if snap := s.fleet.Load(); snap != nil {
-				s.sched.SetEndpoints(snap.Endpoints)
-			}
-		}
-	}
 }
 
 // record keeps each tick for /debug/history and /ui, and each new weights
