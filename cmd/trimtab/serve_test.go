@@ -378,7 +378,13 @@ func TestServeReloadRefusesOverflowingWeight(t *testing.T) {
 	if ts.svc.running != running {
 		t.Errorf("a refused reload replaced the running profile")
 	}
-	time.Sleep(300 * time.Millisecond) // a few control ticks
+	// Three control ticks after the refusal: had the reload gone through,
+	// the first would have applied it.
+	refused := ts.svc.loop.Last()
+	eventually(t, 5*time.Second, "three ticks after the refusal", func() bool {
+		last := ts.svc.loop.Last()
+		return refused != nil && last != nil && last.At.Sub(refused.At) >= 3*ts.svc.loop.Interval()
+	})
 	if got := ts.svc.sched.Weights().Values; got[0] != 3 || got[1] != 2 {
 		t.Errorf("weights after the refused reload %v, want the running 3, 2, …", got)
 	}
