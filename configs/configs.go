@@ -228,10 +228,7 @@ func (f *File) Validate() error {
 	} else if err := f.Fleet.Scrape.Validate(); err != nil {
 		return err
 	}
-	if err := f.Server.Validate(); err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	return nil
+	return f.Server.Validate()
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

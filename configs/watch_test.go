@@ -36,7 +36,7 @@ func TestWatchTrigger(t *testing.T) {
 		Path: path, Trigger: trigger, Ready: func() { close(ready) },
 		// A clock that never moves: file events never end their debounce,
 		// so only the triggers reload.
-		Clock: clocktesting.NewFakeClock(time.Unix(0, 0)),
+		Clock:  clocktesting.NewFakeClock(time.Unix(0, 0)),
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
 		Apply: func(f *File) error {
 			mu.Lock()
@@ -63,7 +63,11 @@ func TestWatchTrigger(t *testing.T) {
 	wait("first reload", nApplied(1))
 	write("-1")
 	trigger <- os.Interrupt
-	wait("refusal logged", func() bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(logs.String(), "profile reload refused") })
+	wait("refusal logged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), "profile reload refused")
+	})
 	write("5")
 	trigger <- os.Interrupt
 	wait("third reload", nApplied(2))

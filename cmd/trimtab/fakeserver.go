@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os/signal"
 	"syscall"
@@ -27,12 +26,6 @@ model in wall-clock time, sped up by --time-scale. With --servers K it starts K
 servers on ports N … N+K−1, named fake-0 … fake-(K−1).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if servers < 1 {
-				return fmt.Errorf("--servers: must be ≥ 1")
-			}
-			if port < 0 || port+servers-1 > 65535 {
-				return fmt.Errorf("--port: %d does not leave room for %d servers", port, servers)
-			}
 			// Shutdown order: a signal cancels ctx; every server stops
 			// accepting, drains for up to 5 s, then stops its engine.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)

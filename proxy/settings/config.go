@@ -215,11 +215,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks every field and names the offending ones (YAML keys).
+// Validate checks every field and names the offending ones by their
+// profile path (server.http.retries).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("proxy.%s: "+format, append([]any{field}, args...)...))
+		errs = append(errs, fmt.Errorf("server.%s: "+format, append([]any{field}, args...)...))
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("max_body_bytes", "%d, must be > 0", c.MaxBodyBytes)

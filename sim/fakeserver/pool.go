@@ -2,7 +2,6 @@ package fakeserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -16,10 +15,10 @@ import (
 // stops its engine, and ServePool returns the first error.
 func ServePool(ctx context.Context, cfg Config, deps Deps, host string, port, n int) error {
 	if n < 1 {
-		return errors.New("fake server pool: need at least one server")
+		return fmt.Errorf("fake server pool: %d servers, want at least 1", n)
 	}
 	if port < 0 || port+n-1 > 65535 {
-		return fmt.Errorf("fake server pool: port %d does not leave room for %d servers", port, n)
+		return fmt.Errorf("fake server pool: first port %d does not leave room for %d servers", port, n)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range n {

@@ -14,7 +14,7 @@ func TestServePool(t *testing.T) {
 		port, n int
 		want    string
 	}{
-		{8000, 0, "at least one server"},
+		{8000, 0, "0 servers, want at least 1"},
 		{65535, 2, "does not leave room for 2 servers"},
 		{-1, 1, "does not leave room"},
 	} {
