@@ -22,6 +22,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/proxy/settings"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -29,29 +30,29 @@ import (
 // File is one trimtab profile as read from YAML.
 type File struct {
 	// Scheduler holds the scheduler's own settings (seed, fallbacks).
-	Scheduler scheduler.Config `mapstructure:"scheduler"`
+	Scheduler scheduler.Config `mapstructure:"scheduler" json:"scheduler"`
 	// Picker chooses among scored candidates.
-	Picker PickerConfig `mapstructure:"picker"`
+	Picker PickerConfig `mapstructure:"picker" json:"picker"`
 	// Filters run before scoring, in order: "model", "healthy".
-	Filters []string `mapstructure:"filters"`
+	Filters []string `mapstructure:"filters" json:"filters"`
 	// Scorers with their weights; weights are index-aligned with this list.
-	Scorers []ScorerConfig `mapstructure:"scorers"`
+	Scorers []ScorerConfig `mapstructure:"scorers" json:"scorers"`
 	// Adaptive is the control loop: detector and configurator.
-	Adaptive control.Config `mapstructure:"adaptive"`
+	Adaptive control.Config `mapstructure:"adaptive" json:"adaptive"`
 	// Fleet is discovery (endpoints:) and metrics scraping (scrape:). The
 	// endpoints: section is optional in a profile used only offline (the
 	// simulator); serve requires it.
-	Fleet fleet.Config `mapstructure:",squash"`
+	Fleet fleet.Config `mapstructure:",squash" json:"endpoints/scrape"`
 	// Server configures the data path's servers (HTTP proxy, ext_proc,
-	// admin). It is kept raw here because configs may not import proxy;
-	// cmd decodes it with Decode into proxy.Config.
-	Server map[string]any `mapstructure:"server"`
+	// admin). After Load or Parse, Admin.TokenFile has been read into
+	// Admin.Token and cleared.
+	Server settings.Config `mapstructure:"server" json:"server"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
-	HasEndpoints bool `mapstructure:"-"`
+	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
 
 	// Path is the file the profile was read from ("" when parsed from bytes).
-	Path string `mapstructure:"-"`
+	Path string `mapstructure:"-" json:"-"`
 }
 
 // PickerConfig selects the picker.
@@ -88,6 +89,7 @@ func Default() *File {
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
 		Adaptive:  control.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
+		Server:    settings.DefaultConfig(),
 	}
 }
 
@@ -124,7 +126,32 @@ func Parse(data []byte) (*File, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
+	if err := f.readTokenFile(); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// readTokenFile reads server.admin.token_file into server.admin.token
+// (white space trimmed) and clears token_file.
+func (f *File) readTokenFile() error {
+	path := f.Server.Admin.TokenFile
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("server.admin.token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return fmt.Errorf("server.admin.token_file: %s is empty", path)
+	}
+	f.Server.Admin.Token, f.Server.Admin.TokenFile = tok, ""
+	if err := f.Server.Validate(); err != nil {
+		return fmt.Errorf("server (token from %s): %w", path, err)
+	}
+	return nil
 }
 
 // invalidKeys matches mapstructure's "'path' has invalid keys: " prefix.
@@ -201,7 +228,7 @@ func (f *File) Validate() error {
 	} else if err := f.Fleet.Scrape.Validate(); err != nil {
 		return err
 	}
-	return nil
+	return f.Server.Validate()
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

@@ -173,8 +173,8 @@ scheduler:
 	if !f.HasEndpoints || f.Fleet.Endpoints.File != "/etc/trimtab/endpoints.yaml" || f.Fleet.Scrape.Interval.Milliseconds() != 100 {
 		t.Errorf("fleet sections: %+v", f.Fleet)
 	}
-	if f.Server["http"] == nil {
-		t.Errorf("server section lost: %v", f.Server)
+	if f.Server.HTTP.Addr != "127.0.0.1:8080" || f.Server.ExtProc.Addr != ":9002" {
+		t.Errorf("server section: %+v, want http.addr from the file and the other defaults", f.Server)
 	}
 	want := scheduler.OutlierConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjection: 5 * time.Minute, MaxEjectedPercent: 50}
 	if f.Scheduler.Outlier != want {

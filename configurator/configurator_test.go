@@ -228,8 +228,8 @@ func TestHysteresis(t *testing.T) {
 }
 
 // TestStepSettles: a step of the signal from 0 to the half-herd reading
-// r = √(1/15) = 0.25820 (8 of 16 pods loaded, docs/benchmarks.md finding
-// 2) in a settled calm configurator enters rebalance on the same tick
+// r = √(1/15) = 0.25820 (8 of 16 pods loaded) in a settled calm
+// configurator enters rebalance on the same tick
 // (r ≥ theta_on 0.2) and lands on the target 0.3 + 0.6·σ(0.25820) =
 // 0.86239 (σ = 1/(1+e^(−25·0.10820)) = 1/(1+e^(−2.70497)) = 0.93732) after
 // ceil(0.56239 / 0.05) = 12 ticks (0.6 s); a step back to 0 after the dwell

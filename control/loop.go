@@ -78,7 +78,8 @@ type Loop struct {
 	det  *detector.Detector
 	conf *configurator.Configurator
 
-	cfgSeen atomic.Pointer[Config] // the config in force, for readers
+	cfgSeen atomic.Pointer[Config]    // the config in force, for readers
+	base    atomic.Pointer[[]float64] // the profile's base weights in force, for readers
 	pending atomic.Pointer[reload]
 	last    atomic.Pointer[Tick]
 }
@@ -121,6 +122,11 @@ func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 	}
 	l.cfg, l.det, l.conf = cfg, det, conf
 	l.cfgSeen.Store(&cfg)
+	base := make([]float64, len(profile))
+	for i, e := range profile {
+		base[i] = e.Weight
+	}
+	l.base.Store(&base)
 	return nil
 }
 
@@ -134,6 +140,21 @@ func (l *Loop) Interval() time.Duration { return l.Config().Detector.Interval }
 // Last returns the latest tick, or nil before the first. Safe for
 // concurrent use.
 func (l *Loop) Last() *Tick { return l.last.Load() }
+
+// Signal returns the latest tick's signal value, in [0,1], and its time;
+// ok is false before the first tick. Safe for concurrent use.
+func (l *Loop) Signal() (value float64, at time.Time, ok bool) {
+	if t := l.Last(); t != nil {
+		return t.Signal.Value, t.At, true
+	}
+	return 0, time.Time{}, false
+}
+
+// BaseWeights returns the profile's base weights the loop runs over
+// (a reload's once a tick has applied it), index-aligned with the
+// target's scorers. Safe for concurrent use; the caller must not modify
+// the slice.
+func (l *Loop) BaseWeights() []float64 { return *l.base.Load() }
 
 // Reload validates cfg with the profile's new base weights (index-aligned
 // with the target's scorers) and queues them; the next tick rebuilds the

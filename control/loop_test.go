@@ -308,7 +308,16 @@ func TestReload(t *testing.T) {
 	if !l.Config().Enabled {
 		t.Error("Config reports the reloaded config before the tick applied it")
 	}
+	if base := l.BaseWeights(); slices.Equal(base, []float64{1, 1, 1, 1, 1}) {
+		t.Errorf("BaseWeights %v before the tick applied the reload", base)
+	}
 	tk := l.Tick(t0.Add(41*tick), twoPods(0))
+	if base := l.BaseWeights(); !slices.Equal(base, []float64{1, 1, 1, 1, 1}) {
+		t.Errorf("BaseWeights %v after the reload's tick, want 1, 1, 1, 1, 1", base)
+	}
+	if v, at, ok := l.Signal(); !ok || !at.Equal(t0.Add(41*tick)) || v != tk.Signal.Value {
+		t.Errorf("Signal() = %v, %v, %v; want the latest tick's", v, at, ok)
+	}
 	if !tk.Changed() || tk.Weights.Version != v+1 || tk.Weights.Mode != configurator.ModeStatic || !slices.Equal(tk.Weights.Values, []float64{1, 1, 1, 1, 1}) {
 		t.Errorf("after reload: %+v, want static version %d with the new base weights", tk.Weights, v+1)
 	}

@@ -33,10 +33,18 @@ type metrics struct {
 	publishErrs prometheus.Counter
 }
 
+// componentHelp is the help text of each detector component gauge, by unit.
+var componentHelp = map[string]string{
+	detector.UnitRatio:     "Components of the latest detector step that are ratios in [0,1]: herd (share of picks whose calm-weights choice was over the load guard's bound), request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure.",
+	detector.UnitEndpoints: "Fresh endpoints the latest detector step measured (component endpoints).",
+	detector.UnitRequests:  "Load the latest detector step measured: requests (running + waiting [+ in-flight]) and total_load (the same, each endpoint's divided by its capacity).",
+	detector.UnitPicks:     "Picks in the herd window of the latest detector step, exponentially weighted (component picks).",
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		signal: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "trimtab_detector_signal",
+			Name: "trimtab_detector_signal_ratio",
 			Help: "Imbalance signal handed to the configurator, in [0,1] (0 even load, 1 all load on one endpoint).",
 		}),
 		gated:       map[detector.Gate]prometheus.Counter{},
@@ -55,13 +63,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Weights versions the scheduler refused; the previous weights stayed in force.",
 		}),
 	}
-	comp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "trimtab_detector_component",
-		Help: "Components of the latest detector step: herd (share of picks whose calm-weights choice was over the load guard's bound), picks (picks in the herd window), request_cv (noise-corrected when subtract_noise is on), request_cv_uncorrected, kv_cv (KV CV × kv_max), kv_max (fullest endpoint's KV utilisation), raw, smoothed, pressure (ratios in [0,1]), endpoints (count), total_load (capacity-divided requests), requests (running + waiting [+ in-flight]).",
-	}, []string{"component"})
+	// One gauge vector per unit (trimtab_detector_component_<unit>), its
+	// children named by Signal.Components.
+	comps := map[string]*prometheus.GaugeVec{}
 	var zero detector.Signal
 	for i, c := range zero.Components() {
-		m.component[i] = comp.WithLabelValues(c.Name)
+		vec, ok := comps[c.Unit]
+		if !ok {
+			vec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "trimtab_detector_component_" + c.Unit,
+				Help: componentHelp[c.Unit],
+			}, []string{"component"})
+			comps[c.Unit] = vec
+		}
+		m.component[i] = vec.WithLabelValues(c.Name)
 	}
 	gated := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trimtab_detector_gated_total",
@@ -85,7 +100,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, comp, gated, m.budget, m.freezes, m.publishErrs, mode, tr)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr)
+		for _, vec := range comps {
+			reg.MustRegister(vec)
+		}
 	}
 	return m
 }

@@ -89,14 +89,22 @@ type Signal struct {
 // Gates lists every gate that holds a signal, in check order.
 var Gates = [...]Gate{GateTooFewEndpoints, GateLowLoad, GateZeroMean}
 
+// Units of Components, as they appear in metric names.
+const (
+	UnitRatio     = "ratio"     // a number in [0,1]
+	UnitEndpoints = "endpoints" // a count of endpoints
+	UnitRequests  = "requests"  // requests, raw or capacity-divided
+	UnitPicks     = "picks"     // picks, exponentially weighted over the herd window
+)
+
 // Component is one named number a Signal was computed from.
 type Component struct {
 	// Name is the snake_case name used in logs, metrics and /debug/history.
 	Name string
-	// Value is the number; Ratio says whether it is a ratio in [0,1]
-	// (otherwise a count or a capacity-divided load).
+	// Value is the number, in Unit.
 	Value float64
-	Ratio bool
+	// Unit is one of UnitRatio, UnitEndpoints, UnitRequests, UnitPicks.
+	Unit string
 }
 
 // NumComponents is len(Signal.Components()).
@@ -107,18 +115,18 @@ const NumComponents = 12
 // history are built from.
 func (s *Signal) Components() [NumComponents]Component {
 	return [NumComponents]Component{
-		{"request_cv", s.RequestCV, true},
-		{"request_cv_uncorrected", s.RequestCVUncorrected, true},
-		{"kv_cv", s.KVCV, true},
-		{"kv_max", s.KVMax, true},
-		{"raw", s.Raw, true},
-		{"smoothed", s.Smoothed, true},
-		{"pressure", s.Pressure, true},
-		{"endpoints", float64(s.Endpoints), false},
-		{"total_load", s.TotalLoad, false},
-		{"requests", s.Requests, false},
-		{"herd", s.Herd, true},
-		{"picks", s.Picks, false},
+		{"request_cv", s.RequestCV, UnitRatio},
+		{"request_cv_uncorrected", s.RequestCVUncorrected, UnitRatio},
+		{"kv_cv", s.KVCV, UnitRatio},
+		{"kv_max", s.KVMax, UnitRatio},
+		{"raw", s.Raw, UnitRatio},
+		{"smoothed", s.Smoothed, UnitRatio},
+		{"pressure", s.Pressure, UnitRatio},
+		{"endpoints", float64(s.Endpoints), UnitEndpoints},
+		{"total_load", s.TotalLoad, UnitRequests},
+		{"requests", s.Requests, UnitRequests},
+		{"herd", s.Herd, UnitRatio},
+		{"picks", s.Picks, UnitPicks},
 	}
 }
 

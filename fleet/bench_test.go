@@ -211,7 +211,7 @@ func BenchmarkScrapeFleet(b *testing.B) {
 			scrapes := func() uint64 {
 				fams, _ := reg.Gather()
 				for _, mf := range fams {
-					if mf.GetName() == "trimtab_scrape_duration_seconds" {
+					if mf.GetName() == "trimtab_fleet_scrape_duration_seconds" {
 						return mf.GetMetric()[0].GetHistogram().GetSampleCount()
 					}
 				}

@@ -500,8 +500,8 @@ func TestFleetMetricNames(t *testing.T) {
 	h.f.Error(errors.New("bad edit"))
 	want := []string{
 		"trimtab_fleet_discovery_errors_total", "trimtab_fleet_endpoint_changes_total",
-		"trimtab_fleet_endpoint_states", "trimtab_fleet_endpoints", "trimtab_fleet_refresh_duration_seconds",
-		"trimtab_scrape_duration_seconds", "trimtab_scrape_failures_total", "trimtab_scrape_metrics_age_seconds",
+		"trimtab_fleet_endpoint_states", "trimtab_fleet_endpoints", "trimtab_fleet_metrics_age_seconds",
+		"trimtab_fleet_refresh_duration_seconds", "trimtab_fleet_scrape_duration_seconds", "trimtab_fleet_scrape_failures_total",
 	}
 	fams, err := h.reg.Gather()
 	if err != nil {

@@ -39,7 +39,7 @@ func newMetrics(f *Fleet, reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
 		}),
 		scrapeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "trimtab_scrape_duration_seconds",
+			Name:    "trimtab_fleet_scrape_duration_seconds",
 			Help:    "Duration of one model-server metrics scrape, successful or not.",
 			Buckets: prometheus.ExponentialBuckets(2.5e-4, 2, 14),
 		}),
@@ -54,7 +54,7 @@ func newMetrics(f *Fleet, reg prometheus.Registerer) *metrics {
 		m.changes[t] = changes.WithLabelValues(t)
 	}
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trimtab_scrape_failures_total",
+		Name: "trimtab_fleet_scrape_failures_total",
 		Help: "Failed model-server scrapes by reason.",
 	}, []string{"reason"})
 	for _, r := range Reasons {
@@ -71,7 +71,7 @@ var (
 		"Ready endpoints in the current snapshot per served model (\"*\": serves any model).", []string{"model"}, nil)
 	descStates = prometheus.NewDesc("trimtab_fleet_endpoint_states",
 		"Ready endpoints in the current snapshot per metrics state (fresh, stale, unhealthy).", []string{"state"}, nil)
-	descAge = prometheus.NewDesc("trimtab_scrape_metrics_age_seconds",
+	descAge = prometheus.NewDesc("trimtab_fleet_metrics_age_seconds",
 		"Age of each endpoint's last successfully scraped metrics at collection time; absent before the first success.",
 		[]string{"endpoint"}, nil)
 )

@@ -13,7 +13,7 @@ import (
 )
 
 // Scrape failure reasons, the values of the reason label of
-// trimtab_scrape_failures_total.
+// trimtab_fleet_scrape_failures_total.
 const (
 	ReasonTimeout       = "timeout"
 	ReasonConnect       = "connect"

@@ -110,9 +110,9 @@ func TestAdminTokenConfig(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"short token", func(c *Config) { c.Admin.Token = "short" }, "proxy.admin.token: 5 bytes, want at least 16"},
-		{"token with space", func(c *Config) { c.Admin.Token = "0123456789 abcdef" }, "proxy.admin.token: must not contain spaces"},
-		{"token and file", func(c *Config) { c.Admin.Token, c.Admin.TokenFile = "0123456789abcdef", "/run/secrets/t" }, "proxy.admin.token_file: set token or token_file, not both"},
+		{"short token", func(c *Config) { c.Admin.Token = "short" }, "server.admin.token: 5 bytes, want at least 16"},
+		{"token with space", func(c *Config) { c.Admin.Token = "0123456789 abcdef" }, "server.admin.token: must not contain spaces"},
+		{"token and file", func(c *Config) { c.Admin.Token, c.Admin.TokenFile = "0123456789abcdef", "/run/secrets/t" }, "server.admin.token_file: set token or token_file, not both"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()

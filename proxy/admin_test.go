@@ -113,20 +113,20 @@ func TestConfigValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"body limit", func(c *Config) { c.MaxBodyBytes = 0 }, "proxy.max_body_bytes"},
-		{"retries", func(c *Config) { c.HTTP.Retries = -1 }, "proxy.http.retries"},
-		{"http addr", func(c *Config) { c.HTTP.Addr = "" }, "proxy.http.addr"},
-		{"body mode", func(c *Config) { c.ExtProc.RequestBodyMode = "streamed" }, "proxy.ext_proc.request_body_mode"},
-		{"response mode", func(c *Config) { c.ExtProc.ResponseBodyMode = "x" }, "proxy.ext_proc.response_body_mode"},
-		{"lora self", func(c *Config) { c.LoRAAdapters = map[string]string{"a": "a"} }, "proxy.lora_adapters"},
-		{"decisions every", func(c *Config) { c.Admin.DecisionsEvery = 0 }, "proxy.admin.decisions_every"},
-		{"body memory", func(c *Config) { c.BodyMemoryBytes = c.MaxBodyBytes - 1 }, "proxy.body_memory_bytes"},
-		{"body timeout", func(c *Config) { c.BodyReadTimeout = 0 }, "proxy.body_read_timeout"},
-		{"message size", func(c *Config) { c.ExtProc.MaxMessageBytes = c.MaxBodyBytes }, "proxy.ext_proc.max_message_bytes"},
-		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "proxy.idle_timeout"},
-		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "proxy.http.max_connections"},
-		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "proxy.http.connect_timeout"},
-		{"emit scores top", func(c *Config) { c.ExtProc.EmitScoresTop = 0 }, "proxy.ext_proc.emit_scores_top: 0, want 1…64"},
+		{"body limit", func(c *Config) { c.MaxBodyBytes = 0 }, "server.max_body_bytes"},
+		{"retries", func(c *Config) { c.HTTP.Retries = -1 }, "server.http.retries"},
+		{"http addr", func(c *Config) { c.HTTP.Addr = "" }, "server.http.addr"},
+		{"body mode", func(c *Config) { c.ExtProc.RequestBodyMode = "streamed" }, "server.ext_proc.request_body_mode"},
+		{"response mode", func(c *Config) { c.ExtProc.ResponseBodyMode = "x" }, "server.ext_proc.response_body_mode"},
+		{"lora self", func(c *Config) { c.LoRAAdapters = map[string]string{"a": "a"} }, "server.lora_adapters"},
+		{"decisions every", func(c *Config) { c.Admin.DecisionsEvery = 0 }, "server.admin.decisions_every"},
+		{"body memory", func(c *Config) { c.BodyMemoryBytes = c.MaxBodyBytes - 1 }, "server.body_memory_bytes"},
+		{"body timeout", func(c *Config) { c.BodyReadTimeout = 0 }, "server.body_read_timeout"},
+		{"message size", func(c *Config) { c.ExtProc.MaxMessageBytes = c.MaxBodyBytes }, "server.ext_proc.max_message_bytes"},
+		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "server.idle_timeout"},
+		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "server.http.max_connections"},
+		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "server.http.connect_timeout"},
+		{"emit scores top", func(c *Config) { c.ExtProc.EmitScoresTop = 0 }, "server.ext_proc.emit_scores_top: 0, want 1…64"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()

@@ -167,7 +167,7 @@ func (e *ExtProc) serverOptions() []grpc.ServerOption {
 		// Bodies over max_body_bytes must reach the handler to be answered
 		// 413: grpc ends the stream with ResourceExhausted (a 500 at the
 		// client) on a message over this limit.
-		grpc.MaxRecvMsgSize(int(e.cfg.ExtProc.maxMessageBytes(e.cfg.MaxBodyBytes))),
+		grpc.MaxRecvMsgSize(int(e.cfg.ExtProc.MessageLimit(e.cfg.MaxBodyBytes))),
 		experimental.BufferPool(grpcBuffers),
 		grpc.ForceServerCodecV2(protoCodec{}),
 		// A 64 KiB read and write buffer per connection (grpc's default is

@@ -22,11 +22,6 @@ func (r *Rand) Float64() float64 {
 	return float64(r.Uint64()>>11) / (1 << 53)
 }
 
-// Intn returns a pseudo-random number in [0,n); n must be > 0.
-func (r *Rand) Intn(n int) int {
-	return int(r.Uint64() % uint64(n))
-}
-
 // mix folds v into a seed; used to derive per-request seeds.
 func mix(seed, v uint64) uint64 {
 	r := Rand{state: seed ^ (v * 0xff51afd7ed558ccd)}

@@ -198,15 +198,6 @@ func (e *Endpoint) CapacityOrOne() float64 {
 	return 1
 }
 
-// MetricsAge returns how old the endpoint's metrics are at now; a very
-// large duration when the endpoint was never scraped.
-func (e *Endpoint) MetricsAge(now time.Time) time.Duration {
-	if e.ScrapedAt.IsZero() {
-		return time.Duration(1<<63 - 1)
-	}
-	return now.Sub(e.ScrapedAt)
-}
-
 // Serves reports whether the endpoint serves model ("" matches all).
 func (e *Endpoint) Serves(model string) bool {
 	if model == "" || len(e.Models) == 0 {

@@ -24,7 +24,7 @@ type PrefixConfig struct {
 	BytesPerToken int `mapstructure:"bytes_per_token"`
 	// MaxBlocks is how many leading blocks of a prompt are indexed and
 	// matched (max_blocks, default 2048, i.e. 128k tokens: every prompt of the
-	// shipped Mooncake trace, whose longest is 126k; docs/benchmarks.md).
+	// shipped Mooncake trace, whose longest is 126k; docs/tuning.md).
 	MaxBlocks int `mapstructure:"max_blocks"`
 	// Capacity is how many blocks the index remembers per endpoint when the
 	// server does not report its KV-cache size (capacity, default 32768).

@@ -48,75 +48,46 @@ type Factory func(name string, decode func(into any) error, deps Deps) (schedule
 // type string. The caller owns the map and may add out-of-tree factories.
 func InTree() map[string]Factory {
 	return map[string]Factory{
-		TypePrefix: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultPrefixConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewPrefix(name, cfg, deps)
-		},
-		TypeQueue: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultQueueConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewQueue(name, cfg, deps)
-		},
-		TypeKVCache: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultKVCacheConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewKVCache(name, cfg, deps)
-		},
-		TypeInFlight: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultInFlightConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewInFlight(name, cfg, deps)
-		},
-		TypeSession: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultSessionConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewSession(name, cfg, deps)
-		},
-		TypePendingPrefill: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultPendingPrefillConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewPendingPrefill(name, cfg, deps)
-		},
-		TypeLoRA: func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
-			cfg := DefaultLoRAConfig()
-			if err := decodeInto(name, decode, &cfg); err != nil {
-				return nil, err
-			}
-			return NewLoRA(name, cfg, deps)
-		},
+		TypePrefix:         FactoryOf(DefaultPrefixConfig, NewPrefix),
+		TypeQueue:          FactoryOf(DefaultQueueConfig, NewQueue),
+		TypeKVCache:        FactoryOf(DefaultKVCacheConfig, NewKVCache),
+		TypeInFlight:       FactoryOf(DefaultInFlightConfig, NewInFlight),
+		TypeSession:        FactoryOf(DefaultSessionConfig, NewSession),
+		TypePendingPrefill: FactoryOf(DefaultPendingPrefillConfig, NewPendingPrefill),
+		TypeLoRA:           FactoryOf(DefaultLoRAConfig, NewLoRA),
 	}
 }
 
-func decodeInto(name string, decode func(any) error, cfg any) error {
-	if decode == nil {
-		return nil
+// FactoryOf adapts a typed constructor to a Factory: the config starts at
+// defaults(), the profile's params are decoded over it, and build
+// validates it and makes the scorer. Out-of-tree scorers use it too.
+func FactoryOf[C any, S scheduler.Scorer](defaults func() C, build func(name string, cfg C, deps Deps) (S, error)) Factory {
+	return func(name string, decode func(any) error, deps Deps) (scheduler.Scorer, error) {
+		cfg := defaults()
+		if decode != nil {
+			if err := decode(&cfg); err != nil {
+				return nil, fmt.Errorf("scorer %q: params: %w", name, err)
+			}
+		}
+		s, err := build(name, cfg, deps)
+		if err != nil {
+			return nil, err // not s: a nil *T would make a non-nil Scorer
+		}
+		return s, nil
 	}
-	if err := decode(cfg); err != nil {
-		return fmt.Errorf("scorer %q: params: %w", name, err)
-	}
-	return nil
 }
 
-// Compile-time checks of the optional interfaces each scorer relies on.
+// Compile-time checks: every scorer is a scheduler.Scorer, with the
+// optional interfaces it relies on.
 var (
+	_ scheduler.Scorer       = (*Prefix)(nil)
 	_ scheduler.PickObserver = (*Prefix)(nil)
 	_ scheduler.PoolObserver = (*Prefix)(nil)
+	_ scheduler.Scorer       = (*Session)(nil)
 	_ scheduler.PoolObserver = (*Session)(nil)
 	_ scheduler.Scorer       = (*Queue)(nil)
 	_ scheduler.Scorer       = (*KVCache)(nil)
 	_ scheduler.Scorer       = (*InFlight)(nil)
+	_ scheduler.Scorer       = (*PendingPrefill)(nil)
 	_ scheduler.Scorer       = (*LoRA)(nil)
 )

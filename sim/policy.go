@@ -41,13 +41,6 @@ const (
 	PolicyTunedStatic = "tuned-static"
 )
 
-// prefixParams are the default profile's prefix settings, shared by every
-// policy that uses the prefix scorer so they differ only in weights.
-const prefixParams = `
-    params:
-      block_size: 64
-      max_blocks: 2048`
-
 func profilePolicy(name, desc, yaml string) Policy {
 	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		f, err := configs.Parse([]byte(yaml))
@@ -71,12 +64,12 @@ scorers:
 		profilePolicy(PolicyPrefixOnly, "prefix scorer alone (longest routed prefix)", `
 scorers:
   - type: prefix
-    weight: 1`+prefixParams+`
+    weight: 1
 `),
 		profilePolicy(PolicyStatic322, "static prefix 3 : queue 2 : kvcache 2 (the GIE default)", `
 scorers:
   - type: prefix
-    weight: 3`+prefixParams+`
+    weight: 3
   - type: queue
     weight: 2
   - type: kvcache
@@ -129,10 +122,8 @@ func Policies(names []string) ([]Policy, error) {
 	return out, nil
 }
 
-// newPrefixScorer builds the in-tree prefix scorer with the default
-// profile's parameters.
+// newPrefixScorer builds the in-tree prefix scorer with its defaults, the
+// same as a profile's prefix scorer without params.
 func newPrefixScorer(name string) (scheduler.Scorer, error) {
-	f := scorers.InTree()[scorers.TypePrefix]
-	params := map[string]any{"block_size": 64, "max_blocks": 2048}
-	return f(name, func(into any) error { return configs.Decode(params, into) }, scorers.Deps{})
+	return scorers.NewPrefix(name, scorers.DefaultPrefixConfig(), scorers.Deps{})
 }

@@ -195,9 +195,8 @@ func TestServeAdminTokenFile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		f := configs.Default()
-		f.Server = map[string]any{"admin": map[string]any{"token_file": path}}
-		if _, err := serverConfig(f); err == nil || !strings.Contains(err.Error(), tt.want) {
+		_, err := configs.Parse([]byte("scorers:\n  - type: queue\n    weight: 1\nserver:\n  admin:\n    token_file: " + path + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s token file: %v, want an error containing %q", tt.name, err, tt.want)
 		}
 	}

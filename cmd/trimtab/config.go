@@ -20,13 +20,7 @@ func newConfigCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, files []string) error {
 			bad := 0
 			for _, path := range files {
-				f, err := configs.Load(path)
-				if err == nil {
-					if _, err = serverConfig(f); err != nil {
-						err = fmt.Errorf("%s: %w", path, err)
-					}
-				}
-				if err != nil {
+				if _, err := configs.Load(path); err != nil {
 					bad++
 					fmt.Fprintf(cmd.OutOrStdout(), "FAIL %s\n", err)
 					continue

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
-	"net"
 	"os/signal"
-	"strconv"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,58 +26,12 @@ model in wall-clock time, sped up by --time-scale. With --servers K it starts K
 servers on ports N … N+K−1, named fake-0 … fake-(K−1).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if servers < 1 {
-				return fmt.Errorf("--servers: must be ≥ 1")
-			}
-			if port < 0 || port+servers-1 > 65535 {
-				return fmt.Errorf("--port: %d does not leave room for %d servers", port, servers)
-			}
+			// Shutdown order: a signal cancels ctx; every server stops
+			// accepting, drains for up to 5 s, then stops its engine.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			var (
-				wg       sync.WaitGroup
-				mu       sync.Mutex
-				firstErr error
-			)
-			for i := range servers {
-				c := cfg
-				if servers > 1 {
-					c.Name = "fake-" + strconv.Itoa(i)
-				}
-				s, err := fakeserver.New(c, fakeserver.Deps{Logger: log})
-				if err != nil {
-					return err
-				}
-				p := 0
-				if port > 0 {
-					p = port + i
-				}
-				ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
-				if err != nil {
-					cancel()
-					wg.Wait()
-					return err
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := s.Serve(ctx, ln); err != nil {
-						mu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
-						cancel()
-					}
-				}()
-			}
-			// Shutdown order: a signal cancels ctx; every server stops
-			// accepting, drains for up to 5 s, then stops its engine.
-			wg.Wait()
-			return firstErr
+			return fakeserver.ServePool(ctx, cfg, fakeserver.Deps{Logger: log}, host, port, servers)
 		},
 	}
 	f := cmd.Flags()

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,7 @@ var descRE = regexp.MustCompile(`fqName: "([^"]*)", help: "((?:[^"\\]|\\.)*)",(?
 // registeredMetrics lists every metric family a running serve registers,
 // from the collectors' descriptions (so families with no samples yet are
 // listed too), typed from a gather where samples exist.
-func registeredMetrics(t *testing.T, svc *service) []metricInfo {
+func registeredMetrics(t *testing.T, svc *service, rec *recordingRegisterer) []metricInfo {
 	t.Helper()
 	types := map[string]string{}
 	mfs, err := svc.reg.Gather()
@@ -37,7 +38,7 @@ func registeredMetrics(t *testing.T, svc *service) []metricInfo {
 	for _, mf := range mfs {
 		types[mf.GetName()] = strings.ToLower(mf.GetType().String())
 	}
-	cols := svc.registered.collectors()
+	cols := rec.collectors()
 	seen := map[string]bool{}
 	var out []metricInfo
 	for _, c := range cols {
@@ -105,12 +106,15 @@ func renderMetricsDoc(ms []metricInfo) string {
 
 func TestMetricsReference(t *testing.T) {
 	addrs := startFakeFleet(t, 2)
-	ts := startService(t, addrs, true)
+	rec := &recordingRegisterer{}
+	ts := startService(t, addrs, true, func(o *serviceOptions) {
+		o.Registerer = func(r prometheus.Registerer) prometheus.Registerer { rec.Registerer = r; return rec }
+	})
 	// Some traffic so labelled families have children and gathered types.
 	for i := 0; i < 3; i++ {
 		post(t, ts.proxyURL+"/v1/completions", `{"model":"llama-3.1-8b-instruct","prompt":"metrics","max_tokens":2}`)
 	}
-	ms := registeredMetrics(t, ts.svc)
+	ms := registeredMetrics(t, ts.svc, rec)
 	for _, m := range ms {
 		if !strings.HasPrefix(m.name, "trimtab_") {
 			t.Errorf("metric %s does not follow trimtab_<component>_<what>_<unit>", m.name)
@@ -133,4 +137,37 @@ func TestMetricsReference(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("docs/metrics.md is out of date with the registry; run: go test ./cmd/trimtab -run TestMetricsReference -update-docs")
 	}
+}
+
+// recordingRegisterer registers on the wrapped Registerer and remembers
+// what it registered.
+type recordingRegisterer struct {
+	prometheus.Registerer
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cs = append(r.cs, c)
+	return nil
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// collectors returns what was registered.
+func (r *recordingRegisterer) collectors() []prometheus.Collector {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]prometheus.Collector(nil), r.cs...)
 }

@@ -6,12 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 
 	"github.com/trimtab/trimtab/configs"
@@ -51,11 +48,12 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			watched := make(chan struct{})
-			go func() {
-				defer close(watched)
-				watchProfile(ctx, path, log, svc.reload)
-			}()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			watch := configs.Watch{Path: path, Apply: svc.reload, Trigger: hup, Logger: log}
+			watched := make(chan error, 1)
+			go func() { watched <- watch.Run(ctx) }()
 			// The watcher stops with the service (cancel) and is waited for.
 			defer func() { cancel(); <-watched }()
 			log.Info("trimtab serving", "version", buildVersion(), "profile", path,
@@ -86,56 +84,4 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q, want text or json", format)
-}
-
-// watchProfile reloads the profile on SIGHUP and when its file changes
-// (watching the directory, so editors that replace the file and Kubernetes
-// ConfigMap symlink swaps are seen). Events are debounced; every outcome is
-// logged. It returns when ctx is done.
-func watchProfile(ctx context.Context, path string, log *slog.Logger, apply func(*configs.File) error) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	var events <-chan fsnotify.Event
-	if w, err := fsnotify.NewWatcher(); err != nil {
-		log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
-	} else {
-		defer w.Close()
-		if err := w.Add(filepath.Dir(path)); err != nil {
-			log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
-		} else {
-			events = w.Events
-		}
-	}
-	const debounce = 250 * time.Millisecond
-	var timer <-chan time.Time
-	load := func(reason string) {
-		f, err := configs.Load(path)
-		if err == nil {
-			err = apply(f)
-		}
-		if err != nil {
-			log.Error("profile reload refused; keeping the running profile", "trigger", reason, "error", err)
-			return
-		}
-		log.Info("profile reloaded", "trigger", reason, "profile", path, "adaptive", f.Adaptive.Enabled)
-	}
-	base := filepath.Base(path)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			load("SIGHUP")
-		case ev := <-events:
-			name := filepath.Base(ev.Name)
-			if name == base || name == "..data" { // ..data: ConfigMap volume swap
-				timer = time.After(debounce)
-			}
-		case <-timer:
-			timer = nil
-			load("file change")
-		}
-	}
 }

@@ -92,7 +92,7 @@ scrape:
 `, prefixWeight, adaptive, endpointsFile)
 }
 
-func startService(t *testing.T, addrs []string, adaptive bool) *testService {
+func startService(t *testing.T, addrs []string, adaptive bool, opts ...func(*serviceOptions)) *testService {
 	t.Helper()
 	dir := t.TempDir()
 	var eps strings.Builder
@@ -127,9 +127,13 @@ func startService(t *testing.T, addrs []string, adaptive bool) *testService {
 		return ln
 	}
 	httpLn, adminLn := listen(), listen()
-	svc, err := newService(f, serviceOptions{
+	opt := serviceOptions{
 		Logger: slog.New(slog.DiscardHandler), HTTP: httpLn, Admin: adminLn, ExtProc: listen(), NoRuntimeM: true,
-	})
+	}
+	for _, o := range opts {
+		o(&opt)
+	}
+	svc, err := newService(f, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +249,8 @@ func TestServeEndToEnd(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, name := range []string{
-			"trimtab_scheduler_picks_total", "trimtab_detector_signal", "trimtab_scheduler_weights_version",
-			"trimtab_configurator_mode", "trimtab_proxy_requests_total", "trimtab_scrape_duration_seconds",
+			"trimtab_scheduler_picks_total", "trimtab_detector_signal_ratio", "trimtab_scheduler_weights_version",
+			"trimtab_configurator_mode", "trimtab_proxy_requests_total", "trimtab_fleet_scrape_duration_seconds",
 		} {
 			if !strings.Contains(string(b), name) {
 				t.Errorf("/metrics has no %s", name)
@@ -294,13 +298,11 @@ func TestServeReload(t *testing.T) {
 	// The real watcher: edits of the profile file are picked up.
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	watched := make(chan struct{})
-	go func() {
-		watchProfile(ctx, ts.profile, slog.New(slog.NewTextHandler(&logs, nil)), ts.svc.reload)
-		close(watched)
-	}()
+	watched, ready := make(chan error, 1), make(chan struct{})
+	watch := configs.Watch{Path: ts.profile, Apply: ts.svc.reload, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Ready: func() { close(ready) }}
+	go func() { watched <- watch.Run(ctx) }()
 	defer func() { cancel(); <-watched }()
-	time.Sleep(100 * time.Millisecond) // let the watcher start
+	<-ready
 
 	// A bad edit is refused, says why, and the running weights stay.
 	writeProfile(t, filepath.Dir(ts.profile), strings.Replace(profileYAML(epsFile, 3, false), "weight: 2", "weight: -2", 1))
@@ -376,7 +378,13 @@ func TestServeReloadRefusesOverflowingWeight(t *testing.T) {
 	if ts.svc.running != running {
 		t.Errorf("a refused reload replaced the running profile")
 	}
-	time.Sleep(300 * time.Millisecond) // a few control ticks
+	// Three control ticks after the refusal: had the reload gone through,
+	// the first would have applied it.
+	refused := ts.svc.loop.Last()
+	eventually(t, 5*time.Second, "three ticks after the refusal", func() bool {
+		last := ts.svc.loop.Last()
+		return refused != nil && last != nil && last.At.Sub(refused.At) >= 3*ts.svc.loop.Interval()
+	})
 	if got := ts.svc.sched.Weights().Values; got[0] != 3 || got[1] != 2 {
 		t.Errorf("weights after the refused reload %v, want the running 3, 2, …", got)
 	}

@@ -42,12 +42,11 @@ It writes DIR/tune.md (every vector ranked, each scenario's own best vector)
 and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if scenarios, err = checkSimFlags(scenarios, out, seeds); err != nil {
+			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
+			if err != nil {
 				return err
 			}
-			var f *configs.File
-			name := "adaptive-off"
+			f, name := (*configs.File)(nil), "adaptive-off"
 			if profile == "" {
 				f, err = configs.LoadShipped("adaptive")
 			} else {
@@ -57,24 +56,9 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 			if err != nil {
 				return fmt.Errorf("--profile: %w", err)
 			}
-			var scs []*sim.Scenario
-			for _, n := range scenarios {
-				sc, err := sim.LoadScenario(n)
-				if err != nil {
-					return err
-				}
-				if duration > 0 {
-					sc = sc.Scaled(duration)
-				}
-				scs = append(scs, sc)
-			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			stderr := cmd.ErrOrStderr()
-			start := time.Now()
+			stderr, start := cmd.ErrOrStderr(), time.Now()
 			base, skipped := sim.Baselines(f, name)
 			res, err := sim.Tune(ctx, sim.TuneConfig{
 				Scenarios: scs, Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
@@ -86,11 +70,12 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 				return err
 			}
 			res.Skipped = skipped
-			if err := writeFile(filepath.Join(out, "tune.md"), func(w *os.File) error { return res.WriteMarkdown(w, commandLine()) }); err != nil {
-				return err
+			names := make([]string, len(scs))
+			for i, sc := range scs {
+				names[i] = sc.Name
 			}
-			comment := fmt.Sprintf("tuned-static: the best single static weight vector for %s over seeds %d–%d,\nfound by: %s", strings.Join(scenarios, ", "), seed, seed+uint64(seeds)-1, commandLine())
-			if err := writeFile(filepath.Join(out, "tuned.yaml"), func(w *os.File) error { return res.WriteProfile(w, f, comment) }); err != nil {
+			comment := fmt.Sprintf("tuned-static: the best single static weight vector for %s over seeds %d–%d,\nfound by: %s", strings.Join(names, ", "), seed, seed+uint64(seeds)-1, commandLine())
+			if err := res.WriteFiles(out, f, comment, commandLine()); err != nil {
 				return err
 			}
 			fmt.Fprintf(stderr, "%d vectors in %v → %s, %s\n", len(res.Vectors), time.Since(start).Round(time.Second), filepath.Join(out, "tune.md"), filepath.Join(out, "tuned.yaml"))
@@ -109,32 +94,20 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 	return cmd
 }
 
-// writeFile creates path and writes it with fn, closing it either way.
-func writeFile(path string, fn func(*os.File) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	werr := fn(f)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
-}
-
-// checkSimFlags checks the flags sim and sim tune share and expands
-// "all" to every shipped scenario.
-func checkSimFlags(scenarios []string, out string, seeds int) ([]string, error) {
+// loadSimScenarios checks the flags sim and sim tune share, loads the
+// scenarios ("all": every shipped one) and creates the output directory.
+func loadSimScenarios(names []string, out string, seeds int, duration time.Duration) ([]*sim.Scenario, error) {
 	switch {
-	case len(scenarios) == 0:
+	case len(names) == 0:
 		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all)")
 	case out == "":
 		return nil, fmt.Errorf("--out: required")
 	case seeds < 1:
 		return nil, fmt.Errorf("--seeds: must be ≥ 1")
 	}
-	if len(scenarios) == 1 && scenarios[0] == "all" {
-		return sim.Shipped(), nil
+	scs, err := sim.LoadScenarios(names, duration)
+	if err != nil {
+		return nil, err
 	}
-	return scenarios, nil
+	return scs, os.MkdirAll(out, 0o755)
 }

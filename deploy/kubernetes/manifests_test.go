@@ -28,7 +28,6 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/fleet"
-	"github.com/trimtab/trimtab/proxy"
 )
 
 // crdGroups are the API groups whose kinds client-go's scheme does not
@@ -477,7 +476,7 @@ func TestDeployment(t *testing.T) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	// proxy.DefaultConfig: http :8080, ext_proc :9002, admin :9090.
+	// settings.DefaultConfig: http :8080, ext_proc :9002, admin :9090.
 	for name, want := range map[string]int32{"http": 8080, "ext-proc": 9002, "admin": 9090} {
 		if ports[name] != want {
 			t.Errorf("container port %s = %d, want %d", name, ports[name], want)
@@ -544,7 +543,7 @@ func TestDeployment(t *testing.T) {
 	if _, ok := find[*corev1.ServiceAccount](objs, pod.ServiceAccountName); !ok || pod.ServiceAccountName == "" {
 		t.Errorf("serviceAccountName %q is not a ServiceAccount in these manifests", pod.ServiceAccountName)
 	}
-	// Draining SSE streams takes up to proxy.drain_timeout (30 s).
+	// Draining SSE streams takes up to server.drain_timeout (30 s).
 	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("terminationGracePeriodSeconds %v, want > 30 (the proxy's drain timeout)", g)
 	}
@@ -753,17 +752,14 @@ func TestRBACForDiscoveryMode(t *testing.T) {
 // profile listens on every interface of the pod on its container port, so
 // kubelet probes and Prometheus reach the admin server and the Service
 // reaches the others. The admin server's default is loopback only
-// (proxy.DefaultConfig), so the profile must say ":9090".
+// (settings.DefaultConfig), so the profile must say ":9090".
 func TestProfileServersListenOnThePodPorts(t *testing.T) {
 	objs := load(t)
 	f, err := configs.Parse(profile(t, objs))
 	if err != nil {
 		t.Fatalf("ConfigMap trimtab-profile, profile.yaml: %v", err)
 	}
-	srv := proxy.DefaultConfig()
-	if err := configs.Decode(f.Server, &srv); err != nil {
-		t.Fatalf("profile.yaml server: %v", err)
-	}
+	srv := f.Server
 	dep, ok := find[*appsv1.Deployment](objs, "trimtab")
 	if !ok {
 		t.Fatal("no Deployment trimtab")

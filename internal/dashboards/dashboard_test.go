@@ -282,7 +282,7 @@ func TestParseQuery(t *testing.T) {
 		want    []string // name[label,label]
 		unknown []string
 	}{
-		{`max(trimtab_detector_signal{instance=~"$instance"})`, []string{"trimtab_detector_signal[instance]"}, nil},
+		{`max(trimtab_detector_signal_ratio{instance=~"$instance"})`, []string{"trimtab_detector_signal_ratio[instance]"}, nil},
 		{`sum by (le, endpoint) (rate(trimtab_proxy_ttfb_seconds_bucket{endpoint!="none", code=~"2.."}[$__rate_interval]))`,
 			[]string{"trimtab_proxy_ttfb_seconds_bucket[endpoint code]"}, nil},
 		{`sum(rate(vllm:prefix_cache_hits_total[5m])) / scalar(sum(trimtab_x))`, []string{"vllm:prefix_cache_hits_total[]", "trimtab_x[]"}, nil},

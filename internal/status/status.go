@@ -40,19 +40,19 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-// Config bounds the history. YAML keys (under the profile's status
-// section, if the lead exposes one) are the snake_case mapstructure tags.
+// Config bounds the history. serve runs with DefaultConfig; the profile
+// has no section for it.
 type Config struct {
 	// Window is how much sample time is kept, back from the newest sample.
 	// Default 10m. Must be > 0.
-	Window time.Duration `mapstructure:"window"`
+	Window time.Duration
 	// Resolution is the width of a sample slot: at most one sample (the
 	// latest recorded) is kept per slot. Default 500ms. Must be > 0 and
 	// leave at most MaxSamples slots in Window.
-	Resolution time.Duration `mapstructure:"resolution"`
+	Resolution time.Duration
 	// Changes is how many recent weight changes are kept. Default 100.
 	// Must be ≥ 0 (0 keeps none).
-	Changes int `mapstructure:"changes"`
+	Changes int
 }
 
 // MaxSamples bounds Window/Resolution, so a config cannot make the

@@ -1,4 +1,9 @@
-package proxy
+// Package settings holds the types of a profile's server: section, the
+// configuration of the data path's three servers (the OpenAI-compatible
+// HTTP proxy, the Envoy ext_proc server and the admin server), with their
+// defaults and validation. It imports no trimtab package, so the profile
+// schema (configs) can embed it without depending on the servers.
+package settings
 
 import (
 	"errors"
@@ -22,8 +27,9 @@ const (
 	BodyModeNone = "none"
 )
 
-// Config configures the three servers of the data path. The lead decodes it
-// from YAML with mapstructure; durations are Go duration strings ("30s").
+// Config configures the three servers of the data path: a profile's
+// server: section, decoded by configs with mapstructure; durations are Go
+// duration strings ("30s").
 type Config struct {
 	// HTTP is the OpenAI-compatible reverse proxy.
 	HTTP HTTPConfig `mapstructure:"http"`
@@ -143,8 +149,9 @@ type ExtProcConfig struct {
 	MaxMessageBytes int64 `mapstructure:"max_message_bytes"`
 }
 
-// maxMessageBytes resolves MaxMessageBytes against the body limit.
-func (c ExtProcConfig) maxMessageBytes(maxBody int64) int64 {
+// MessageLimit resolves MaxMessageBytes against the body limit maxBody:
+// the largest gRPC message the server receives, in bytes.
+func (c ExtProcConfig) MessageLimit(maxBody int64) int64 {
 	if c.MaxMessageBytes > 0 {
 		return c.MaxMessageBytes
 	}
@@ -226,11 +233,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks every field and names the offending ones (YAML keys).
+// Validate checks every field and names the offending ones by their
+// profile path (server.http.retries).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("proxy.%s: "+format, append([]any{field}, args...)...))
+		errs = append(errs, fmt.Errorf("server.%s: "+format, append([]any{field}, args...)...))
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("max_body_bytes", "%d, must be > 0", c.MaxBodyBytes)
@@ -293,7 +301,7 @@ func (c Config) Validate() error {
 	}
 	if m := c.ExtProc.MaxMessageBytes; m != 0 && (m <= c.MaxBodyBytes || m > math.MaxInt32) {
 		bad("ext_proc.max_message_bytes", "%d, want 0 (2 × max_body_bytes + 1 MiB) or more than max_body_bytes (%d), at most %d", m, c.MaxBodyBytes, math.MaxInt32)
-	} else if c.ExtProc.maxMessageBytes(c.MaxBodyBytes) > math.MaxInt32 {
+	} else if c.ExtProc.MessageLimit(c.MaxBodyBytes) > math.MaxInt32 {
 		bad("max_body_bytes", "%d is too large for ext_proc messages (2 × max_body_bytes + 1 MiB must be at most %d)", c.MaxBodyBytes, math.MaxInt32)
 	}
 	if c.ExtProc.EmitScoresTop < 1 || c.ExtProc.EmitScoresTop > MaxEmitScoresTop {

@@ -1,0 +1,135 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/trimtab/trimtab/configs"
+)
+
+// LoadScenarios loads every named scenario (a file or a shipped name; the
+// single name "all" is every shipped one). A duration > 0 replays each in
+// that simulated time instead (Scenario.Scaled).
+func LoadScenarios(names []string, duration time.Duration) ([]*Scenario, error) {
+	if len(names) == 1 && names[0] == "all" {
+		names = Shipped()
+	}
+	out := make([]*Scenario, 0, len(names))
+	for _, n := range names {
+		sc, err := LoadScenario(n)
+		if err != nil {
+			return nil, err
+		}
+		if duration > 0 {
+			sc = sc.Scaled(duration)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// WriteReport writes the sweep's report into dir: dir/<scenario>.md and,
+// with plots, the images under dir/img. command is the command line the
+// report says made it. It returns the report's path.
+func (sw *Sweep) WriteReport(dir string, plots bool, command string) (string, error) {
+	imgs := "-"
+	if plots {
+		imgs = "img/"
+		if err := sw.WriteImages(filepath.Join(dir, "img")); err != nil {
+			return "", fmt.Errorf("scenario %s: plots: %w", sw.Scenario.Name, err)
+		}
+	}
+	path := filepath.Join(dir, sw.Scenario.Name+".md")
+	return path, writeFile(path, func(w io.Writer) error { return sw.WriteMarkdown(w, imgs, command) })
+}
+
+// WriteFile writes the summary to path as Write does, atomically (a
+// reader never sees half a file), so it can be rewritten after every
+// scenario.
+func (f *SummaryFile) WriteFile(path string) error { return writeFile(path, f.Write) }
+
+// WriteFiles writes a tuning's report, dir/tune.md, and dir/tuned.yaml,
+// the profile f at the best vector with comment on top. command is the
+// command line the report says made it.
+func (r *TuneResult) WriteFiles(dir string, f *configs.File, comment, command string) error {
+	if err := writeFile(filepath.Join(dir, "tune.md"), func(w io.Writer) error { return r.WriteMarkdown(w, command) }); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "tuned.yaml"), func(w io.Writer) error { return r.WriteProfile(w, f, comment) })
+}
+
+// fairBaselines are the comparisons WriteComparisons makes: adaptive
+// against each baseline, with the tolerance that marks a row worse and the
+// TTFT p99 and throughput gains that count as a win.
+var fairBaselines = []struct {
+	policy    string
+	tol       float64
+	ttft, tok float64
+	heading   string
+}{
+	{PolicyAdaptiveOff, 0.02, 0.2, 0.1, "adaptive against adaptive-off (same profile, loop off)"},
+	{PolicyTunedStatic, 0.03, 0.1, 0, "adaptive against tuned-static (the best single static vector, `trimtab sim tune`)"},
+}
+
+// WriteComparisons writes path (compare.md) when runs hold adaptive beside
+// its fair baselines: adaptive against adaptive-off (the same profile,
+// loop off) and against tuned-static (the best single static vector for
+// the suite), per scenario and level. It returns one verdict line per
+// baseline compared; nothing is written when there is none.
+func WriteComparisons(path, command string, runs []RunSummary) ([]string, error) {
+	var body strings.Builder
+	var lines []string
+	for _, p := range fairBaselines {
+		c := Compare(runs, PolicyAdaptive, p.policy)
+		if len(c.Rows) == 0 {
+			continue
+		}
+		worse, wins := c.Worse(p.tol), c.Wins(p.ttft, p.tok)
+		calm, fz := c.Loop()
+		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on seed means; ⚠ marks a row worse than %.0f %%.\n\n", p.heading, 100*p.tol)
+		if err := c.WriteMarkdown(&body, p.tol); err != nil {
+			return nil, err
+		}
+		line := fmt.Sprintf("adaptive vs %s: %d of %d rows worse by > %.0f %%; wins in %d scenarios %v; calm-phase entries %d, watchdog freezes %d",
+			p.policy, len(worse), len(c.Rows), 100*p.tol, len(wins), wins, calm, fz)
+		fmt.Fprintf(&body, "%s.\n\n", line)
+		lines = append(lines, line)
+	}
+	if body.Len() == 0 {
+		return nil, nil
+	}
+	return lines, writeFile(path, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", command, body.String())
+		return err
+	})
+}
+
+// writeFile writes path with fn through a temporary file renamed into
+// place, so a reader sees the old file or the whole new one.
+func writeFile(path string, fn func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	werr := fn(f)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return werr
+	}
+	return os.Rename(tmp, path)
+}
+
+// Line formats the verdict as one line, the load level in unit
+// (Scenario.LevelUnit).
+func (v Verdict) Line(unit string) string {
+	return fmt.Sprintf("%s %s %g: p50 %+.1f%% vs %s, p99 %+.1f%% vs %s, p99 ÷ static %.2f, tok/s ÷ static %.2f",
+		v.Policy, unit, v.Level, 100*v.P50Gap, v.BestP50Policy, 100*v.P99Gap, v.BestP99Policy, v.StaticP99Ratio, v.StaticThroughputRatio)
+}
