@@ -28,7 +28,7 @@ func TestTune(t *testing.T) {
 		sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
 		scs = append(scs, sc)
 	}
-	base, skipped := Baselines(f, PolicyAdaptiveOff)
+	base, skipped := Baselines(f, PolicyAdaptiveOff, false)
 	if len(skipped) != 0 || len(base) != 5 {
 		t.Fatalf("baselines %v, skipped %v: want adaptive-off and four built-ins", base, skipped)
 	}
