@@ -20,9 +20,14 @@ import (
 type TuneConfig struct {
 	Scenarios []*Scenario
 	// Profile supplies the scorers (types, names, params), picker and
-	// filters; its own weights are one candidate. Its adaptive section is
-	// ignored: every candidate runs with the loop off.
+	// filters; its own weights are one candidate. Unless Loop is set its
+	// adaptive section is ignored: every candidate runs with the loop off.
 	Profile *configs.File
+	// Loop keeps the profile's adaptive section: each candidate is a
+	// vector of calm weights run with the control loop on. Candidates the
+	// loop refuses (a category at weight 0, a calm budget at or above
+	// d_max) are skipped and counted in TuneResult.Invalid.
+	Loop bool
 	Seed    uint64
 	Seeds   int
 	// Budget is the number of weight vectors evaluated in all, baselines
@@ -72,6 +77,11 @@ type TuneResult struct {
 	ScenarioBest map[string]int
 	// Skipped names built-in policies whose scorers the profile lacks.
 	Skipped []string
+	// Loop: the vectors are calm weights run with the loop on.
+	Loop bool
+	// Invalid counts candidates skipped because the profile with them
+	// does not validate (with Loop: the loop cannot run on them).
+	Invalid int
 }
 
 // builtinVectors are the built-in static policies' weights by scorer type
@@ -90,15 +100,31 @@ var builtinVectors = []struct {
 // Baselines returns the candidates a search starts from: the profile's own
 // weights (named profileName, "adaptive-off" for the shipped adaptive
 // profile) and every built-in static policy the profile's scorers can
-// express; the others are returned as skipped.
-func Baselines(f *configs.File, profileName string) (out []Candidate, skipped []string) {
+// express; the others are returned as skipped. With loop set (a search of
+// calm weights) the shipped tuned-static vector is a baseline too.
+func Baselines(f *configs.File, profileName string, loop bool) (out []Candidate, skipped []string) {
 	own := make([]float64, len(f.Scorers))
 	for i, s := range f.Scorers {
 		own[i] = *s.Weight
 	}
 	out = append(out, Candidate{profileName, own})
+	vectors := builtinVectors
+	if loop {
+		ts, err := configs.LoadShipped(PolicyTunedStatic)
+		if err != nil {
+			panic(fmt.Sprintf("shipped profile %s: %v", PolicyTunedStatic, err)) // embedded and tested
+		}
+		w := map[string]float64{}
+		for _, s := range ts.Scorers {
+			w[s.Type] += *s.Weight
+		}
+		vectors = append(slices.Clip(vectors), struct {
+			name string
+			w    map[string]float64
+		}{PolicyTunedStatic, w})
+	}
 next:
-	for _, b := range builtinVectors {
+	for _, b := range vectors {
 		w := make([]float64, len(f.Scorers))
 		for typ, v := range b.w {
 			i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == typ })
@@ -132,7 +158,7 @@ func Tune(ctx context.Context, cfg TuneConfig, baselines []Candidate) (*TuneResu
 		budget = 40
 	}
 	budget = max(budget, len(baselines))
-	res := &TuneResult{ScenarioBest: map[string]int{}}
+	res := &TuneResult{ScenarioBest: map[string]int{}, Loop: cfg.Loop}
 	for _, s := range cfg.Profile.Scorers {
 		res.Scorers = append(res.Scorers, scorerName(s))
 	}
@@ -148,6 +174,10 @@ func Tune(ctx context.Context, cfg TuneConfig, baselines []Candidate) (*TuneResu
 			return nil, nil
 		}
 		seen[key] = true
+		if err := withWeights(cfg.Profile, c.Weights, cfg.Loop).Validate(); err != nil {
+			res.Invalid++
+			return nil, nil
+		}
 		ev, err := evaluate(ctx, cfg, c)
 		if err != nil {
 			return nil, err
@@ -163,6 +193,9 @@ func Tune(ctx context.Context, cfg TuneConfig, baselines []Candidate) (*TuneResu
 		if _, err := eval(b); err != nil {
 			return nil, err
 		}
+	}
+	if len(res.Vectors) == 0 {
+		return nil, fmt.Errorf("tune: no baseline is a valid profile (%d refused)", res.Invalid)
 	}
 	inc := res.Vectors[res.Best]
 	for _, f := range []float64{4, 2, math.Sqrt2} {
@@ -239,7 +272,7 @@ func vectorKey(w []float64) string {
 
 // evaluate runs candidate c over the suite, keeping only the cell means.
 func evaluate(ctx context.Context, cfg TuneConfig, c Candidate) (*Evaluated, error) {
-	f := WithWeights(cfg.Profile, c.Weights)
+	f := withWeights(cfg.Profile, c.Weights, cfg.Loop)
 	p := ProfilePolicy(c.Name, "", f)
 	ev := &Evaluated{Candidate: c}
 	for _, sc := range cfg.Scenarios {
@@ -256,15 +289,16 @@ func evaluate(ctx context.Context, cfg TuneConfig, c Candidate) (*Evaluated, err
 	return ev, nil
 }
 
-// WithWeights returns a copy of profile f with weights w and the loop off.
-func WithWeights(f *configs.File, w []float64) *configs.File {
+// withWeights returns a copy of profile f with weights w, the loop on
+// as the profile has it when loop is set and off otherwise.
+func withWeights(f *configs.File, w []float64, loop bool) *configs.File {
 	out := *f
 	out.Scorers = slices.Clone(f.Scorers)
 	for i := range out.Scorers {
 		v := w[i]
 		out.Scorers[i].Weight = &v
 	}
-	out.Adaptive.Enabled = false
+	out.Adaptive.Enabled = loop && f.Adaptive.Enabled
 	return &out
 }
 
@@ -397,8 +431,10 @@ func fmtWeight(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
-// WriteProfile writes profile f with the best vector's weights and the
-// loop off, as YAML in the configs schema, headed by comment.
+// WriteProfile writes profile f with the best vector's weights, as YAML
+// in the configs schema, headed by comment. The loop is off unless the
+// search ran with it on; then the adaptive section is written as
+// "enabled: true" alone (the other keys at their defaults).
 func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) error {
 	type scorer struct {
 		Type   string         `yaml:"type"`
@@ -416,7 +452,7 @@ func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) 
 		Scheduler: map[string]any{"max_fallbacks": f.Scheduler.MaxFallbacks},
 		Picker:    map[string]any{"type": f.Picker.Type},
 		Filters:   f.Filters,
-		Adaptive:  map[string]any{"enabled": false},
+		Adaptive:  map[string]any{"enabled": r.Loop},
 	}
 	if f.Picker.Type == "" {
 		doc.Picker["type"] = "max-score"

@@ -28,7 +28,7 @@ func TestTune(t *testing.T) {
 		sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
 		scs = append(scs, sc)
 	}
-	base, skipped := Baselines(f, PolicyAdaptiveOff)
+	base, skipped := Baselines(f, PolicyAdaptiveOff, false)
 	if len(skipped) != 0 || len(base) != 5 {
 		t.Fatalf("baselines %v, skipped %v: want adaptive-off and four built-ins", base, skipped)
 	}
@@ -128,5 +128,42 @@ func TestCompare(t *testing.T) {
 	}
 	if ce, fz := c.Loop(); ce != 1 || fz != 1 {
 		t.Errorf("loop %d %d", ce, fz)
+	}
+}
+
+// TestTuneLoop searches calm weights with the loop on: the baselines the
+// loop refuses (prefix-only, least-queue and load-only each leave a
+// category at weight 0) are skipped and counted, the shipped tuned-static
+// vector is a starting point, and the written profile keeps the loop on.
+func TestTuneLoop(t *testing.T) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := loadShipped(t, "small-pool-burst", 30*time.Second)
+	sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
+	base, _ := Baselines(f, PolicyAdaptiveOff, true)
+	if len(base) != 6 || base[5].Name != PolicyTunedStatic {
+		t.Fatalf("baselines %v: want adaptive-off, four built-ins and tuned-static", base)
+	}
+	res, err := Tune(context.Background(), TuneConfig{Scenarios: []*Scenario{sc}, Profile: f, Loop: true, Seed: 1, Seeds: 1, Budget: 5, Parallel: 2}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Invalid < 3 {
+		t.Errorf("%d candidates refused, want at least the 3 one-category baselines", res.Invalid)
+	}
+	for _, ev := range res.Vectors {
+		if ev.Name == PolicyPrefixOnly || ev.Name == PolicyLeastQueue || ev.Name == "load-only" {
+			t.Errorf("%s was evaluated with the loop on", ev.Name)
+		}
+	}
+	var prof bytes.Buffer
+	if err := res.WriteProfile(&prof, f, "test"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := configs.Parse(prof.Bytes())
+	if err != nil || !g.Adaptive.Enabled {
+		t.Fatalf("written profile: %v, adaptive %v\n%s", err, g != nil && g.Adaptive.Enabled, prof.String())
 	}
 }

@@ -61,18 +61,22 @@ func TestLiveDashboardAndStatusPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := gen.Run(context.Background())
-	st := loadgen.Summarise(results)
-	if st.Requests == 0 || st.Failed > 0 {
-		t.Fatalf("load: %d requests, %d failed", st.Requests, st.Failed)
-	}
-	// The burst must have moved the adaptive loop into rebalance.
+	// The burst must move the adaptive loop into rebalance. On a busy
+	// machine the fake fleet serves fewer requests per second than the
+	// herd signal's min_picks gate needs, so the load is played up to
+	// three times before the test gives up.
 	rebalanced := false
-	for _, c := range ts.svc.hist.History(status.Query{}).Changes {
-		rebalanced = rebalanced || c.ToMode == "rebalance"
+	for try := 1; try <= 3 && !rebalanced; try++ {
+		st := loadgen.Summarise(gen.Run(context.Background()))
+		if st.Requests == 0 || st.Failed > 0 {
+			t.Fatalf("load, try %d: %d requests, %d failed", try, st.Requests, st.Failed)
+		}
+		for _, c := range ts.svc.hist.History(status.Query{}).Changes {
+			rebalanced = rebalanced || c.ToMode == "rebalance"
+		}
 	}
 	if !rebalanced {
-		t.Errorf("the hot-prefix burst never put the configurator in rebalance mode")
+		t.Errorf("three hot-prefix bursts never put the configurator in rebalance mode")
 	}
 
 	t.Run("dashboard queries return data", func(t *testing.T) {

@@ -26,6 +26,7 @@ func newSimTuneCmd() *cobra.Command {
 		parallel  int
 		duration  time.Duration
 		out       string
+		loop      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "tune --scenario NAME|FILE|all [--profile FILE] [--seeds K] [--budget N] --out DIR",
@@ -38,8 +39,13 @@ least-queue, load-only), then runs a coordinate search. Each vector runs every
 scenario at every level over every seed. The objective is the mean of the
 worst and the mean ratio to the per-cell best (TTFT p99 and output tokens/s).
 
+With --loop it searches the calm weights of an adaptive profile instead: every
+vector runs with the profile's control loop on (vectors the loop refuses are
+skipped), starting also from the shipped tuned-static vector.
+
 It writes DIR/tune.md (every vector ranked, each scenario's own best vector)
-and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
+and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
+--loop).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
@@ -59,9 +65,12 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			stderr, start := cmd.ErrOrStderr(), time.Now()
-			base, skipped := sim.Baselines(f, name)
+			if loop && !f.Adaptive.Enabled {
+				return fmt.Errorf("--loop: the profile has adaptive.enabled: false; there is no loop to tune with")
+			}
+			base, skipped := sim.Baselines(f, name, loop)
 			res, err := sim.Tune(ctx, sim.TuneConfig{
-				Scenarios: scs, Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
+				Scenarios: scs, Profile: f, Loop: loop, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
 				Progress: func(done, budget int, best *sim.Evaluated) {
 					fmt.Fprintf(stderr, "%3d/%d vectors, %v: best %s %v (score %.3f)\n", done, budget, time.Since(start).Round(time.Second), best.Name, best.Weights, best.Score)
 				},
@@ -74,9 +83,16 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 			for i, sc := range scs {
 				names[i] = sc.Name
 			}
-			comment := fmt.Sprintf("tuned-static: the best single static weight vector for %s over seeds %d–%d,\nfound by: %s", strings.Join(names, ", "), seed, seed+uint64(seeds)-1, commandLine())
+			what := "tuned-static: the best single static weight vector"
+			if loop {
+				what = "the best calm weights, the control loop on,"
+			}
+			comment := fmt.Sprintf("%s for %s over seeds %d–%d,\nfound by: %s", what, strings.Join(names, ", "), seed, seed+uint64(seeds)-1, commandLine())
 			if err := res.WriteFiles(out, f, comment, commandLine()); err != nil {
 				return err
+			}
+			if res.Invalid > 0 {
+				fmt.Fprintf(stderr, "%d candidate vectors skipped: the profile does not validate with them\n", res.Invalid)
 			}
 			fmt.Fprintf(stderr, "%d vectors in %v → %s, %s\n", len(res.Vectors), time.Since(start).Round(time.Second), filepath.Join(out, "tune.md"), filepath.Join(out, "tuned.yaml"))
 			return nil
@@ -91,6 +107,7 @@ and DIR/tuned.yaml (the profile at the best vector, adaptive off).`,
 	fl.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	fl.DurationVar(&duration, "duration", 0, "play each scenario in this simulated time instead")
 	fl.StringVar(&out, "out", "", "output directory")
+	fl.BoolVar(&loop, "loop", false, "search the calm weights with the profile's control loop on")
 	return cmd
 }
 
