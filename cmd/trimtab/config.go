@@ -39,5 +39,6 @@ func newConfigCmd() *cobra.Command {
 			return nil
 		},
 	})
+	c.AddCommand(newConfigImportCmd())
 	return c
 }
