@@ -46,6 +46,8 @@ type File struct {
 	// admin). It is kept raw here because configs may not import proxy;
 	// cmd decodes it with Decode into proxy.Config.
 	Server map[string]any `mapstructure:"server"`
+	// Tracing exports OpenTelemetry traces (off by default).
+	Tracing TracingConfig `mapstructure:"tracing"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-"`
@@ -88,6 +90,7 @@ func Default() *File {
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
 		Adaptive:  control.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
+		Tracing:   DefaultTracingConfig(),
 	}
 }
 
@@ -130,6 +133,11 @@ func Parse(data []byte) (*File, error) {
 // invalidKeys matches mapstructure's "'path' has invalid keys: " prefix.
 var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: `)
 
+// goTypeName matches the Go type name ("scorers.PrefixConfig") that
+// mapstructure puts where the path is empty (the top level being
+// decoded); YAML keys are lower case.
+var goTypeName = regexp.MustCompile(`^\*?[A-Za-z0-9_]+\.[A-Z][A-Za-z0-9_]*$`)
+
 var decodeHook = mapstructure.ComposeDecodeHookFunc(
 	mapstructure.StringToTimeDurationHookFunc(),
 	mapstructure.StringToSliceHookFunc(","),
@@ -164,7 +172,7 @@ func cleanDecodeError(err error) error {
 	msg = strings.ReplaceAll(msg, "\n", "; ")
 	msg = invalidKeys.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := invalidKeys.FindStringSubmatch(m)
-		if sub[1] == "" {
+		if sub[1] == "" || goTypeName.MatchString(sub[1]) {
 			return "unknown field: "
 		}
 		return sub[1] + ": unknown field: "
@@ -201,7 +209,7 @@ func (f *File) Validate() error {
 	} else if err := f.Fleet.Scrape.Validate(); err != nil {
 		return err
 	}
-	return nil
+	return f.Tracing.Validate()
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
@@ -60,6 +61,8 @@ type serviceOptions struct {
 	Discoverer                 fleet.Discoverer
 	HTTP, ExtProc, Admin       net.Listener
 	DisableExtProc, NoRuntimeM bool
+	// Tracer, when set, traces requests and weight changes (tracing.go).
+	Tracer trace.Tracer
 }
 
 // serverConfig decodes the profile's raw server: section into the proxy's
@@ -146,6 +149,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		Registerer: reg,
 		Logger:     log.With("component", "control"),
 		Observe:    func(t *control.Tick) { s.record(t, names) },
+		Tracer:     opt.Tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -154,7 +158,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
-			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Control: controlView{s}, Listener: l}
+			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: s.dec, Control: controlView{s}, Listener: l, Tracer: opt.Tracer}
 	}
 	if srv.HTTP.Enabled {
 		if s.http, err = proxy.NewHTTP(srv, pdeps(opt.HTTP)); err != nil {
@@ -326,6 +330,8 @@ func restartSection(old, nw *configs.File) string {
 		return "endpoints or scrape"
 	case !reflect.DeepEqual(old.Server, nw.Server):
 		return "server"
+	case old.Tracing != nw.Tracing:
+		return "tracing"
 	}
 	return ""
 }
