@@ -2,9 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +27,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
@@ -274,4 +283,59 @@ func TestTracingOffIsNil(t *testing.T) {
 		t.Fatalf("tracing off: %v, %v; want nil and a nil Tracer", tr, err)
 	}
 	tr.Shutdown(time.Second, slog.New(slog.DiscardHandler)) // a no-op
+}
+
+// TestTracingTLS: with ca_file, spans reach a collector serving TLS with a
+// certificate that CA signed; a file without a certificate is refused,
+// naming the field.
+func TestTracingTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test collector"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &otlpReceiver{addr: ln.Addr().String()}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key})))
+	coltracepb.RegisterTraceServiceServer(srv, rcv)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+
+	cfg := configs.DefaultTracingConfig()
+	cfg.Enabled, cfg.Endpoint, cfg.CAFile = true, rcv.addr, caFile
+	tr, err := newTracing(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tr.Tracer().Start(context.Background(), "over-tls")
+	span.End()
+	tr.Shutdown(5*time.Second, slog.New(slog.DiscardHandler))
+	if got := rcv.named("over-tls"); len(got) != 1 {
+		t.Fatalf("%d spans over TLS, want 1", len(got))
+	}
+
+	cfg.CAFile = filepath.Join(t.TempDir(), "empty.pem")
+	if err := os.WriteFile(cfg.CAFile, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newTracing(cfg); err == nil || !strings.Contains(err.Error(), "tracing.ca_file: ") {
+		t.Errorf("error %v, want it to name tracing.ca_file", err)
+	}
 }
