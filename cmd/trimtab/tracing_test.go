@@ -173,9 +173,9 @@ func TestServeExportsTraces(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- svc.Run(ctx) }()
 	url := "http://" + httpLn.Addr().String()
-	eventually(t, 10*time.Second, "endpoint discovered", func() bool {
+	eventually(t, 10*time.Second, "endpoint discovered and the loop's first tick", func() bool {
 		p := svc.sched.Pool()
-		return p != nil && len(p.Endpoints) == 1
+		return p != nil && len(p.Endpoints) == 1 && svc.loop.Last() != nil
 	})
 
 	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -190,9 +190,8 @@ func TestServeExportsTraces(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	// Let the loop tick at least once more before stopping, then shut
-	// down in serve's order: servers and loop first, the exporter last.
-	time.Sleep(150 * time.Millisecond)
+	// Shut down in serve's order: servers and loop first, the exporter
+	// last, which flushes every span.
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
