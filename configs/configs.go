@@ -3,7 +3,9 @@
 // adaptive loop, discovery, scraping and servers are set up. It reads files
 // with viper, applies each component's DefaultConfig, rejects unknown
 // fields and validates every section, naming the file and field at fault.
-// Viper does not leave this package and cmd.
+// Viper does not leave this package and cmd. ImportEndpointPicker
+// (import.go) translates an llm-d-router / Gateway API Inference Extension
+// EndpointPickerConfig into a profile.
 package configs
 
 import (
