@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"io"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -22,12 +23,15 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
@@ -163,9 +167,9 @@ func TestServeExportsTraces(t *testing.T) {
 		}
 		return ln
 	}
-	httpLn := listen()
+	httpLn, extLn := listen(), listen()
 	svc, err := newService(f, serviceOptions{Logger: slog.New(slog.DiscardHandler), HTTP: httpLn, Admin: listen(),
-		DisableExtProc: true, NoRuntimeM: true, Tracer: tr.Tracer()})
+		ExtProc: extLn, NoRuntimeM: true, Tracer: tr.Tracer()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +194,11 @@ func TestServeExportsTraces(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+	// The same request through ext_proc, as Envoy passes it on (buffered
+	// bodies, no protocol_config).
+	const envoySpan = "b7ad6b7169203331"
+	extTP := extProcRequest(t, extLn.Addr().String(), "00-"+clientTrace+"-"+envoySpan+"-01")
+
 	// Shut down in serve's order: servers and loop first, the exporter
 	// last, which flushes every span.
 	cancel()
@@ -229,6 +238,19 @@ func TestServeExportsTraces(t *testing.T) {
 	want := "00-" + clientTrace + "-" + hex.EncodeToString(s.GetSpanId()) + "-01"
 	if got := traceparents(); len(got) != 1 || got[0] != want {
 		t.Errorf("upstream traceparents %q, want [%s]", got, want)
+	}
+	ext := rcv.named(proxy.SpanExtProc)
+	if len(ext) != 1 {
+		t.Fatalf("%d %s spans at the collector, want 1", len(ext), proxy.SpanExtProc)
+	}
+	if got := hex.EncodeToString(ext[0].GetParentSpanId()); got != envoySpan || hex.EncodeToString(ext[0].GetTraceId()) != clientTrace {
+		t.Errorf("ext_proc span parent %s, want Envoy's %s in the client's trace", got, envoySpan)
+	}
+	if a := attrs(ext[0]); a[proxy.AttrEndpoint].GetStringValue() != upstream || a[proxy.AttrStatus].GetIntValue() != 200 {
+		t.Errorf("ext_proc span attributes %v", ext[0].GetAttributes())
+	}
+	if want := "00-" + clientTrace + "-" + hex.EncodeToString(ext[0].GetSpanId()) + "-01"; extTP != want {
+		t.Errorf("ext_proc traceparent mutation %q, want %q", extTP, want)
 	}
 	if len(rcv.named(control.SpanWeights)) == 0 {
 		t.Errorf("no %s span: the adaptive loop's first version was not traced", control.SpanWeights)
@@ -337,4 +359,59 @@ func TestTracingTLS(t *testing.T) {
 	if _, err := newTracing(cfg); err == nil || !strings.Contains(err.Error(), "tracing.ca_file: ") {
 		t.Errorf("error %v, want it to name tracing.ca_file", err)
 	}
+}
+
+// extProcRequest plays Envoy for one request through the ext_proc server
+// (buffered bodies) and returns the traceparent header mutation it got.
+func extProcRequest(t *testing.T, addr, traceparent string) string {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := func(kv ...string) *corev3.HeaderMap {
+		m := &corev3.HeaderMap{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		}
+		return m
+	}
+	exchange := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if err := s.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrs(":method", "POST", ":path", "/v1/completions", "traceparent", traceparent)}}})
+	resp := exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte(`{"model":"llama-3.1-8b-instruct","prompt":"hello"}`), EndOfStream: true}}})
+	var tp string
+	for _, h := range resp.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "traceparent" {
+			tp = string(h.GetHeader().GetRawValue())
+		}
+	}
+	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrs(":status", "200")}}})
+	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte(`{}`), EndOfStream: true}}})
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	return tp
 }
