@@ -44,7 +44,7 @@ type exchange struct {
 	gotFirst    bool
 	headersOut  bool // request headers answered
 	headersSeen bool
-	traceparent string     // W3C trace context from Envoy, read when tracing is on
+	traceparent string // W3C trace context from Envoy, read when tracing is on
 	tracestate  string
 	span        trace.Span // nil when tracing is off
 }
