@@ -28,10 +28,10 @@ type TracingConfig struct {
 	// ServiceName is the service.name resource attribute. Default
 	// "trimtab".
 	ServiceName string `mapstructure:"service_name"`
-	// SampleRatio is the fraction of requests without a sampled parent
-	// that are traced, in [0,1]. A request whose incoming traceparent is
-	// sampled, or not, keeps its parent's decision (parent-based). Default
-	// 1: every request.
+	// SampleRatio is the fraction of requests arriving without a
+	// traceparent that are traced, in [0,1]. A request with one keeps its
+	// parent's decision, sampled or not (parent-based). Default 1: every
+	// request.
 	SampleRatio float64 `mapstructure:"sample_ratio"`
 	// Timeout bounds one export to the collector. Default 10s.
 	Timeout time.Duration `mapstructure:"timeout"`
