@@ -214,3 +214,53 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 		t.Error("span names are trimtab.*")
 	}
 }
+
+// BenchmarkTracingHooks is the tracing work one HTTP request adds around
+// Pick (span start from a traceparent, decision attributes, upstream
+// traceparent, end), with tracing off and on (every request sampled, spans
+// recorded in memory, no exporter).
+func BenchmarkTracingHooks(b *testing.B) {
+	f := newFixture(b, preferOrder(epA, epB), epA, epB, epC)
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "tracing=off", true: "tracing=on"}[on], func(b *testing.B) {
+			var tr *tracer
+			if on {
+				tr = newTracer(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())).Tracer("bench"), f.sched)
+			}
+			in := httptestRequest(testTP)
+			out := http.Header{}
+			req := &scheduler.Request{Model: "m"}
+			b.ReportAllocs()
+			for b.Loop() {
+				w, r := http.ResponseWriter(nopWriter{}), in
+				var tw *tracedWriter
+				var span trace.Span
+				if tr != nil {
+					tw, r, span = tr.startHTTP(w, in)
+				}
+				d, err := f.sched.Pick(r.Context(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tr.decided(r.Context(), d)
+				tr.inject(r.Context(), out)
+				d.Done(scheduler.Outcome{})
+				if tr != nil {
+					tr.endHTTP(span, tw)
+				}
+			}
+		})
+	}
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Header() http.Header         { return http.Header{} }
+func (nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (nopWriter) WriteHeader(int)             {}
+
+func httptestRequest(traceparent string) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, "http://trimtab/v1/completions", nil)
+	r.Header.Set("traceparent", traceparent)
+	return r
+}
