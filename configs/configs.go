@@ -3,7 +3,9 @@
 // adaptive loop, discovery, scraping and servers are set up. It reads files
 // with viper, applies each component's DefaultConfig, rejects unknown
 // fields and validates every section, naming the file and field at fault.
-// Viper does not leave this package and cmd.
+// Viper does not leave this package and cmd. ImportEndpointPicker
+// (import.go) translates an llm-d-router / Gateway API Inference Extension
+// EndpointPickerConfig into a profile.
 package configs
 
 import (
@@ -47,6 +49,8 @@ type File struct {
 	// admin). After Load or Parse, Admin.TokenFile has been read into
 	// Admin.Token and cleared.
 	Server settings.Config `mapstructure:"server" json:"server"`
+	// Tracing exports OpenTelemetry traces (off by default).
+	Tracing TracingConfig `mapstructure:"tracing" json:"tracing"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
@@ -90,6 +94,7 @@ func Default() *File {
 		Adaptive:  control.DefaultConfig(),
 		Fleet:     fleet.DefaultConfig(),
 		Server:    settings.DefaultConfig(),
+		Tracing:   DefaultTracingConfig(),
 	}
 }
 
@@ -157,6 +162,11 @@ func (f *File) readTokenFile() error {
 // invalidKeys matches mapstructure's "'path' has invalid keys: " prefix.
 var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: `)
 
+// goTypeName matches the Go type name ("scorers.PrefixConfig") that
+// mapstructure puts where the path is empty (the top level being
+// decoded); YAML keys are lower case.
+var goTypeName = regexp.MustCompile(`^\*?[A-Za-z0-9_]+\.[A-Z][A-Za-z0-9_]*$`)
+
 var decodeHook = mapstructure.ComposeDecodeHookFunc(
 	mapstructure.StringToTimeDurationHookFunc(),
 	mapstructure.StringToSliceHookFunc(","),
@@ -191,7 +201,7 @@ func cleanDecodeError(err error) error {
 	msg = strings.ReplaceAll(msg, "\n", "; ")
 	msg = invalidKeys.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := invalidKeys.FindStringSubmatch(m)
-		if sub[1] == "" {
+		if sub[1] == "" || goTypeName.MatchString(sub[1]) {
 			return "unknown field: "
 		}
 		return sub[1] + ": unknown field: "
@@ -228,7 +238,10 @@ func (f *File) Validate() error {
 	} else if err := f.Fleet.Scrape.Validate(); err != nil {
 		return err
 	}
-	return f.Server.Validate()
+	if err := f.Server.Validate(); err != nil {
+		return err
+	}
+	return f.Tracing.Validate()
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/configurator"
@@ -42,6 +43,10 @@ type Deps struct {
 	// Observe, when set, is called at the end of every tick, on the
 	// goroutine that ticks; it must not block or keep the pointer.
 	Observe func(*Tick)
+	// Tracer, when set, records every new weights version, and every
+	// refused one, as a span at the tick's time (see trace.go); nil
+	// records none.
+	Tracer trace.Tracer
 }
 
 // Tick is what one tick did.
@@ -71,6 +76,7 @@ type Loop struct {
 	clock   clock.WithTicker
 	log     *slog.Logger
 	observe func(*Tick)
+	tracer  trace.Tracer
 	m       *metrics
 
 	// Owned by the ticking goroutine.
@@ -95,7 +101,7 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	if target == nil {
 		return nil, errors.New("control: no target")
 	}
-	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe}
+	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe, tracer: deps.Tracer}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
 	}
@@ -207,10 +213,12 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 			t.Err = err
 			l.m.publishErrs.Inc()
 			l.log.Error("publishing weights failed; the previous weights stay in force", "version", w.Version, "err", err)
+			l.traceChange(t, w)
 		} else {
 			t.Weights = w
 			l.m.published(w, l.conf.Budget(w))
 			l.logChange(t)
+			l.traceChange(t, w)
 		}
 	}
 	l.last.Store(t)

@@ -80,6 +80,7 @@ type ExtProc struct {
 	budget   bodyBudget
 	mu       sync.Mutex
 	ln       net.Listener
+	tr       *tracer // nil: tracing off
 }
 
 // NewExtProc builds the server. cfg must be valid; deps.Scheduler is
@@ -97,6 +98,7 @@ func NewExtProc(cfg Config, deps Deps) (*ExtProc, error) {
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
 		deps:   deps,
+		tr:     newTracer(deps.Tracer, deps.Scheduler),
 		m:      newPathMetrics("extproc", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		health: newHealthServer(deps.Scheduler.Pool, extprocv3.ExternalProcessor_ServiceDesc.ServiceName),
 		ln:     deps.Listener,

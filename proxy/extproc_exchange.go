@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/trimtab/trimtab/scheduler"
@@ -44,6 +45,9 @@ type exchange struct {
 	gotFirst    bool
 	headersOut  bool // request headers answered
 	headersSeen bool
+	traceparent string // W3C trace context from Envoy, read when tracing is on
+	tracestate  string
+	span        trace.Span // nil when tracing is off
 }
 
 func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServer) {
@@ -56,6 +60,7 @@ func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServ
 
 func (x *exchange) release() {
 	x.freeSlot() // a stream that never got a decision still held its slot
+	x.e.tr.endExchange(x.span, x.status)
 	x.e.budget.free(x.reserved)
 	putState(x.st)
 	clear(x.subset)
@@ -159,8 +164,13 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			x.requestID = headerValue(hv)
 		case ":path":
 			x.api = apiOfHeader(hv)
+		case "traceparent", "tracestate":
+			if x.e.tr != nil {
+				x.readTraceHeader(hv)
+			}
 		}
 	}
+	x.span = x.e.tr.startExchange(x.srv.Context(), x.traceparent, x.tracestate, x.arrival)
 	if h.GetEndOfStream() || x.reqMode == modeNone { // no body (a GET, or NONE): route without a model
 		return x.pick(true, true)
 	}
@@ -266,6 +276,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}}
+	set = e.tr.exchangeDecided(x.span, d, set)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			DestinationHeader: structpb.NewStringValue(dest),
@@ -467,6 +478,7 @@ func (x *exchange) freeSlot() {
 // immediate answers the request with an error and ends the stream.
 func (x *exchange) immediate(er *Error) (bool, error) {
 	x.e.m.count("none", er.Status)
+	x.e.tr.refused(x.span, er)
 	set := []*corev3.HeaderValueOption{{
 		Header:       &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,

@@ -36,6 +36,7 @@ type HTTP struct {
 	budget    bodyBudget
 	rr        atomic.Uint64
 	srv       httpServer
+	tr        *tracer // nil: tracing off
 }
 
 // NewHTTP builds the proxy. cfg must be valid; deps.Scheduler is required.
@@ -53,6 +54,7 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		sched:  deps.Scheduler,
 		parser: NewParser(cfg.LoRAAdapters),
 		deps:   deps,
+		tr:     newTracer(deps.Tracer, deps.Scheduler),
 		m:      newPathMetrics("proxy", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
 		transport: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: cfg.HTTP.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -208,6 +210,11 @@ func (h *HTTP) release() {
 }
 
 func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
+	if h.tr != nil {
+		tw, tr, span := h.tr.startHTTP(w, r)
+		defer h.tr.endHTTP(span, tw)
+		w, r = tw, tr
+	}
 	clk := h.deps.Clock
 	arrival := clk.Now()
 	if !h.admit() {
@@ -237,6 +244,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, asError(err))
 		return
 	}
+	h.tr.decided(r.Context(), d)
 	h.forward(w, r, d, st.body)
 }
 

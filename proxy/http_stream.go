@@ -43,6 +43,7 @@ func (h *HTTP) outbound(ctx context.Context, r *http.Request, addr string, body 
 		return nil, err
 	}
 	copyHeader(out.Header, r.Header, dropRequestHeader)
+	h.tr.inject(ctx, out.Header)
 	return out, nil
 }
 

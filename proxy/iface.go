@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/scheduler"
@@ -65,6 +66,9 @@ type Deps struct {
 	// Recorder keeps recent decisions for /debug/decisions; nil records
 	// nothing. Share one between the servers and the admin server.
 	Recorder *Recorder
+	// Tracer, when set, gives every scheduled request a span (see
+	// tracing.go); nil traces nothing and adds no work to the request path.
+	Tracer trace.Tracer
 	// Listener, when set, is used instead of listening on the configured
 	// address (tests pass 127.0.0.1:0). Run closes it. It belongs to one
 	// server: give each constructor its own Deps value.

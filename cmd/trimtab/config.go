@@ -33,5 +33,6 @@ func newConfigCmd() *cobra.Command {
 			return nil
 		},
 	})
+	c.AddCommand(newConfigImportCmd())
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,14 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			if err != nil {
 				return err
 			}
-			svc, err := newService(f, serviceOptions{Logger: log})
+			tr, err := newTracing(f.Tracing)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			// Last in the shutdown order: after the servers drained and the
+			// loop stopped (svc.Run returned), flush their spans.
+			defer tr.Shutdown(5*time.Second, log)
+			svc, err := newService(f, serviceOptions{Logger: log, Tracer: tr.Tracer()})
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
@@ -58,7 +66,7 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			defer func() { cancel(); <-watched }()
 			log.Info("trimtab serving", "version", buildVersion(), "profile", path,
 				"http", svc.srv.HTTP.Addr, "ext_proc", svc.srv.ExtProc.Addr, "admin", svc.srv.Admin.Addr,
-				"adaptive", f.Adaptive.Enabled)
+				"adaptive", f.Adaptive.Enabled, "tracing", f.Tracing.Enabled)
 			err = svc.Run(ctx)
 			log.Info("trimtab stopped", "error", err)
 			return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
@@ -56,6 +57,8 @@ type serviceOptions struct {
 	// Registerer, when set, wraps the registry the components register
 	// on (the metrics reference test records what is registered).
 	Registerer func(prometheus.Registerer) prometheus.Registerer
+	// Tracer, when set, traces requests and weight changes (tracing.go).
+	Tracer trace.Tracer
 }
 
 func newService(f *configs.File, opt serviceOptions) (*service, error) {
@@ -112,6 +115,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		Registerer: reg,
 		Logger:     log.With("component", "control"),
 		Observe:    func(t *control.Tick) { s.record(t, names) },
+		Tracer:     opt.Tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -119,7 +123,7 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
-			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Control: s.loop, Listener: l}
+			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Control: s.loop, Listener: l, Tracer: opt.Tracer}
 	}
 	if srv.HTTP.Enabled {
 		if s.http, err = proxy.NewHTTP(srv, pdeps(opt.HTTP)); err != nil {
