@@ -1,0 +1,150 @@
+package proxy
+
+// The response half of an ext_proc exchange: the upstream's headers and
+// body as Envoy forwards them, crediting the endpoint that served, and
+// the end of the request (completion, abandonment) reported to the
+// scheduler.
+
+import (
+	"bytes"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":status":
+			x.status, _ = strconv.Atoi(headerValue(hv))
+		case ServedHeader:
+			x.served(hv)
+		}
+	}
+	var set []*corev3.HeaderValueOption
+	if x.addr != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-endpoint", RawValue: []byte(x.addr)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	if x.scores != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: "x-trimtab-scores", RawValue: []byte(x.scores)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	cr := &extprocv3.CommonResponse{}
+	if set != nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+	}
+	if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() || x.respMode == modeNone {
+		x.firstByte() // the best first-byte estimate when no body is seen
+	}
+	if h.GetEndOfStream() {
+		x.finish()
+	}
+	return nil
+}
+
+// served credits the decision to the endpoint Envoy reports in
+// ServedHeader when it is one of the decision's candidates (an Envoy retry
+// along the fallbacks), so in-flight counts, pending prefill, learning
+// scorers and this path's per-endpoint metrics follow the endpoint that
+// did the work. Any other value is ignored: the destination is only ever
+// an endpoint trimtab chose from.
+func (x *exchange) served(hv *corev3.HeaderValue) {
+	if x.d == nil {
+		return
+	}
+	raw := hv.GetRawValue()
+	if len(raw) == 0 {
+		raw = []byte(hv.GetValue())
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == x.addr {
+		return
+	}
+	if x.d.MoveTo(string(raw)) {
+		x.addr = x.d.Endpoint.Address
+	}
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	if len(b.GetBody()) > 0 {
+		x.firstByte()
+	}
+	var resp *extprocv3.ProcessingResponse
+	if x.respMode == modeDuplex {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}}}
+	} else {
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}
+	}
+	if err := x.send(resp); err != nil {
+		return err
+	}
+	if b.GetEndOfStream() {
+		x.finish()
+	}
+	return nil
+}
+
+func (x *exchange) firstByte() {
+	if !x.gotFirst && x.d != nil {
+		x.gotFirst = true
+		x.ttfb = x.e.deps.Clock.Since(x.picked)
+		x.d.FirstByte()
+	}
+}
+
+// finish completes the decision after the response ended.
+func (x *exchange) finish() {
+	if x.d == nil {
+		return
+	}
+	kind := scheduler.OutcomeSuccess
+	if x.status >= 500 || x.status == 0 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+// abandon completes the decision when the stream ended before the
+// response did (client gone, Envoy reset, upstream failure). With
+// response_body_mode NONE the body is never seen: a graceful end of the
+// stream (eof) after the response headers is the response's end.
+func (x *exchange) abandon(eof bool) {
+	if x.d == nil {
+		return
+	}
+	if eof && x.respMode == modeNone && x.status != 0 {
+		x.finish()
+		return
+	}
+	kind := scheduler.OutcomeCanceled
+	if x.status >= 500 {
+		kind = scheduler.OutcomeError
+	}
+	x.done(kind)
+}
+
+func (x *exchange) done(kind scheduler.OutcomeKind) {
+	e := x.e
+	lat := e.deps.Clock.Since(x.picked)
+	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
+	e.m.count(x.addr, x.status)
+	x.freeSlot() // first: once Done is observed, the slot is free
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
+	x.d = nil
+}
