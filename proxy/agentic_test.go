@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -71,13 +72,52 @@ func TestHTTPAgentAPIs(t *testing.T) {
 		t.Errorf("GET /v1/messages: status %d, want 405", resp.StatusCode)
 	}
 
-	// A Messages field of the wrong type is a 400 on /v1/messages only.
+	// A Messages field of the wrong type is a 400 on /v1/messages only,
+	// in the Messages API's error envelope.
 	bad := `{"model":"m","system":1,"messages":[]}`
 	resp = post(t, "http://"+addr+PathMessages, bad, nil)
 	body := readAll(t, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 400 || errorCode(t, body) != "invalid_field" {
-		t.Errorf("/v1/messages with system 1: status %d body %s", resp.StatusCode, body)
+	var env struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string }
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil || resp.StatusCode != 400 || env.Type != "error" ||
+		env.Error.Type != "invalid_request_error" || env.Error.Message != ErrBadField.Message {
+		t.Errorf("/v1/messages with system 1: status %d body %s (%v)", resp.StatusCode, body, err)
+	}
+	// An unknown model on /v1/messages: 404 not_found_error; the same on
+	// /v1/responses keeps the OpenAI envelope.
+	resp = post(t, "http://"+addr+PathMessages, `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, nil)
+	body = readAll(t, resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal([]byte(body), &env); err != nil || resp.StatusCode != 404 || env.Error.Type != "not_found_error" {
+		t.Errorf("/v1/messages, unknown model: status %d body %s", resp.StatusCode, body)
+	}
+	resp = post(t, "http://"+addr+PathResponses, `{"model":"nope","input":"hi"}`, nil)
+	body = readAll(t, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || errorCode(t, body) != "model_not_found" {
+		t.Errorf("/v1/responses, unknown model: status %d body %s", resp.StatusCode, body)
+	}
+}
+
+func TestErrorJSONFor(t *testing.T) {
+	for _, tt := range []struct {
+		e    *Error
+		api  API
+		want string
+	}{
+		{ErrOverloaded, APIMessages, `{"type":"error","error":{"type":"rate_limit_error","message":"too many requests in flight; retry later"}}`},
+		{ErrNoEndpoints, APIMessages, `{"type":"error","error":{"type":"overloaded_error","message":"no endpoint is available; retry later"}}`},
+		{ErrBodyTooLarge, APIMessages, `{"type":"error","error":{"type":"request_too_large","message":"request body exceeds the size limit"}}`},
+		{ErrUpstream, APIMessages, `{"type":"error","error":{"type":"api_error","message":"the chosen endpoint could not be reached"}}`},
+		{ErrOverloaded, APIResponses, string(ErrOverloaded.JSON())},
+		{ErrOverloaded, APIOpenAI, string(ErrOverloaded.JSON())},
+	} {
+		if got := string(tt.e.JSONFor(tt.api)); got != tt.want {
+			t.Errorf("%s for API %v: %s, want %s", tt.e.Code, tt.api, got, tt.want)
+		}
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 
 // Error is a request error with the HTTP status and OpenAI error type and
 // code it is answered with. Both paths (HTTP and ext_proc) render it as
-// {"error":{"message":…,"type":…,"param":null,"code":…}}.
+// {"error":{"message":…,"type":…,"param":null,"code":…}}, or, for a
+// request to the Anthropic Messages API, in that API's envelope (JSONFor).
 type Error struct {
 	// Status is the HTTP status (400, 404, 405, 408, 413, 429, 502, 503).
 	Status int
@@ -104,6 +105,45 @@ func (e *Error) JSON() []byte {
 	return b
 }
 
+// JSONFor renders the error body in api's envelope: the Messages API's
+// {"type":"error","error":{"type":…,"message":…}} with Anthropic's error
+// type for the status; the OpenAI envelope (JSON) for every other API.
+func (e *Error) JSONFor(api API) []byte {
+	if api != APIMessages {
+		return e.JSON()
+	}
+	return messagesError(anthropicType(e.Status), e.Message)
+}
+
+// anthropicType is the Messages API's error type for an HTTP status.
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout:
+		return "invalid_request_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable:
+		return "overloaded_error"
+	}
+	return "api_error"
+}
+
+func messagesError(typ, msg string) []byte {
+	type detail struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	b, _ := json.Marshal(struct {
+		Type  string `json:"type"`
+		Error detail `json:"error"`
+	}{"error", detail{typ, msg}})
+	return b
+}
+
 // sseError renders e as the error event of api's event stream, after a
 // blank line that ends any event the endpoint left unfinished: OpenAI
 // chat and completions send a bare data line with the error envelope;
@@ -120,14 +160,8 @@ func sseError(api API, e *Error) []byte {
 			Param   *string `json:"param"`
 		}{"error", e.Code, e.Message, nil}
 	case APIMessages:
-		type detail struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		}
-		v = struct {
-			Type  string `json:"type"`
-			Error detail `json:"error"`
-		}{"error", detail{"api_error", e.Message}}
+		b := messagesError("api_error", e.Message)
+		return append(append([]byte("\n\nevent: error\ndata: "), b...), "\n\n"...)
 	default:
 		return append(append([]byte("\n\ndata: "), e.JSON()...), "\n\n"...)
 	}
@@ -149,13 +183,13 @@ func retryAfterValue(d time.Duration) string {
 	return strconv.FormatInt(s, 10)
 }
 
-// writeError answers an HTTP request with e.
-func writeError(w http.ResponseWriter, e *Error, retryAfter time.Duration) {
+// writeError answers an HTTP request to api with e.
+func writeError(w http.ResponseWriter, api API, e *Error, retryAfter time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.retryable() {
 		h.Set("Retry-After", retryAfterValue(retryAfter))
 	}
 	w.WriteHeader(e.Status)
-	_, _ = w.Write(e.JSON())
+	_, _ = w.Write(e.JSONFor(api))
 }

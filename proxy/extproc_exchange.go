@@ -358,7 +358,7 @@ func (x *exchange) immediate(er *Error) (bool, error) {
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(er.Status)},
 			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
-			Body:    er.JSON(),
+			Body:    er.JSONFor(x.api),
 			Details: "trimtab_" + er.Code,
 		}}})
 }

@@ -168,9 +168,12 @@ func collapseSlashes(p string) string {
 	return b.String()
 }
 
-func (h *HTTP) reject(w http.ResponseWriter, e *Error) {
+func (h *HTTP) reject(w http.ResponseWriter, e *Error) { h.rejectAPI(w, APIOpenAI, e) }
+
+// rejectAPI answers a request to api with e, in api's error envelope.
+func (h *HTTP) rejectAPI(w http.ResponseWriter, api API, e *Error) {
 	h.m.count("none", e.Status)
-	writeError(w, e, h.cfg.RetryAfter)
+	writeError(w, api, e, h.cfg.RetryAfter)
 }
 
 // reqState is the pooled per-request state of the scheduled path.
@@ -217,8 +220,9 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	}
 	clk := h.deps.Clock
 	arrival := clk.Now()
+	api, _ := scheduledAPI(r.URL.Path)
 	if !h.admit() {
-		h.reject(w, ErrOverloaded)
+		h.rejectAPI(w, api, ErrOverloaded)
 		return
 	}
 	defer h.release()
@@ -228,12 +232,11 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	st.body = body
 	defer h.budget.free(reserved)
 	if rerr != nil {
-		h.reject(w, rerr)
+		h.rejectAPI(w, api, rerr)
 		return
 	}
-	api, _ := scheduledAPI(r.URL.Path)
 	if err := h.parser.ParseAPI(api, st.body, r.Header.Get(HeaderSessionID), &st.p); err != nil {
-		h.reject(w, asError(err))
+		h.rejectAPI(w, api, asError(err))
 		return
 	}
 	req := &st.p.Request
@@ -241,11 +244,11 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	req.Arrival = arrival
 	d, err := h.sched.Pick(r.Context(), req)
 	if err != nil {
-		h.reject(w, asError(err))
+		h.rejectAPI(w, api, asError(err))
 		return
 	}
 	h.tr.decided(r.Context(), d)
-	h.forward(w, r, d, st.body)
+	h.forward(w, r, api, d, st.body)
 }
 
 // dropRequestHeader lists inbound headers never forwarded: hop-by-hop

@@ -55,7 +55,7 @@ func retryableStatus(code int) bool {
 // failure before the response headers, or a 502/503, while nothing
 // reached the client yet) and
 // streams the answer back. It finishes d exactly once.
-func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Decision, body []byte) {
+func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte) {
 	clk := h.deps.Clock
 	start := clk.Now()
 	ctx := r.Context()
@@ -67,7 +67,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			h.m.count(addr, http.StatusBadGateway)
 			d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Latency: clk.Since(start)})
 			w.Header().Set(HeaderEndpoint, addr)
-			writeError(w, ErrUpstream, h.cfg.RetryAfter)
+			writeError(w, api, ErrUpstream, h.cfg.RetryAfter)
 			return
 		}
 		resp, err = h.transport.RoundTrip(out)
@@ -100,7 +100,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 			if kind == scheduler.OutcomeError {
 				h.deps.Logger.Warn("endpoint failed before answering", "endpoint", addr, "attempts", attempt+1, "err", err)
 				w.Header().Set(HeaderEndpoint, addr)
-				writeError(w, ErrUpstream, h.cfg.RetryAfter)
+				writeError(w, api, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
 		}
@@ -136,7 +136,6 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, d *scheduler.Deci
 	d.Done(o)
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
-		api, _ := scheduledAPI(r.URL.Path)
 		abortStream(w, resp, api)
 	}
 }
@@ -321,7 +320,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 			}
 			if r.Context().Err() == nil {
 				w.Header().Set(HeaderEndpoint, addr)
-				writeError(w, ErrUpstream, h.cfg.RetryAfter)
+				writeError(w, APIOpenAI, ErrUpstream, h.cfg.RetryAfter)
 			}
 			return
 		}
