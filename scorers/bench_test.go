@@ -295,12 +295,13 @@ func reportBytesPerBlock(b *testing.B, p *Prefix) {
 
 // BenchmarkPrefixHash measures the part of a Pick no index or scheduler
 // work can remove: cutting a prompt into blocks and computing their chained
-// xxhash64 (plus grouping them by shard), over the same cold-ish workload
+// hashes (plus grouping them by shard), over the same cold-ish workload
 // as BenchmarkPick (128 distinct prompts of the given size, in turn). At 8k
-// tokens this is 128 blocks of 256 bytes; at 32k only the first max_blocks
-// (256 blocks, 64 KiB) are hashed, and bytes/s counts those. The xxhash64
-// row hashes the same bytes in one call, without block boundaries: the
-// library's throughput ceiling on this CPU.
+// tokens this is 128 blocks of 256 bytes; at 32k, 512 blocks (the default
+// max_blocks, 2048, covers the whole prompt), and bytes/s counts them. The
+// xxhash64 row hashes the same bytes in one xxhash64 call, without block
+// boundaries: the floor of reading the prompt once, which BenchmarkPick is
+// compared with (scorers/README.md).
 func BenchmarkPrefixHash(b *testing.B) {
 	for _, tok := range benchSizes.tokens {
 		reqs := benchWorkload(tok, 16, 8, 128, 1)
