@@ -69,8 +69,8 @@ func (kp *keptParser) parse(kept []byte, mp *mapper) (map[string]*dto.MetricFami
 		}
 		f := kp.famPool[name]
 		if f == nil {
-			t := dto.MetricType_UNTYPED
-			f = &dto.MetricFamily{Name: &name, Type: &t}
+			t, n := dto.MetricType_UNTYPED, name // n escapes, name does not
+			f = &dto.MetricFamily{Name: &n, Type: &t}
 			kp.famPool[name] = f
 		}
 		kp.fams[name] = f
