@@ -128,6 +128,13 @@ func (p *parser) parse(body []byte, openMetrics bool, models []string) (Metrics,
 func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 	line := 0
 	eof := false
+	// prev is the last sample line's metric name (a slice of body) and
+	// prevWanted whether the mapping reads it: an exposition lists a
+	// family's series together (a histogram's buckets are most of its
+	// lines), and a line that starts with the same checked name followed
+	// by a delimiter has that name, found with one comparison.
+	var prev []byte
+	prevWanted := false
 	for len(body) > 0 {
 		line++
 		var l []byte
@@ -170,6 +177,10 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 			}
 			name = s[2 : 2+end]
 		default:
+			if n := len(prev); n > 0 && len(s) > n && (s[n] == '{' || s[n] == ' ' || s[n] == '\t') && bytes.Equal(s[:n], prev) {
+				name = s[:n]
+				break
+			}
 			i := 0
 			if metricNameByte(s[0], true) {
 				i = 1
@@ -185,7 +196,10 @@ func (mp *mapper) filter(body, dst []byte, om bool) ([]byte, error) {
 			}
 			name = s[:i]
 		}
-		if !mp.wants(name) {
+		if !bytes.Equal(name, prev) {
+			prev, prevWanted = name, mp.wants(name)
+		}
+		if !prevWanted {
 			continue
 		}
 		if om {
