@@ -162,6 +162,7 @@ func startChild(b *testing.B, cmd *exec.Cmd, ready bool) {
 	}
 	b.Cleanup(func() {
 		stdin.Close()
+		cmd.Process.Signal(syscall.SIGCONT) // it may be stopped
 		cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
@@ -210,24 +211,28 @@ func freePort(b *testing.B) string {
 }
 
 // BenchmarkScrapeVsPrometheus scrapes the same 256 loopback vLLM servers
-// (a child process, TestHelperServers) every 50 ms with three scrapers at
-// once, each its own process: trimtab's Fleet as serve runs it, a real
+// (a child process, TestHelperServers) every 50 ms with three scrapers,
+// each its own process: trimtab's Fleet as serve runs it, a real
 // Prometheus server (the `prometheus` binary on PATH, the Debian package;
 // skipped when missing), and the fetch-only floor (BenchmarkScrapeFloor's
-// work: GET and read the body). One op is one 50 ms interval; over the
-// ops' window it reads each process's CPU time from /proc/<pid>/stat and
-// counts each scraper's requests at the servers (by User-Agent). It
-// reports, per scraper, cores and cpu-µs per scrape, and
+// work: GET and read the body). Two cores cannot serve and scrape 3 ×
+// 5,120 scrapes/s at once, so after a common warm-up each op is a round in
+// which every scraper runs alone for 1 s (after 300 ms to settle) while the
+// other two are stopped (SIGSTOP); rounds interleave the three over the
+// same stretch of the machine's time. In each phase it reads the running
+// scraper's CPU time from /proc/<pid>/stat and counts its requests at the
+// servers (by User-Agent). It reports, per scraper, cores, scrapes/s and
+// cpu-µs per scrape, and
 //
 //	cpu-ratio   = trimtab's CPU per scrape ÷ Prometheus's,
 //	floor-ratio = trimtab's CPU per scrape ÷ the floor's;
 //
-// per scrape, so a scraper that falls behind on a busy machine is not
-// credited for the scrapes it skipped (when all keep up, these are the
-// ratios of cores). The window is the benchmark time: -benchtime 100x
-// measures 5 s. Set-up waits at most 30 s for all three to scrape.
-// Prometheus's scrape_timeout cannot exceed its interval (50 ms);
-// trimtab's and the floor's timeout is the default 200 ms.
+// per scrape, so a scraper that falls behind is not credited for the
+// scrapes it skipped (when all keep up, these are the ratios of cores),
+// and it logs a scraper that made under 90 % of its scrapes. Prometheus's
+// scrape_timeout cannot exceed its 50 ms interval; trimtab's and the
+// floor's timeout is the default 200 ms. -benchtime 5x measures five
+// rounds (about 20 s); set-up waits at most 30 s for all three to scrape.
 func BenchmarkScrapeVsPrometheus(b *testing.B) {
 	const n = 256
 	prom, err := exec.LookPath("prometheus")
@@ -293,44 +298,59 @@ scrape_configs:
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// Each scraper runs alone in its phase of every round: the others are
+	// stopped (SIGSTOP), so the servers and the cores serve one scraper at
+	// a time — three scrapers at 5,120 scrapes/s each, plus the servers,
+	// need more than two cores — while the rounds interleave the three
+	// over the same stretch of the machine's time.
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
 	b.Run(fmt.Sprintf("endpoints=%d/interval=%s", n, interval), func(b *testing.B) {
-		read := func() (cpu [len(scraperKinds)]time.Duration, served [len(scraperKinds)]int64) {
-			for i, pid := range pids {
-				c, err := procCPU(pid)
-				if err != nil {
-					b.Fatalf("%s: %v", scraperKinds[i], err)
-				}
-				cpu[i] = c
-			}
-			served, err := servedCounts(countsAddr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return cpu, served
-		}
-		cpu0, served0 := read()
-		start := time.Now()
+		const settle, phase = 300 * time.Millisecond, time.Second
+		var cpu [len(scraperKinds)]time.Duration
+		var served [len(scraperKinds)]int64
+		var wall [len(scraperKinds)]time.Duration
 		b.ResetTimer()
 		for range b.N {
-			time.Sleep(interval)
-		}
-		b.StopTimer()
-		wall := time.Since(start)
-		cpu1, served1 := read()
-		var perScrape [len(scraperKinds)]float64
-		for i, k := range scraperKinds {
-			cpu, ok := cpu1[i]-cpu0[i], served1[i]-served0[i]
-			b.ReportMetric(cpu.Seconds()/wall.Seconds(), k+"-cores")
-			b.ReportMetric(float64(ok)/wall.Seconds(), k+"-scrapes/s")
-			if ok > 0 {
-				perScrape[i] = float64(cpu.Microseconds()) / float64(ok)
-				b.ReportMetric(perScrape[i], k+"-cpu-µs/scrape")
+			for k, pid := range pids {
+				syscall.Kill(pid, syscall.SIGCONT)
+				time.Sleep(settle) // timers that came due while stopped fire now
+				c0, err := procCPU(pid)
+				if err != nil {
+					b.Fatalf("%s: %v", scraperKinds[k], err)
+				}
+				n0, err := servedCounts(countsAddr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				time.Sleep(phase)
+				c1, err := procCPU(pid)
+				if err != nil {
+					b.Fatalf("%s: %v", scraperKinds[k], err)
+				}
+				n1, err := servedCounts(countsAddr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wall[k] += time.Since(t0)
+				syscall.Kill(pid, syscall.SIGSTOP)
+				cpu[k] += c1 - c0
+				served[k] += n1[k] - n0[k]
 			}
 		}
-		want := float64(n) * wall.Seconds() / interval.Seconds()
-		for i, k := range scraperKinds {
-			if got := float64(served1[i] - served0[i]); got < 0.9*want {
-				b.Logf("%s made %.0f of %.0f scrapes: it fell behind (a busy machine; Prometheus's scrape_timeout is its 50 ms interval), so the ratios do not compare like with like", k, got, want)
+		b.StopTimer()
+		var perScrape [len(scraperKinds)]float64
+		for k, kind := range scraperKinds {
+			b.ReportMetric(cpu[k].Seconds()/wall[k].Seconds(), kind+"-cores")
+			b.ReportMetric(float64(served[k])/wall[k].Seconds(), kind+"-scrapes/s")
+			if served[k] > 0 {
+				perScrape[k] = float64(cpu[k].Microseconds()) / float64(served[k])
+				b.ReportMetric(perScrape[k], kind+"-cpu-µs/scrape")
+			}
+			if want := float64(n) * wall[k].Seconds() / interval.Seconds(); float64(served[k]) < 0.9*want {
+				b.Logf("%s made %d of %.0f scrapes in its phases: it fell behind (a busy machine; Prometheus's scrape_timeout is its 50 ms interval), so the ratios do not compare like with like", kind, served[k], want)
 			}
 		}
 		if perScrape[1] > 0 && perScrape[2] > 0 {
