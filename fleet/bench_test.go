@@ -44,7 +44,12 @@ func TestHelperServers(t *testing.T) {
 		bodies[i] = []byte(b)
 	}
 	var next atomic.Uint64
+	// Requests are counted by who sent them (User-Agent), so one set of
+	// servers can be scraped by several scrapers at once
+	// (BenchmarkScrapeVsPrometheus).
+	var served [len(scraperKinds)]atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served[scraperKind(r.UserAgent())].Add(1)
 		b := bodies[next.Add(1)%16]
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -59,6 +64,16 @@ func TestHelperServers(t *testing.T) {
 		go srv.Serve(ln)
 		fmt.Println(ln.Addr())
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i, k := range scraperKinds {
+			fmt.Fprintf(w, "%s %d\n", k, served[i].Load())
+		}
+	}))
+	fmt.Println("COUNTS", ln.Addr())
 	fmt.Println("READY")
 	io.Copy(io.Discard, os.Stdin)
 }
@@ -75,6 +90,14 @@ func cpuTime() time.Duration {
 // n loopback servers and returns their targets; the child stops when the
 // benchmark ends.
 func startHelperServers(b *testing.B, n int) []Target {
+	targets, _ := startCountingServers(b, n)
+	return targets
+}
+
+// startCountingServers is startHelperServers that also returns the
+// address of the helper's count page: "kind count" lines, one per
+// scraperKinds entry, of the requests served so far.
+func startCountingServers(b *testing.B, n int) ([]Target, string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServers$", fmt.Sprintf("-fleet.serve=%d", n))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -89,17 +112,59 @@ func startHelperServers(b *testing.B, n int) []Target {
 	}
 	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
 	var targets []Target
+	var counts string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && sc.Text() != "READY" {
-		if a := strings.TrimSpace(sc.Text()); strings.HasPrefix(a, "127.0.0.1:") {
+		a := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(a, "127.0.0.1:") {
 			targets = append(targets, Target{Address: a, Ready: true})
+		}
+		if c, ok := strings.CutPrefix(a, "COUNTS "); ok {
+			counts = c
 		}
 	}
 	go io.Copy(io.Discard, out)
 	if len(targets) != n {
 		b.Fatalf("helper served %d endpoints, want %d", len(targets), n)
 	}
-	return targets
+	return targets, counts
+}
+
+// fetchLoop is the floor's work for one server: after offset, every
+// interval until stop closes, GET its /metrics with client and read the
+// body, nothing else; done is told each fetch's result.
+func fetchLoop(stop <-chan struct{}, client *http.Client, addr string, interval, offset time.Duration, done func(error)) {
+	select {
+	case <-stop:
+		return
+	case <-time.After(offset):
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var buf bytes.Buffer
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		done(err)
+		return
+	}
+	req.Header.Set("User-Agent", floorUserAgent)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+			}
+		}
+		done(err)
+	}
 }
 
 // BenchmarkScrapeFloor is BenchmarkScrapeFleet without trimtab's scraper:
@@ -127,35 +192,18 @@ func BenchmarkScrapeFloor(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					var offset time.Duration
 					if !aligned {
-						time.Sleep(time.Duration(i) * interval / n)
+						offset = time.Duration(i) * interval / n
 					}
-					tick := time.NewTicker(interval)
-					defer tick.Stop()
-					var buf bytes.Buffer
-					url := "http://" + t.Address + "/metrics"
-					for {
-						select {
-						case <-stop:
-							return
-						case <-tick.C:
-						}
-						resp, err := client.Get(url)
-						if err == nil {
-							buf.Reset()
-							_, err = buf.ReadFrom(resp.Body)
-							resp.Body.Close()
-							if err == nil && resp.StatusCode != http.StatusOK {
-								err = fmt.Errorf("GET %s: %s", url, resp.Status)
-							}
-						}
+					fetchLoop(stop, client, t.Address, interval, offset, func(err error) {
 						if err != nil {
 							failed.Add(1)
 							firstErr.CompareAndSwap(nil, &err)
-							continue
+							return
 						}
 						fetched.Add(1)
-					}
+					})
 				}()
 			}
 			defer func() { close(stop); wg.Wait() }()

@@ -575,3 +575,28 @@ func TestPrefixBytesPerBlock(t *testing.T) {
 	}
 	checkIndex(t, p)
 }
+
+// TestPrefixDefaultCoversLongPrompts checks that the default config hashes
+// and matches a 32k-token prompt whole: 32768 tokens × 4 bytes / 256-byte
+// blocks = 512 blocks, under max_blocks 2048. A prompt that differs from a
+// cached one only in its last block matches 511 of 512 blocks; one that
+// differs only in its first block matches none.
+func TestPrefixDefaultCoversLongPrompts(t *testing.T) {
+	p := mustPrefix(t, DefaultPrefixConfig())
+	h := newHarness(t, p, eps("a:1", "b:1"))
+	rng := rand.New(rand.NewPCG(7, 8))
+	long := make([]byte, 32<<10*4)
+	fill(rng, long)
+	if n := p.blocks(long); n != 512 {
+		t.Fatalf("a 32k-token prompt has %d indexed blocks, want 512", n)
+	}
+	h.route(t, scheduler.Request{Prompt: long}, "a:1")
+	tail := slices.Clone(long)
+	tail[len(tail)-1]++
+	got, _ := h.pick(t, &scheduler.Request{Prompt: tail})
+	checkScores(t, got, []float64{511.0 / 512, 0}) // all but the last block
+	head := slices.Clone(long)
+	head[0]++
+	got, _ = h.pick(t, &scheduler.Request{Prompt: head})
+	checkScores(t, got, []float64{0, 0}) // block 0 differs: every hash differs
+}
