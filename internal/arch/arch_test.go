@@ -17,7 +17,8 @@ const module = "github.com/trimtab/trimtab"
 // sim/engine inside sim); scorers, fleet, detector, configurator, proxy →
 // scheduler; control → detector, configurator, scheduler; configs → the
 // packages whose Config types it embeds; sim → everything above except
-// proxy and cmd; cmd → anything; nothing imports cmd or proxy.
+// proxy and cmd; bench → sim, configs, internal (the real-time bench
+// machinery); cmd → anything; nothing imports cmd or proxy.
 var allowed = map[string][]string{
 	"scheduler":    {},
 	"scorers":      {"scheduler"},
@@ -28,7 +29,8 @@ var allowed = map[string][]string{
 	"configs":      {"scheduler", "scorers", "fleet", "control"},
 	"proxy":        {"scheduler"},
 	"sim":          {"scheduler", "scorers", "configurator", "control", "configs"},
-	"cmd":          {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "internal"},
+	"bench":        {"sim", "configs", "internal"},
+	"cmd":          {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "bench", "internal"},
 	"internal":     {"scheduler"},
 	"deploy":       {},
 }
