@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -110,27 +110,45 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	if resp.StatusCode != http.StatusOK {
 		return fail("http_" + strconv.Itoa(resp.StatusCode))
 	}
-	sc := bufio.NewScanner(resp.Body)
+	done := readStream(resp.Body, clk, start, &res)
+	if !done {
+		if rctx.Err() != nil {
+			return fail(ErrTimeout)
+		}
+		return fail(ErrCutStream)
+	}
+	res.E2E = clk.Since(start)
+	return res
+}
+
+// readStream reads an OpenAI SSE stream into res: TTFT and gaps between
+// chunks with text (timed on clk from start), tokens and the usage. It
+// reports whether the stream ended with [DONE]. Lines that are not
+// "data: " lines, and chunks that are not JSON, are skipped.
+func readStream(body io.Reader, clk clock.PassiveClock, start time.Time, res *Request) bool {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	var last time.Duration
-	chunks, done := 0, false
+	chunks := 0
 	for sc.Scan() {
 		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
 		if !ok {
 			continue
 		}
 		if bytes.Equal(data, []byte("[DONE]")) {
-			done = true
-			break
+			if res.Tokens == 0 {
+				res.Tokens = chunks
+			}
+			return true
 		}
 		var c chunk
 		if json.Unmarshal(data, &c) != nil {
 			continue
 		}
 		if u := c.Usage; u != nil {
-			res.Tokens, res.PromptTokens = u.CompletionTokens, u.PromptTokens
+			res.Tokens, res.PromptTokens = max(u.CompletionTokens, 0), max(u.PromptTokens, 0)
 			if u.Details != nil && u.Details.CachedTokens != nil {
-				res.CachedTokens, res.CachedKnown = *u.Details.CachedTokens, true
+				res.CachedTokens, res.CachedKnown = max(*u.Details.CachedTokens, 0), true
 			}
 		}
 		if len(c.Choices) == 0 || c.Choices[0].Text == "" && c.Choices[0].Delta.Content == "" {
@@ -145,15 +163,5 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 		last = now
 		chunks++
 	}
-	if !done {
-		if errors.Is(sc.Err(), context.DeadlineExceeded) || rctx.Err() != nil {
-			return fail(ErrTimeout)
-		}
-		return fail(ErrCutStream)
-	}
-	if res.Tokens == 0 {
-		res.Tokens = chunks
-	}
-	res.E2E = clk.Since(start)
-	return res
+	return false
 }
