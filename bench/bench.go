@@ -87,6 +87,14 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 			return nil, fmt.Errorf("starting the router: %w", err)
 		}
 	}
+	if router.AdminURL != "" {
+		if err := waitReady(ctx, deps, router.AdminURL, len(cfg.Targets), 10*time.Second); err != nil {
+			if router.Stop != nil {
+				_ = router.Stop()
+			}
+			return nil, err
+		}
+	}
 	defer func() {
 		if router.Stop != nil {
 			_ = router.Stop()

@@ -35,9 +35,9 @@ type Router struct {
 	Stop func() error
 }
 
-// StartRouterFunc starts a router with profile in front of targets and
-// returns once it is ready to route (its pool scraped). `trimtab bench`
-// wires it to an in-process `trimtab serve`.
+// StartRouterFunc starts a router with profile in front of targets;
+// bench then waits for its admin server's /readyz to report every target
+// fresh. `trimtab bench` wires it to an in-process `trimtab serve`.
 type StartRouterFunc func(ctx context.Context, profile *configs.File, targets []Target) (*Router, error)
 
 // Policy is one routing policy to measure.

@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/sim"
 )
 
@@ -27,4 +32,71 @@ phases:
   - {name: burst, duration: %v, workload: {hot_fraction: 0.9, hot_system_tokens: 6000}}
   - {name: calm again, duration: %v, level: 4}
 `, d, servers, q, d-2*q, q)), "")
+}
+
+// DemoConfig is `trimtab demo`: the demo scenario on Servers simulated
+// servers sped up Speed times, for Duration per policy.
+type DemoConfig struct {
+	Servers  int
+	Duration time.Duration
+	Speed    float64
+	// Compare also runs the field's static weights (sim's static-3-2-2)
+	// after the demo profile (configs/demo.yaml, adaptive).
+	Compare bool
+	// Screen redraws a full-screen view each second; else a line.
+	Screen bool
+	Seed   uint64
+}
+
+// Demo runs cfg, showing the run live on out, then prints the tables.
+// The fleet runs in g until ctx ends.
+func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig, start StartRouterFunc) error {
+	switch {
+	case cfg.Servers < 2 || cfg.Servers > 64:
+		return fmt.Errorf("--servers %d: want 2…64", cfg.Servers)
+	case cfg.Duration < 4*time.Second:
+		return fmt.Errorf("--duration %v: want at least 4s", cfg.Duration)
+	case !(cfg.Speed > 0):
+		return fmt.Errorf("--time-scale %v: want > 0", cfg.Speed)
+	}
+	sc, err := DemoScenario(cfg.Servers, cfg.Duration)
+	if err != nil {
+		return err
+	}
+	adaptive, err := configs.LoadShipped("demo")
+	if err != nil {
+		return err
+	}
+	pols := []Policy{{Name: "adaptive", Profile: adaptive}}
+	if cfg.Compare {
+		p, err := Policies([]string{sim.PolicyStatic322}, nil)
+		if err != nil {
+			return err
+		}
+		pols = append(pols, Policy{Name: "static", Profile: p[0].Profile})
+	}
+	targets, err := StartFleet(ctx, g, sc, cfg.Servers, cfg.Speed)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "trimtab demo: %d simulated vLLM servers (×%g real time), %v of load per policy\n", cfg.Servers, cfg.Speed, cfg.Duration)
+	admin := ""
+	show := func(l Live) {
+		if l.AdminURL != admin {
+			admin = l.AdminURL
+			fmt.Fprintf(out, "status page: %s/ui\n", admin)
+		}
+		if cfg.Screen {
+			io.WriteString(out, l.Screen())
+		} else {
+			fmt.Fprintln(out, l.Line())
+		}
+	}
+	rep, err := Run(ctx, Config{Scenario: sc, TimeScale: 1, Policies: pols, Repeat: 1, Seed: cfg.Seed, Targets: targets},
+		Deps{StartRouter: start, Salt: func() uint64 { return cfg.Seed | 1 }, Progress: show})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nResult (the same load under each policy; TTFT = time to first token as the client saw it):")
+	return rep.WriteTables(out)
 }

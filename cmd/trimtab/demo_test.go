@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/bench"
 )
 
 // TestDemoRunsAndCleansUp runs a short demo end to end: both policies
@@ -15,8 +17,8 @@ import (
 // every server is gone when it returns.
 func TestDemoRunsAndCleansUp(t *testing.T) {
 	var out bytes.Buffer
-	o := demoOptions{servers: 2, duration: 4 * time.Second, timeScale: 20, adminAddr: "127.0.0.1:0", compare: true, plain: true, seed: 1}
-	if err := runDemo(context.Background(), &out, o); err != nil {
+	o := bench.DemoConfig{Servers: 2, Duration: 4 * time.Second, Speed: 20, Compare: true, Seed: 1}
+	if err := runDemo(context.Background(), &out, o, "127.0.0.1:0"); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
@@ -45,12 +47,12 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
-	for _, o := range []demoOptions{
-		{servers: 1, duration: time.Minute, timeScale: 1},
-		{servers: 4, duration: time.Second, timeScale: 1},
-		{servers: 4, duration: time.Minute, timeScale: 0},
+	for _, o := range []bench.DemoConfig{
+		{Servers: 1, Duration: time.Minute, Speed: 1},
+		{Servers: 4, Duration: time.Second, Speed: 1},
+		{Servers: 4, Duration: time.Minute, Speed: 0},
 	} {
-		if err := runDemo(context.Background(), &bytes.Buffer{}, o); err == nil {
+		if err := runDemo(context.Background(), &bytes.Buffer{}, o, "127.0.0.1:0"); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
 	}
