@@ -81,19 +81,20 @@ func (rep *Report) WriteTables(w io.Writer) error {
 	var b strings.Builder
 	for _, level := range rep.Config.Levels {
 		fmt.Fprintf(&b, "### %s %g: overall\n\n", rep.Scenario.LevelUnit(), level)
-		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 / p99 ms | tok/s | cached-token ratio | prefix-hit ratio | busiest pod share | errors | weight changes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 / p99 ms | tok/s | cached-token ratio | prefix-hit ratio | busiest pod: load share / served share | errors | weight changes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, pol := range rep.Config.Policies {
 			rs := group(sums, pol.Name, level)
 			if len(rs) == 0 {
 				continue
 			}
-			var itl50, itl99, errs []float64
+			var itl50, itl99, errs, served []float64
 			kinds := map[string]int{}
 			for _, r := range rep.Runs {
 				if r.Policy == pol.Name && r.Level == level {
 					st := Summarise(r.measured(-1), 0)
 					itl50, itl99 = append(itl50, st.ITLP50), append(itl99, st.ITLP99)
 					errs = append(errs, float64(st.Failed))
+					served = append(served, servedShare(st))
 					for k, n := range st.Errors {
 						kinds[k] += n
 					}
@@ -109,7 +110,7 @@ func (rep *Report) WriteTables(w io.Writer) error {
 				col(rs, func(s *sim.RunSummary) float64 { return s.OutputTokensPerSec }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.CachedTokenRatio) }).ratio(),
 				col(rs, func(s *sim.RunSummary) float64 { return s.PrefixHitRatio }).ratio(),
-				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio(),
+				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
 				spreadOf(errs).ms(), kindList(kinds),
 				col(rs, func(s *sim.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
 		}
@@ -201,4 +202,19 @@ func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) 
 		return rep.WriteRankings(w)
 	}
 	return nil
+}
+
+// servedShare is the busiest pod's share of the successful requests, by
+// the x-trimtab-endpoint header (NaN when no response named its pod).
+func servedShare(st Stats) float64 {
+	top, n := 0, 0
+	for ep, k := range st.ByEndpoint {
+		if ep != "" {
+			top, n = max(top, k), n+k
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(top) / float64(n)
 }

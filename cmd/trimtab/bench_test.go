@@ -74,6 +74,9 @@ phases:
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(out, "timeline-tiny.json")); err != nil {
+		t.Error(err)
+	}
 	for _, want := range []string{"concurrency 6: overall", "| burst | adaptive-off |", "### Load generator", "Simulator against real time", "img/bench-real-tiny-adaptive-6-ttft.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("tiny.md lacks %q", want)
