@@ -100,15 +100,21 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 			_ = router.Stop()
 		}
 	}()
-	run := &RunResult{Policy: pol.Name, Level: level, Repeat: k + 1, Seed: seed, Salt: salt, Warm: sc.Warmup, End: sc.Duration}
-	for i, ph := range sc.Phases {
-		st := sc.PhaseStart(i)
+	// A trace at speed-up level plays its trace time in 1/level of it:
+	// the renderer keeps trace time, the run's clock is rt's.
+	rt := sc
+	if sc.Load.Mode == sim.ModeTrace {
+		rt = sc.Scaled(time.Duration(float64(sc.Duration) / level))
+	}
+	run := &RunResult{Policy: pol.Name, Level: level, Repeat: k + 1, Seed: seed, Salt: salt, Warm: rt.Warmup, End: rt.Duration}
+	for i, ph := range rt.Phases {
+		st := rt.PhaseStart(i)
 		run.Phases = append(run.Phases, PhaseSpan{Name: ph.Name, Start: st, End: st + ph.Duration})
 	}
 	for _, t := range cfg.Targets {
 		run.PodNames = append(run.PodNames, cmpOr(t.Name, t.Address))
 	}
-	p := &player{sc: sc, level: level, url: router.ProxyURL, hc: deps.Client, clk: deps.Clock, render: render}
+	p := &player{sc: rt, level: level, url: router.ProxyURL, hc: deps.Client, clk: deps.Clock, render: render}
 	var cpu0 time.Duration
 	if deps.CPU != nil {
 		cpu0 = deps.CPU()
