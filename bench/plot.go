@@ -57,7 +57,7 @@ func (rep *Report) WriteImages(dir string) error {
 }
 
 var (
-	shade   = color.RGBA{255, 200, 120, 110}
+	shade   = color.NRGBA{255, 160, 60, 70}
 	dotOK   = color.RGBA{31, 119, 180, 255}
 	dotFail = color.RGBA{214, 39, 40, 255}
 )
@@ -84,14 +84,18 @@ func drawTTFT(path, title string, r *RunResult) error {
 	}
 	// Shaded spans where the mode is neither calm nor static.
 	var from float64
-	in := false
+	in, shaded := false, false
 	span := func(a, b float64) error {
 		poly, err := plotter.NewPolygon(plotter.XYs{{X: a, Y: 0}, {X: b, Y: 0}, {X: b, Y: top}, {X: a, Y: top}})
 		if err != nil {
 			return err
 		}
-		poly.Color, poly.LineStyle.Width = shade, 0
+		poly.Color, poly.LineStyle.Color, poly.LineStyle.Width = shade, shade, 0
 		p.Add(poly)
+		if !shaded {
+			p.Legend.Add("router not calm", poly)
+			shaded = true
+		}
 		return nil
 	}
 	for _, m := range r.Modes {
