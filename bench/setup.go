@@ -61,6 +61,19 @@ func Policies(names, profiles []string) ([]Policy, error) {
 	return out, nil
 }
 
+// PolicyNames lists the simulator's built-in policies that bench can run
+// (those that are trimtab profiles), in report order.
+func PolicyNames() []string {
+	var out []string
+	pols, _ := sim.Policies(nil)
+	for _, p := range pols {
+		if p.Profile != nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 // LoadAverage returns the machine's 1, 5 and 15 minute load averages from
 // /proc/loadavg, or "unknown".
 func LoadAverage() string {

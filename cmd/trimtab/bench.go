@@ -38,8 +38,8 @@ endpoints file (--endpoints) or URLs (--target), through trimtab serve started
 in-process per policy (or an external --router). Each run salts its prompts
 afresh; policies are interleaved over --repeat repeats. It writes
 DIR/<scenario>.md, DIR/img/bench-real-*.png and DIR/summary.json (sim's schema
-plus cached_token_ratio and errors). Policies: the profiles among
-` + strings.Join(sim.PolicyNames(), ", ") + `, and --profile files.`,
+plus cached_token_ratio and errors). Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
+and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if scenario == "" || out == "" {
@@ -50,6 +50,9 @@ plus cached_token_ratio and errors). Policies: the profiles among
 				return err
 			}
 			cfg.Scenario = sc
+			if len(profiles) > 0 && !cmd.Flags().Changed("policies") {
+				policies = nil
+			}
 			if cfg.RouterURL != "" {
 				cfg.Policies = []bench.Policy{{Name: "router"}}
 			} else if cfg.Policies, err = bench.Policies(policies, profiles); err != nil {
