@@ -92,8 +92,12 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 			fmt.Fprintln(out, l.Line())
 		}
 	}
+	// A fresh salt per run: the second policy must not find the first's
+	// prompts in the servers' caches.
+	runs := uint64(0)
+	salt := func() uint64 { runs++; return cfg.Seed<<32 + 2*runs + 1 }
 	rep, err := Run(ctx, Config{Scenario: sc, TimeScale: 1, Policies: pols, Repeat: 1, Seed: cfg.Seed, Targets: targets},
-		Deps{StartRouter: start, Salt: func() uint64 { return cfg.Seed | 1 }, Progress: show})
+		Deps{StartRouter: start, Salt: salt, Progress: show})
 	if err != nil {
 		return err
 	}
