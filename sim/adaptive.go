@@ -15,7 +15,7 @@ import (
 // picker and filters in a real scheduler, plus the control loop serve
 // runs (control.Loop) when adaptive.enabled.
 func ProfilePolicy(name, desc string, f *configs.File) Policy {
-	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return Policy{Name: name, Description: desc, Profile: func() (*configs.File, error) { return f, nil }, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		fc := *f
 		fc.Scheduler.Seed = seed
 		s, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
@@ -80,4 +80,21 @@ func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Lo
 		return nil, nil, fmt.Errorf("adaptive policy: %w", err)
 	}
 	return ProfilePolicy(PolicyAdaptive, "", f).Build(seed, sc)
+}
+
+// shippedProfile returns a Policy.Profile reading a shipped profile; with
+// loopOff the control loop is switched off (adaptive-off).
+func shippedProfile(name string, loopOff bool) func() (*configs.File, error) {
+	return func() (*configs.File, error) {
+		f, err := configs.LoadShipped(name)
+		if err != nil {
+			return nil, err
+		}
+		if loopOff {
+			off := *f
+			off.Adaptive.Enabled = false
+			f = &off
+		}
+		return f, nil
+	}
 }

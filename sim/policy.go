@@ -21,6 +21,11 @@ type Policy struct {
 	// loop, or nil for a static policy (whose loop would never change the
 	// weights).
 	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error)
+	// Profile returns the trimtab profile the policy is, for running it
+	// through a real `trimtab serve` (trimtab bench); nil for the
+	// simulator-only baselines that are not profiles (round-robin,
+	// sglang-switch).
+	Profile func() (*configs.File, error)
 }
 
 // Policy names.
@@ -42,8 +47,9 @@ const (
 )
 
 func profilePolicy(name, desc, yaml string) Policy {
-	return Policy{Name: name, Description: desc, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-		f, err := configs.Parse([]byte(yaml))
+	profile := func() (*configs.File, error) { return configs.Parse([]byte(yaml)) }
+	return Policy{Name: name, Description: desc, Profile: profile, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+		f, err := profile()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -76,9 +82,9 @@ scorers:
     weight: 2
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
-		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive},
-		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with adaptive.enabled false: the same scorers at the profile weights", Build: buildAdaptiveOff},
-		{Name: PolicyTunedStatic, Description: "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", Build: buildShipped(PolicyTunedStatic, PolicyTunedStatic)},
+		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive, Profile: shippedProfile("adaptive", false)},
+		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with adaptive.enabled false: the same scorers at the profile weights", Build: buildAdaptiveOff, Profile: shippedProfile("adaptive", true)},
+		{Name: PolicyTunedStatic, Description: "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", Build: buildShipped(PolicyTunedStatic, PolicyTunedStatic), Profile: shippedProfile(PolicyTunedStatic, false)},
 	}
 }
 

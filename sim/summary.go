@@ -38,10 +38,14 @@ type RunSummary struct {
 	Measured        int     `json:"measured"`
 	WeightChanges   int     `json:"weight_changes"`
 	WatchdogFreezes int     `json:"watchdog_freezes"`
-	// CachedTokenRatio and Errors are filled by trimtab bench (measured
-	// client side); the simulator leaves them out.
-	CachedTokenRatio *float64       `json:"cached_token_ratio,omitempty"`
-	Errors           map[string]int `json:"errors,omitempty"`
+	// CachedTokenRatio (prompt tokens the servers reported cached ÷
+	// prompt tokens, of measured successful requests) and Errors
+	// (measured failed requests by kind: http_<status>, cut_stream,
+	// timeout, connect, canceled) are measured client side by trimtab
+	// bench; the simulator writes null for both, and bench writes null
+	// for the ratio when no server reported cached tokens.
+	CachedTokenRatio *float64       `json:"cached_token_ratio"`
+	Errors           map[string]int `json:"errors"`
 	Phases           []PhaseSummary `json:"phases"`
 }
 

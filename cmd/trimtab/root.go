@@ -26,6 +26,7 @@ func newRootCmd() *cobra.Command {
 		newConfigCmd(),
 		newServeCmd(),
 		newDemoCmd(),
+		newBenchCmd(),
 		newSimCmd(),
 		newFakeServerCmd(),
 	)

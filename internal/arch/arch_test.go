@@ -25,6 +25,7 @@ const module = "github.com/trimtab/trimtab"
 //   - sim → scheduler, scorers, configurator, control, configs: the
 //     packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
+//   - bench (the real-time bench machinery) → sim, configs, internal;
 //   - cmd → anything; nothing imports cmd or proxy.
 var allowed = map[string][]string{
 	"scheduler":      {},
@@ -39,7 +40,8 @@ var allowed = map[string][]string{
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings"},
 	"sim":            {"scheduler", "scorers", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "internal"},
+	"bench":          {"sim", "configs", "internal"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "bench", "internal"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the

@@ -23,8 +23,9 @@ type completionRequest struct {
 	Messages  []Message       `json:"messages"`
 	MaxTokens *int            `json:"max_tokens"`
 	// MaxCompletionTokens is the newer name of max_tokens.
-	MaxCompletionTokens *int `json:"max_completion_tokens"`
-	Stream              bool `json:"stream"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
 }
 
 // Message is one chat message of a /v1/chat/completions request.
@@ -170,7 +171,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	created := s.clk.Now().Unix()
 	if req.Stream {
-		s.stream(w, r, er, id, created, chat)
+		s.stream(w, r, er, id, created, chat, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
 	var text strings.Builder
@@ -188,7 +189,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 				continue
 			}
 			s.finished()
-			usage := map[string]int{"prompt_tokens": er.seq.PromptTokens, "completion_tokens": n, "total_tokens": er.seq.PromptTokens + n}
+			usage := er.usage(n)
 			var choice map[string]any
 			obj := "text_completion"
 			if chat {
@@ -207,7 +208,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id string, created int64, chat bool) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id string, created int64, chat, usage bool) {
 	fl, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -255,6 +256,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id 
 				return
 			}
 			if kind == engine.EventFinished {
+				if usage {
+					_ = writeUsageChunk(w, er, id, obj, s.cfg.Model, created, n)
+				}
 				_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 				if fl != nil {
 					fl.Flush()

@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// Error kinds counted in RunSummary.Errors. An HTTP status error is
+// "http_<code>".
+const (
+	ErrCutStream = "cut_stream" // the stream ended without [DONE]
+	ErrTimeout   = "timeout"    // the scenario's request timeout expired
+	ErrConnect   = "connect"    // no response (connection refused, reset, …)
+	ErrCanceled  = "canceled"   // the bench was stopped
+)
+
+// Request is one request a run sent.
+type Request struct {
+	Phase int
+	// Scheduled and Sent are offsets from the run's start: when the
+	// workload meant the request to leave and when it left.
+	Scheduled, Sent time.Duration
+	// Measured: scheduled inside the measurement window (after the
+	// warm-up, before the end).
+	Measured bool
+	// Endpoint is the pod that served it (x-trimtab-endpoint; "" unknown).
+	Endpoint string
+	// TTFT is 0 when no token arrived.
+	TTFT, E2E time.Duration
+	// Gaps are the times between consecutive chunks with text (ITL).
+	Gaps []time.Duration
+	// Tokens is usage.completion_tokens, or the chunks with text.
+	Tokens, PromptTokens, CachedTokens int
+	// CachedKnown: the server reported cached_tokens.
+	CachedKnown bool
+	// Err is "" for success, else the error kind.
+	Err string
+}
+
+type chunk struct {
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		Details          *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+type completionBody struct {
+	Model         string         `json:"model"`
+	Prompt        string         `json:"prompt"`
+	MaxTokens     int            `json:"max_tokens"`
+	IgnoreEOS     bool           `json:"ignore_eos"`
+	Stream        bool           `json:"stream"`
+	StreamOptions map[string]any `json:"stream_options"`
+}
+
+// send posts one streaming /v1/completions request and reads it to the
+// end, timing it on clk from start. timeout bounds the whole request.
+func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, timeout time.Duration) Request {
+	body, _ := json.Marshal(completionBody{Model: model, Prompt: string(r.Prompt), MaxTokens: r.OutputTokens,
+		IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := clk.Now()
+	var res Request
+	fail := func(kind string) Request {
+		res.E2E = clk.Since(start)
+		switch {
+		case ctx.Err() != nil:
+			res.Err = ErrCanceled
+		case rctx.Err() != nil:
+			res.Err = ErrTimeout
+		default:
+			res.Err = kind
+		}
+		return res
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return fail(ErrConnect)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.SessionID != "" {
+		req.Header.Set("x-session-id", r.SessionID)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fail(ErrConnect)
+	}
+	defer resp.Body.Close()
+	res.Endpoint = resp.Header.Get("x-trimtab-endpoint")
+	if resp.StatusCode != http.StatusOK {
+		return fail("http_" + strconv.Itoa(resp.StatusCode))
+	}
+	done := readStream(resp.Body, clk, start, &res)
+	if !done {
+		if rctx.Err() != nil {
+			return fail(ErrTimeout)
+		}
+		return fail(ErrCutStream)
+	}
+	res.E2E = clk.Since(start)
+	return res
+}
+
+// readStream reads an OpenAI SSE stream into res: TTFT and gaps between
+// chunks with text (timed on clk from start), tokens and the usage. It
+// reports whether the stream ended with [DONE]. Lines that are not
+// "data: " lines, and chunks that are not JSON, are skipped.
+func readStream(body io.Reader, clk clock.PassiveClock, start time.Time, res *Request) bool {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var last time.Duration
+	chunks := 0
+	for sc.Scan() {
+		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
+		if !ok {
+			continue
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			if res.Tokens == 0 {
+				res.Tokens = chunks
+			}
+			return true
+		}
+		var c chunk
+		if json.Unmarshal(data, &c) != nil {
+			continue
+		}
+		if u := c.Usage; u != nil {
+			res.Tokens, res.PromptTokens = max(u.CompletionTokens, 0), max(u.PromptTokens, 0)
+			if u.Details != nil && u.Details.CachedTokens != nil {
+				res.CachedTokens, res.CachedKnown = max(*u.Details.CachedTokens, 0), true
+			}
+		}
+		if len(c.Choices) == 0 || c.Choices[0].Text == "" && c.Choices[0].Delta.Content == "" {
+			continue
+		}
+		now := clk.Since(start)
+		if chunks == 0 {
+			res.TTFT = now
+		} else {
+			res.Gaps = append(res.Gaps, now-last)
+		}
+		last = now
+		chunks++
+	}
+	return false
+}

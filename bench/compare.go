@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// CompareSim runs sc (as bench played it, with the fleet's size and
+// speed) through the simulator: every policy at every level, Repeat seeds
+// from Seed, each policy built from its profile.
+func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep, error) {
+	s := *sc
+	if n := len(cfg.Targets); n > 0 && n != s.Servers {
+		s.Servers, s.Classes = n, nil
+	}
+	if sp := cfg.FleetSpeed; sp > 0 && sp != 1 {
+		d := func(x time.Duration) time.Duration { return time.Duration(float64(x) / sp) }
+		e := s.EngineConfig()
+		s.Engine.StepFixed, s.Engine.StepPerPrefillToken = max(d(e.StepFixed), 1), d(e.StepPerPrefillToken)
+		s.Engine.StepPerDecodeSeq, s.Engine.StepPerContextToken = d(e.StepPerDecodeSeq), d(e.StepPerContextToken)
+		s.Engine.PrefillAttention1k = d(e.PrefillAttentionPer1k)
+	}
+	s.Load.Levels = cfg.Levels
+	var pols []sim.Policy
+	for _, p := range cfg.Policies {
+		if p.Profile == nil {
+			return nil, fmt.Errorf("policy %s has no profile to simulate", p.Name)
+		}
+		pols = append(pols, sim.ProfilePolicy(p.Name, "", p.Profile))
+	}
+	return sim.RunSweep(ctx, sim.SweepConfig{Scenario: &s, Policies: pols, Seed: cfg.Seed, Seeds: cfg.Repeat, TracePath: cfg.TracePath, Parallel: 1})
+}
+
+// rankRow is one policy's place in a ranking.
+type rankRow struct {
+	policy string
+	v      float64
+}
+
+// ranking orders policies by the median over runs of f (lower first).
+func ranking(sums []sim.RunSummary, policies []string, level float64, f func(*sim.RunSummary) float64) []rankRow {
+	var out []rankRow
+	for _, p := range policies {
+		rs := group(sums, p, level)
+		if len(rs) == 0 {
+			continue
+		}
+		out = append(out, rankRow{p, col(rs, f).med})
+	}
+	slices.SortStableFunc(out, func(a, b rankRow) int {
+		switch {
+		case math.IsNaN(a.v) || a.v > b.v:
+			return 1
+		case math.IsNaN(b.v) || a.v < b.v:
+			return -1
+		}
+		return 0
+	})
+	return out
+}
+
+// WriteRankings writes the simulator's and the real ranking of the
+// policies side by side, by TTFT p99 overall and in each phase, per level.
+func (rep *Report) WriteRankings(w io.Writer) error {
+	if rep.Sim == nil {
+		return nil
+	}
+	real := rep.Summaries()
+	simSums := rep.Sim.RunSummaries()
+	var names []string
+	for _, p := range rep.Config.Policies {
+		names = append(names, p.Name)
+	}
+	var b strings.Builder
+	b.WriteString("Policies ranked by median TTFT p99 (ms), best first: the simulator's prediction beside the real run.\n\n")
+	for _, level := range rep.Config.Levels {
+		metrics := []struct {
+			name string
+			f    func(*sim.RunSummary) float64
+		}{{"overall", func(s *sim.RunSummary) float64 { return val(s.TTFTP99) }}}
+		for i, ph := range rep.Scenario.Phases {
+			metrics = append(metrics, struct {
+				name string
+				f    func(*sim.RunSummary) float64
+			}{"phase " + ph.Name, func(s *sim.RunSummary) float64 {
+				if i < len(s.Phases) {
+					return val(s.Phases[i].TTFTP99)
+				}
+				return math.NaN()
+			}})
+		}
+		for _, m := range metrics {
+			sr, rr := ranking(simSums, names, level, m.f), ranking(real, names, level, m.f)
+			same := len(sr) == len(rr)
+			for i := range sr {
+				same = same && sr[i].policy == rr[i].policy
+			}
+			verdict := "same order"
+			if !same {
+				verdict = "order differs"
+			}
+			fmt.Fprintf(&b, "%s %g, %s (%s):\n\n| rank | sim | sim p99 | real | real p99 |\n|---|---|---|---|---|\n", rep.Scenario.LevelUnit(), level, m.name, verdict)
+			for i := 0; i < max(len(sr), len(rr)); i++ {
+				cell := func(rs []rankRow) (string, string) {
+					if i >= len(rs) {
+						return "", ""
+					}
+					return rs[i].policy, fmtMs(rs[i].v)
+				}
+				a, av := cell(sr)
+				c, cv := cell(rr)
+				fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", i+1, a, av, c, cv)
+			}
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim"
+)
+
+// Target is one model server behind the router.
+type Target struct {
+	// Address is host:port.
+	Address string
+	// Name labels the pod in reports (default: Address).
+	Name string
+	// Model is the model it serves; Capacity its relative size (0: 1).
+	Model    string
+	Capacity float64
+}
+
+// Router is a running router in front of the targets.
+type Router struct {
+	// ProxyURL is the OpenAI-compatible base URL ("http://127.0.0.1:8080").
+	ProxyURL string
+	// AdminURL is the admin server's base URL ("" when there is none:
+	// no mode timeline is recorded).
+	AdminURL string
+	// Stop stops the router and waits for it (nil: nothing to stop).
+	Stop func() error
+}
+
+// StartRouterFunc starts a router with profile in front of targets;
+// bench then waits for its admin server's /readyz to report every target
+// fresh. `trimtab bench` wires it to an in-process `trimtab serve`.
+type StartRouterFunc func(ctx context.Context, profile *configs.File, targets []Target) (*Router, error)
+
+// Policy is one routing policy to measure.
+type Policy struct {
+	// Name labels the policy in reports.
+	Name string
+	// Profile is the router's profile; nil measures Config.RouterURL as it
+	// is.
+	Profile *configs.File
+}
+
+// Config is one bench: a scenario under every policy at every level,
+// Repeat times, interleaved.
+type Config struct {
+	// Scenario is played in wall-clock time, its durations multiplied by
+	// TimeScale.
+	Scenario *sim.Scenario
+	// TimeScale scales scenario time (0.1 plays ten minutes in one); > 0.
+	TimeScale float64
+	// Policies are run in this order within each repeat.
+	Policies []Policy
+	// Levels are the load levels to run (default: the scenario's headline).
+	Levels []float64
+	// Repeat is how many times each (level, policy) runs; ≥ 1.
+	Repeat int
+	// Seed is the workload seed of the first repeat; repeat k uses Seed+k,
+	// the same for every policy, so a repeat compares like with like.
+	Seed uint64
+	// TracePath overrides a trace scenario's file.
+	TracePath string
+	// Targets are the servers behind the router; their /metrics are
+	// scraped for load and prefix-cache hits. May be empty with RouterURL.
+	Targets []Target
+	// RouterURL and RouterAdminURL name an external router to measure
+	// (policies then need no profile).
+	RouterURL, RouterAdminURL string
+	// ScrapeEvery is how often the targets' /metrics are read (default
+	// 500ms).
+	ScrapeEvery time.Duration
+	// ProgressEvery is how often Deps.Progress is called (default 1s).
+	ProgressEvery time.Duration
+	// CompareSim also runs the scenario through the simulator with
+	// FleetEngine (see CompareSim).
+	CompareSim bool
+	// FleetSpeed is the targets' speed-up over the scenario's engine
+	// model (the fakeserver time scale), used by CompareSim; default 1.
+	FleetSpeed float64
+}
+
+// Deps are the bench's collaborators.
+type Deps struct {
+	// StartRouter starts a router for a policy with a profile. Required
+	// unless RouterURL is set.
+	StartRouter StartRouterFunc
+	// Salt returns a fresh per-run prompt salt, never 0; required. It must
+	// differ between bench invocations (cmd draws it from a random source).
+	Salt func() uint64
+	// Clock times everything; nil means the real clock.
+	Clock clock.WithTicker
+	// Client sends the requests; nil means a client with enough idle
+	// connections for the scenario.
+	Client *http.Client
+	// CPU returns this process's CPU time so far (user + system); nil
+	// leaves generator CPU unreported.
+	CPU func() time.Duration
+	// Progress receives a snapshot every ProgressEvery during a run.
+	Progress func(Live)
+}
+
+// DefaultScrapeEvery is how often the targets' metrics are read.
+const DefaultScrapeEvery = 500 * time.Millisecond
+
+// Validate checks the config against its dependencies.
+func (c *Config) Validate(d *Deps) error {
+	switch {
+	case c.Scenario == nil:
+		return errors.New("bench: no scenario")
+	case !(c.TimeScale > 0):
+		return fmt.Errorf("bench: time scale %v, want > 0", c.TimeScale)
+	case c.Repeat < 1:
+		return fmt.Errorf("bench: repeat %d, want ≥ 1", c.Repeat)
+	case len(c.Policies) == 0:
+		return errors.New("bench: no policy")
+	case d.Salt == nil:
+		return errors.New("bench: Deps.Salt is required")
+	case c.ScrapeEvery < 0 || c.ProgressEvery < 0:
+		return errors.New("bench: scrape and progress intervals must be ≥ 0")
+	}
+	for _, p := range c.Policies {
+		if p.Profile == nil && c.RouterURL == "" {
+			return fmt.Errorf("bench: policy %q has no profile and no router URL is given", p.Name)
+		}
+		if p.Profile != nil && d.StartRouter == nil {
+			return fmt.Errorf("bench: policy %q needs Deps.StartRouter", p.Name)
+		}
+	}
+	for _, l := range c.Levels {
+		if !(l > 0) {
+			return fmt.Errorf("bench: level %v, want > 0", l)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+// Package bench plays the simulator's scenarios in wall-clock time
+// against real OpenAI-compatible servers, through a router under each
+// routing policy, and measures what clients see: `trimtab bench` and
+// `trimtab demo`.
+//
+// The requests come from the simulator's own generators (sim.Renderer),
+// so a scenario renders the same workload in both tools. Every run salts
+// its prompt bytes with a fresh value from Deps.Salt, so no run can hit a
+// prefix cache an earlier run warmed on servers bench cannot restart;
+// policies are interleaved (a b c a b c …) over Config.Repeat repeats and
+// reported as medians with their spread.
+//
+// Measured client side per request: time to first token (the first SSE
+// chunk with text), inter-token gaps, end-to-end latency, output tokens,
+// the serving pod (x-trimtab-endpoint), cached prompt tokens
+// (usage.prompt_tokens_details.cached_tokens) and the error kind (HTTP
+// status, cut stream, timeout, connection). Server side: the pods'
+// /metrics (load and prefix-cache counters) every ScrapeEvery, and the
+// router's mode and weights timeline from its admin server
+// (/debug/history). Results come out as sim.RunSummary (the schema of
+// `trimtab sim`'s summary.json, plus cached_token_ratio and errors),
+// markdown tables and plots.
+//
+// # Concurrency model
+//
+// Run executes runs one after another. During a run it owns, and waits
+// for before it returns: one goroutine per closed-loop client (or one per
+// open-loop arrival), one scraper goroutine and one progress goroutine.
+// The renderer is shared by the clients under a mutex. StartFleet starts
+// one goroutine per server, owned by the caller's errgroup. Time comes
+// from Deps.Clock; nothing here reads the wall clock directly.
+package bench

@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/fakeserver"
+)
+
+// StartFleet starts n simulated vLLM servers (sim/fakeserver) on
+// 127.0.0.1:0 with sc's engine model, sped up speed times; server i has
+// the scenario's capacity i when n equals its server count, else 1. The
+// servers run in g until ctx ends.
+func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int, speed float64) ([]Target, error) {
+	if n < 1 || n > 256 {
+		return nil, fmt.Errorf("fleet: %d servers, want 1…256", n)
+	}
+	caps := sc.Capacities()
+	var out []Target
+	for i := 0; i < n; i++ {
+		c := 1.0
+		if len(caps) == n {
+			c = caps[i]
+		}
+		cfg := fakeserver.DefaultConfig()
+		cfg.Name = fmt.Sprintf("pod-%d", i)
+		cfg.TimeScale = speed
+		cfg.Engine = sc.EngineFor(c)
+		if sc.Model != "" {
+			cfg.Model = sc.Model
+		}
+		srv, err := fakeserver.New(cfg, fakeserver.Deps{})
+		if err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		g.Go(func() error { return srv.Serve(ctx, ln) })
+		out = append(out, Target{Address: ln.Addr().String(), Name: cfg.Name, Model: cfg.Model, Capacity: c})
+	}
+	return out, nil
+}

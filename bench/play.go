@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// RunResult is one run: the scenario at one level under one policy, one
+// repeat.
+type RunResult struct {
+	Policy string
+	Level  float64
+	Repeat int
+	Seed   uint64
+	Salt   uint64
+	// Warm and End are the measurement window's offsets; Phases the
+	// scenario's phases (scaled) with their offsets.
+	Warm, End time.Duration
+	Phases    []PhaseSpan
+	Requests  []Request
+	Pods      []PodSample
+	PodNames  []string
+	// Modes, ModeChanges and WeightVersions come from the router's admin
+	// server (empty without one).
+	Modes          []ModePoint
+	ModeChanges    []ModeChange
+	WeightVersions int
+	// Wall is the run's length; CPU the process's CPU time during it
+	// (0 when Deps.CPU is nil).
+	Wall, CPU time.Duration
+	// AdminErr is why the timeline is missing, if it is.
+	AdminErr string
+}
+
+// PhaseSpan is one phase's name and offsets.
+type PhaseSpan struct {
+	Name       string
+	Start, End time.Duration
+}
+
+// player plays one run.
+type player struct {
+	sc     *sim.Scenario
+	level  float64
+	url    string
+	hc     *http.Client
+	clk    clock.WithTicker
+	start  time.Time
+	render *sim.Renderer
+
+	mu     sync.Mutex // guards render and out
+	out    []Request
+	phase  int
+	alive  []bool // closed loop: client c has a goroutine
+	target int    // closed loop: concurrency now
+	wg     sync.WaitGroup
+}
+
+func (p *player) now() time.Duration { return p.clk.Since(p.start) }
+
+// sleepUntil waits until offset at; false when ctx ended first.
+func (p *player) sleepUntil(ctx context.Context, at time.Duration) bool {
+	d := at - p.now()
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := p.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (p *player) levelOf(i int) float64 {
+	if l := p.sc.Phases[i].Level; l != 0 {
+		return l
+	}
+	return p.level
+}
+
+// fire sends one rendered request scheduled at sched and records it.
+func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered) {
+	sent := p.now()
+	res := send(ctx, p.hc, p.clk, p.url, p.sc.Model, r, p.sc.Timeout)
+	res.Phase, res.Scheduled, res.Sent = phase, sched, sent
+	res.Measured = sched >= p.sc.Warmup && sched < p.sc.Duration
+	p.mu.Lock()
+	p.out = append(p.out, res)
+	p.mu.Unlock()
+}
+
+// play issues the scenario's requests until its end and waits for every
+// request in flight (each bounded by the scenario's timeout).
+func (p *player) play(ctx context.Context) []Request {
+	switch p.sc.Load.Mode {
+	case sim.ModeClosed:
+		p.closed(ctx)
+	default:
+		p.open(ctx)
+	}
+	p.wg.Wait()
+	return p.out
+}
+
+// closed runs a closed loop: each phase sets the number of clients; new
+// clients start at once, extra ones retire after their request.
+func (p *player) closed(ctx context.Context) {
+	for i := range p.sc.Phases {
+		if !p.sleepUntil(ctx, p.sc.PhaseStart(i)) {
+			return
+		}
+		n := int(p.levelOf(i))
+		p.mu.Lock()
+		p.phase, p.target = i, n
+		for len(p.alive) < n {
+			p.alive = append(p.alive, false)
+		}
+		for c := 0; c < n; c++ {
+			if !p.alive[c] {
+				p.alive[c] = true
+				p.wg.Add(1)
+				go p.client(ctx, c)
+			}
+		}
+		p.mu.Unlock()
+	}
+	p.sleepUntil(ctx, p.sc.Duration)
+}
+
+func (p *player) client(ctx context.Context, c int) {
+	defer p.wg.Done()
+	var sched time.Duration
+	for first := true; ; first = false {
+		p.mu.Lock()
+		now := p.now()
+		if c >= p.target || now >= p.sc.Duration || ctx.Err() != nil {
+			p.alive[c] = false
+			p.mu.Unlock()
+			return
+		}
+		phase := p.phase
+		think := p.render.Think()
+		r := p.render.Next(phase, c)
+		p.mu.Unlock()
+		if first {
+			sched = now
+		}
+		sched += think
+		if !p.sleepUntil(ctx, sched) {
+			p.mu.Lock()
+			p.alive[c] = false
+			p.mu.Unlock()
+			return
+		}
+		p.fire(ctx, phase, sched, &r)
+		sched = p.now()
+	}
+}
+
+// open runs Poisson arrivals at each phase's rate, or a trace's arrivals
+// at the level's speed-up; every arrival is its own goroutine.
+func (p *player) open(ctx context.Context) {
+	trace := p.sc.Load.Mode == sim.ModeTrace
+	var at time.Duration
+	for i := 0; i < len(p.sc.Phases); {
+		end := p.sc.PhaseStart(i) + p.sc.Phases[i].Duration
+		p.mu.Lock()
+		var next time.Duration
+		if trace {
+			a, ok := p.render.PeekArrival()
+			if !ok {
+				p.mu.Unlock()
+				return
+			}
+			next = time.Duration(float64(a) / p.level)
+		} else {
+			next = at + p.render.Gap(p.levelOf(i))
+		}
+		if next >= end && !trace {
+			p.mu.Unlock()
+			at, i = end, i+1
+			continue
+		}
+		if next >= p.sc.Duration {
+			p.mu.Unlock()
+			return
+		}
+		for trace && i+1 < len(p.sc.Phases) && next >= end {
+			i++
+			end = p.sc.PhaseStart(i) + p.sc.Phases[i].Duration
+		}
+		r := p.render.Next(i, -1)
+		p.phase = i
+		p.mu.Unlock()
+		at = next
+		if !p.sleepUntil(ctx, at) {
+			return
+		}
+		p.wg.Add(1)
+		go func(phase int, sched time.Duration) {
+			defer p.wg.Done()
+			p.fire(ctx, phase, sched, &r)
+		}(i, at)
+	}
+}
+
+// snapshot copies the requests finished so far.
+func (p *player) snapshot() ([]Request, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Request(nil), p.out...), p.phase
+}

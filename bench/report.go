@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// spread is the median of vs with its min and max, NaNs left out.
+type spread struct{ med, lo, hi float64 }
+
+func spreadOf(vs []float64) spread {
+	vs = slices.DeleteFunc(slices.Clone(vs), math.IsNaN)
+	if len(vs) == 0 {
+		return spread{math.NaN(), math.NaN(), math.NaN()}
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	med := vs[n/2]
+	if n%2 == 0 {
+		med = (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return spread{med, vs[0], vs[n-1]}
+}
+
+func (s spread) ms() string {
+	if math.IsNaN(s.med) {
+		return "–"
+	}
+	if s.lo == s.hi {
+		return fmt.Sprintf("%.0f", s.med)
+	}
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", s.med, s.lo, s.hi)
+}
+
+func (s spread) ratio() string {
+	if math.IsNaN(s.med) {
+		return "–"
+	}
+	if s.lo == s.hi {
+		return fmt.Sprintf("%.2f", s.med)
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", s.med, s.lo, s.hi)
+}
+
+func val(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+// group returns the summaries of (policy, level), in repeat order.
+func group(sums []sim.RunSummary, policy string, level float64) []sim.RunSummary {
+	var out []sim.RunSummary
+	for _, s := range sums {
+		if s.Policy == policy && s.Level == level {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func col(rs []sim.RunSummary, f func(*sim.RunSummary) float64) spread {
+	vs := make([]float64, len(rs))
+	for i := range rs {
+		vs[i] = f(&rs[i])
+	}
+	return spreadOf(vs)
+}
+
+// WriteTables writes the overall and per-phase tables: medians over the
+// repeats with (min–max).
+func (rep *Report) WriteTables(w io.Writer) error {
+	sums := rep.Summaries()
+	var b strings.Builder
+	for _, level := range rep.Config.Levels {
+		fmt.Fprintf(&b, "### %s %g: overall\n\n", rep.Scenario.LevelUnit(), level)
+		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 / p99 ms | tok/s | cached-token ratio | prefix-hit ratio | busiest pod: load share / served share | errors | weight changes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, pol := range rep.Config.Policies {
+			rs := group(sums, pol.Name, level)
+			if len(rs) == 0 {
+				continue
+			}
+			var itl50, itl99, errs, served []float64
+			kinds := map[string]int{}
+			for _, r := range rep.Runs {
+				if r.Policy == pol.Name && r.Level == level {
+					st := Summarise(r.measured(-1), 0)
+					itl50, itl99 = append(itl50, st.ITLP50), append(itl99, st.ITLP99)
+					errs = append(errs, float64(st.Failed))
+					served = append(served, servedShare(st))
+					for k, n := range st.Errors {
+						kinds[k] += n
+					}
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s%s | %s |\n", pol.Name,
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP50) }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP90) }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP99) }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP50) }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP99) }).ms(),
+				spreadOf(itl50).ms(), spreadOf(itl99).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return s.OutputTokensPerSec }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.CachedTokenRatio) }).ratio(),
+				col(rs, func(s *sim.RunSummary) float64 { return s.PrefixHitRatio }).ratio(),
+				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
+				spreadOf(errs).ms(), kindList(kinds),
+				col(rs, func(s *sim.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
+		}
+		fmt.Fprintf(&b, "\n### %s %g: per phase\n\n", rep.Scenario.LevelUnit(), level)
+		b.WriteString("| phase | policy | requests | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | tok/s | calm→rebalance entries (all repeats) | onset busiest ratio |\n|---|---|---|---|---|---|---|---|---|\n")
+		for pi, ph := range rep.Scenario.Phases {
+			for _, pol := range rep.Config.Policies {
+				rs := group(sums, pol.Name, level)
+				if len(rs) == 0 || pi >= len(rs[0].Phases) {
+					continue
+				}
+				entries := 0
+				for _, r := range rs {
+					entries += r.Phases[pi].RebalanceEntries
+				}
+				p := func(f func(*sim.PhaseSummary) float64) spread {
+					return col(rs, func(s *sim.RunSummary) float64 { return f(&s.Phases[pi]) })
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph.Name, pol.Name,
+					p(func(s *sim.PhaseSummary) float64 { return float64(s.Measured) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP50) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP99) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return val(s.E2EP99) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return s.OutputTokensPerSec }).ms(),
+					entries,
+					p(func(s *sim.PhaseSummary) float64 { return s.OnsetBusiestRatio }).ratio())
+			}
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func kindList(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// WriteGenerator writes the load generator's own record per run: process
+// CPU over the run, and how late requests left against their schedule.
+func (rep *Report) WriteGenerator(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("| run | policy | level | repeat | salt | wall s | process CPU (cores) | requests | lateness p50 / p99 / max ms |\n|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range rep.Runs {
+		p50, p99, worst := r.Lateness()
+		cpu := "–"
+		if r.CPU > 0 && r.Wall > 0 {
+			cpu = fmt.Sprintf("%.2f", r.CPU.Seconds()/r.Wall.Seconds())
+		}
+		fmt.Fprintf(&b, "| %d | %s | %g | %d | %016x | %.1f | %s | %d | %.1f / %.1f / %.1f |\n", i+1, r.Policy, r.Level, r.Repeat, r.Salt,
+			r.Wall.Seconds(), cpu, len(r.Requests), msOf(p50), msOf(p99), msOf(worst))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteMarkdown writes DIR/<scenario>.md: the setup, the command, the
+// tables, the generator's record, the plots (imgPrefix "-": none) and,
+// with CompareSim, the rankings side by side.
+func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) error {
+	sc := rep.Scenario
+	fmt.Fprintf(w, "# trimtab bench: %s\n\n%s\n\n`%s`\n\n", sc.Name, strings.TrimSpace(sc.Description), command)
+	fmt.Fprintf(w, "%s Scenario time ×%g (%v per run, warm-up %v excluded), %d repeat(s) interleaved; "+
+		"values are medians over the repeats with (min–max). Latencies in ms, client side.\n\n",
+		setup, rep.Config.TimeScale, sc.Duration.Round(time.Second), sc.Warmup.Round(time.Second), rep.Config.Repeat)
+	if err := rep.WriteTables(w); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "### Load generator\n\nProcess CPU counts everything in this process (with `--fleet` also the servers and the router); lateness is how long after its scheduled time each request left.\n\n")
+	if err := rep.WriteGenerator(w); err != nil {
+		return err
+	}
+	if imgPrefix != "-" {
+		fmt.Fprintf(w, "\n### TTFT over time (first repeat; shaded: router not calm)\n\n")
+		for _, img := range rep.Images() {
+			fmt.Fprintf(w, "![%s](%s%s)\n\n", img.Title, imgPrefix, img.File)
+		}
+	}
+	if rep.Sim != nil {
+		fmt.Fprintf(w, "\n### Simulator against real time\n\n")
+		return rep.WriteRankings(w)
+	}
+	return nil
+}
+
+// servedShare is the busiest pod's share of the successful requests, by
+// the x-trimtab-endpoint header (NaN when no response named its pod).
+func servedShare(st Stats) float64 {
+	top, n := 0, 0
+	for ep, k := range st.ByEndpoint {
+		if ep != "" {
+			top, n = max(top, k), n+k
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(top) / float64(n)
+}

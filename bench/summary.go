@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// Stats summarises a set of requests. Latencies are in milliseconds over
+// the successful requests; NaN when there are none.
+type Stats struct {
+	Requests, Failed, Tokens  int
+	TTFTP50, TTFTP90, TTFTP99 float64
+	E2EP50, E2EP99            float64
+	ITLP50, ITLP99            float64
+	// TokPerSec is Tokens ÷ the window given to Summarise (NaN for 0).
+	TokPerSec float64
+	// Cached and Prompt are the prompt tokens of successful requests whose
+	// server reported cached_tokens.
+	Cached, Prompt int
+	Errors         map[string]int
+	ByEndpoint     map[string]int
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// Summarise computes Stats over reqs, tokens per second over window.
+func Summarise(reqs []Request, window time.Duration) Stats {
+	s := Stats{Errors: map[string]int{}, ByEndpoint: map[string]int{}}
+	var ttft, e2e, itl []float64
+	for i := range reqs {
+		r := &reqs[i]
+		s.Requests++
+		if r.Err != "" {
+			s.Failed++
+			s.Errors[r.Err]++
+			continue
+		}
+		s.Tokens += r.Tokens
+		s.ByEndpoint[r.Endpoint]++
+		ttft = append(ttft, msOf(r.TTFT))
+		e2e = append(e2e, msOf(r.E2E))
+		for _, g := range r.Gaps {
+			itl = append(itl, msOf(g))
+		}
+		if r.CachedKnown {
+			s.Cached += r.CachedTokens
+			s.Prompt += r.PromptTokens
+		}
+	}
+	sort.Float64s(ttft)
+	sort.Float64s(e2e)
+	sort.Float64s(itl)
+	s.TTFTP50, s.TTFTP90, s.TTFTP99 = sim.Percentile(ttft, 50), sim.Percentile(ttft, 90), sim.Percentile(ttft, 99)
+	s.E2EP50, s.E2EP99 = sim.Percentile(e2e, 50), sim.Percentile(e2e, 99)
+	s.ITLP50, s.ITLP99 = sim.Percentile(itl, 50), sim.Percentile(itl, 99)
+	s.TokPerSec = math.NaN()
+	if window > 0 {
+		s.TokPerSec = float64(s.Tokens) / window.Seconds()
+	}
+	return s
+}
+
+// CachedRatio is Cached ÷ Prompt, or NaN when no server reported it.
+func (s Stats) CachedRatio() float64 {
+	if s.Prompt == 0 {
+		return math.NaN()
+	}
+	return float64(s.Cached) / float64(s.Prompt)
+}
+
+func ptr(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// measured returns the run's measured requests, of one phase (−1: all).
+func (r *RunResult) measured(phase int) []Request {
+	var out []Request
+	for _, q := range r.Requests {
+		if q.Measured && (phase < 0 || q.Phase == phase) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// busiest returns, over pod samples in [from, to), the busiest pod's
+// share of the time-averaged load and its load ÷ the pool's mean (0, 0
+// without samples or load).
+func (r *RunResult) busiest(from, to time.Duration) (share, ratio float64) {
+	var sum []float64
+	for _, s := range r.Pods {
+		if s.T < from || s.T >= to {
+			continue
+		}
+		if sum == nil {
+			sum = make([]float64, len(s.Load))
+		}
+		for i, l := range s.Load {
+			sum[i] += l
+		}
+	}
+	total, top := 0.0, 0.0
+	for _, v := range sum {
+		total += v
+		top = max(top, v)
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	return top / total, top / (total / float64(len(sum)))
+}
+
+// prefixHit is Δhits ÷ Δqueries of the pods' prefix caches over the
+// measurement window (0 when the servers export no such counters).
+func (r *RunResult) prefixHit() float64 {
+	var a, b *PodSample
+	for i := range r.Pods {
+		s := &r.Pods[i]
+		if a == nil && s.T >= r.Warm {
+			a = s
+		}
+		if s.T <= r.End {
+			b = s
+		}
+	}
+	if a == nil || b == nil || b.Queries <= a.Queries {
+		return 0
+	}
+	return (b.Hits - a.Hits) / (b.Queries - a.Queries)
+}
+
+// entries counts the router's transitions out of calm (to rebalance or
+// frozen) in [from, to), and transitions into frozen.
+func (r *RunResult) entries(from, to time.Duration) (calmExits, freezes int) {
+	for _, c := range r.ModeChanges {
+		if c.T < from || c.T >= to {
+			continue
+		}
+		if c.From == "calm" && (c.To == "rebalance" || c.To == "frozen") {
+			calmExits++
+		}
+		if c.To == "frozen" {
+			freezes++
+		}
+	}
+	return calmExits, freezes
+}
+
+// Summary returns the run in the schema of `trimtab sim`'s summary.json,
+// with cached_token_ratio and errors filled.
+func (r *RunResult) Summary(scenario string) sim.RunSummary {
+	win := r.End - r.Warm
+	st := Summarise(r.measured(-1), win)
+	share, ratio := r.busiest(r.Warm, r.End)
+	_, fz := r.entries(0, r.End+time.Hour)
+	s := sim.RunSummary{
+		Scenario: scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed,
+		TTFTP50: ptr(st.TTFTP50), TTFTP90: ptr(st.TTFTP90), TTFTP99: ptr(st.TTFTP99),
+		E2EP50: ptr(st.E2EP50), E2EP99: ptr(st.E2EP99),
+		OutputTokensPerSec: nz(st.TokPerSec), PrefixHitRatio: r.prefixHit(),
+		Failed: st.Failed - st.Errors[ErrTimeout], TimedOut: st.Errors[ErrTimeout],
+		BusiestPodShare: share, BusiestPodRatio: ratio,
+		Measured: st.Requests, WeightChanges: r.WeightVersions, WatchdogFreezes: fz,
+		CachedTokenRatio: ptr(st.CachedRatio()), Errors: st.Errors,
+		Phases: []sim.PhaseSummary{},
+	}
+	for i, ph := range r.Phases {
+		from, to := max(ph.Start, r.Warm), min(ph.End, r.End)
+		pst := Summarise(r.measured(i), max(to-from, 0))
+		in, _ := r.entries(from, to)
+		warm, _ := r.entries(ph.Start, min(ph.End, r.Warm))
+		_, onset := r.busiest(ph.Start, ph.Start+sim.OnsetWindow)
+		s.Phases = append(s.Phases, sim.PhaseSummary{
+			Name: ph.Name, RebalanceEntries: in, WarmupRebalanceEntries: warm,
+			TTFTP50: ptr(pst.TTFTP50), TTFTP99: ptr(pst.TTFTP99), E2EP99: ptr(pst.E2EP99),
+			OutputTokensPerSec: nz(pst.TokPerSec), Measured: pst.Requests, OnsetBusiestRatio: onset,
+		})
+	}
+	return s
+}
+
+func nz(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}
+
+// Summaries returns every run's summary, in the order they ran.
+func (rep *Report) Summaries() []sim.RunSummary {
+	out := make([]sim.RunSummary, 0, len(rep.Runs))
+	for _, r := range rep.Runs {
+		out = append(out, r.Summary(rep.Scenario.Name))
+	}
+	return out
+}
+
+// Lateness returns the p50, p99 and max of how late requests left against
+// their schedule (closed loop: when the client was due to send).
+func (r *RunResult) Lateness() (p50, p99, worst time.Duration) {
+	var ds []float64
+	for _, q := range r.Requests {
+		ds = append(ds, float64(max(q.Sent-q.Scheduled, 0)))
+	}
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	return time.Duration(sim.Percentile(ds, 50)), time.Duration(sim.Percentile(ds, 99)), time.Duration(ds[len(ds)-1])
+}

@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+func TestSpread(t *testing.T) {
+	for _, c := range []struct {
+		in          []float64
+		med, lo, hi float64
+	}{
+		{[]float64{3, 1, 2}, 2, 1, 3},       // sorted 1 2 3: middle 2
+		{[]float64{4, 1, 2, 10}, 3, 1, 10},  // sorted 1 2 4 10: (2+4)/2 = 3
+		{[]float64{math.NaN(), 5}, 5, 5, 5}, // NaN left out
+	} {
+		s := spreadOf(c.in)
+		if s.med != c.med || s.lo != c.lo || s.hi != c.hi {
+			t.Errorf("spreadOf(%v) = %+v, want %v (%v–%v)", c.in, s, c.med, c.lo, c.hi)
+		}
+	}
+	if s := spreadOf(nil); !math.IsNaN(s.med) || s.ms() != "–" {
+		t.Errorf("spreadOf(nil) = %+v", s)
+	}
+}
+
+func TestRunSummaryCounts(t *testing.T) {
+	ms := time.Millisecond
+	r := &RunResult{Policy: "p", Level: 4, Warm: 100 * ms, End: 2100 * ms,
+		Phases: []PhaseSpan{{"calm", 0, time.Second}, {"burst", time.Second, 2100 * ms}},
+		ModeChanges: []ModeChange{
+			{T: 50 * ms, From: "calm", To: "rebalance"},   // before the window: warm-up entry of calm
+			{T: 500 * ms, From: "rebalance", To: "calm"},  // not an entry
+			{T: 1500 * ms, From: "calm", To: "rebalance"}, // burst entry
+			{T: 1800 * ms, From: "rebalance", To: "frozen"},
+		},
+		Pods: []PodSample{ // loads 3 and 1: busiest share 3/4, ratio 3/2
+			{T: 200 * ms, Load: []float64{3, 1}, Hits: 10, Queries: 100},
+			{T: 2000 * ms, Load: []float64{3, 1}, Hits: 70, Queries: 200}, // Δ 60/100 = 0.6
+		},
+		Requests: []Request{
+			{Phase: 0, Measured: true, TTFT: 10 * ms, E2E: 40 * ms, Tokens: 10, PromptTokens: 100, CachedTokens: 50, CachedKnown: true},
+			{Phase: 1, Measured: true, TTFT: 30 * ms, E2E: 60 * ms, Tokens: 30, PromptTokens: 100, CachedTokens: 100, CachedKnown: true},
+			{Phase: 1, Measured: true, Err: ErrTimeout},
+			{Phase: 1, Measured: true, Err: "http_503"},
+			{Phase: 0, Measured: false, TTFT: time.Second}, // warm-up: not counted
+		},
+	}
+	s := r.Summary("sc")
+	// measured 4; failed = 2 errors − 1 timeout = 1; tokens 40 over 2 s = 20/s;
+	// cached (50+100)/(100+100) = 0.75.
+	if s.Measured != 4 || s.Failed != 1 || s.TimedOut != 1 || s.OutputTokensPerSec != 20 || *s.CachedTokenRatio != 0.75 {
+		t.Errorf("summary %+v", s)
+	}
+	if s.Errors[ErrTimeout] != 1 || s.Errors["http_503"] != 1 || *s.TTFTP50 != 10 || *s.TTFTP99 != 30 {
+		t.Errorf("errors %v, ttft p50 %v p99 %v", s.Errors, *s.TTFTP50, *s.TTFTP99)
+	}
+	if s.BusiestPodShare != 0.75 || s.BusiestPodRatio != 1.5 || math.Abs(s.PrefixHitRatio-0.6) > 1e-9 || s.WatchdogFreezes != 1 {
+		t.Errorf("share %v ratio %v hit %v freezes %v", s.BusiestPodShare, s.BusiestPodRatio, s.PrefixHitRatio, s.WatchdogFreezes)
+	}
+	if p := s.Phases; p[0].RebalanceEntries != 0 || p[0].WarmupRebalanceEntries != 1 || p[1].RebalanceEntries != 1 || p[1].Measured != 3 {
+		t.Errorf("phases %+v", p)
+	}
+}
+
+// FuzzReadStream: any body is read without panicking, and the result
+// has no negative count.
+func FuzzReadStream(f *testing.F) {
+	f.Add("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")
+	f.Add("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":-1}}}\n")
+	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\ndata: nope\n: comment\n")
+	f.Fuzz(func(t *testing.T, body string) {
+		var r Request
+		readStream(strings.NewReader(body), clock.RealClock{}, time.Now(), &r)
+		if r.Tokens < 0 || r.PromptTokens < 0 || r.CachedTokens < 0 {
+			t.Fatalf("bad result %+v", r)
+		}
+	})
+}
