@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -81,4 +82,16 @@ type Sink interface {
 // from one goroutine at a time and stop calling it before returning.
 type Discoverer interface {
 	Run(ctx context.Context, sink Sink) error
+}
+
+// Fixed is a Discoverer that reports one fixed target list and nothing
+// after it: for a router in front of servers that never change (trimtab
+// bench, tests).
+type Fixed []Target
+
+// Run reports the list, then waits for ctx.
+func (f Fixed) Run(ctx context.Context, sink Sink) error {
+	sink.Update(slices.Clone([]Target(f)))
+	<-ctx.Done()
+	return nil
 }

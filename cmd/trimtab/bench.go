@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -148,7 +147,7 @@ func orElse[T comparable](a, b T) T {
 // targets. The admin server tries adminAddr first, then any free port.
 func routerStarter(adminAddr string) bench.StartRouterFunc {
 	return func(ctx context.Context, f *configs.File, targets []bench.Target) (*bench.Router, error) {
-		fts := make(fixedTargets, len(targets))
+		fts := make(fleet.Fixed, len(targets))
 		for i, t := range targets {
 			fts[i] = fleet.Target{Address: t.Address, Name: orElse(t.Name, t.Address), Models: []string{t.Model}, Capacity: t.Capacity, Ready: true}
 		}
@@ -177,13 +176,4 @@ func routerStarter(adminAddr string) bench.StartRouterFunc {
 		return &bench.Router{ProxyURL: "http://" + httpLn.Addr().String(), AdminURL: "http://" + adminLn.Addr().String(),
 			Stop: func() error { cancel(); return <-done }}, nil
 	}
-}
-
-// fixedTargets is a Discoverer that reports one fixed list.
-type fixedTargets []fleet.Target
-
-func (t fixedTargets) Run(ctx context.Context, sink fleet.Sink) error {
-	sink.Update(slices.Clone([]fleet.Target(t)))
-	<-ctx.Done()
-	return nil
 }

@@ -15,8 +15,9 @@ const module = "github.com/trimtab/trimtab"
 // code imports. Anything absent is forbidden and anything listed must be
 // used. The graph, as DESIGN.md rule 1 and docs/architecture.md state it:
 //
-//   - leaves: scheduler, proxy/settings (the server: section's types) and
-//     deploy (manifests and their tests);
+//   - leaves: scheduler, proxy/settings (the server: section's types),
+//     telemetry (the OpenTelemetry provider) and deploy (manifests and
+//     their tests);
 //   - scorers, fleet, detector, configurator → scheduler;
 //   - proxy → scheduler, proxy/settings;
 //   - control → scheduler, detector, configurator;
@@ -31,6 +32,7 @@ var allowed = map[string][]string{
 	"scheduler":      {},
 	"proxy/settings": {},
 	"deploy":         {},
+	"telemetry":      {},
 	"scorers":        {"scheduler"},
 	"fleet":          {"scheduler"},
 	"detector":       {"scheduler"},
@@ -41,7 +43,7 @@ var allowed = map[string][]string{
 	"sim":            {"scheduler", "scorers", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "bench", "internal"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "bench", "internal", "telemetry"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
