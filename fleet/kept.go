@@ -153,7 +153,8 @@ func (kp *keptParser) sample(l []byte, km *keptMetric, mp *mapper) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("value %q: %w", truncate(l[v:j], 40), err)
 	}
-	if j = skipBlank(l, j); j < len(l) {
+	if j < len(l) { // a blank after the value: a timestamp must follow
+		j = skipBlank(l, j)
 		t := j
 		for j < len(l) && l[j] != ' ' && l[j] != '\t' {
 			j++
