@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -23,16 +24,16 @@ func (rep *Report) WriteDir(dir, command, setup string, noPlots bool) error {
 			return err
 		}
 	}
-	if err := writeAtomic(filepath.Join(dir, rep.Scenario.Name+".md"), func(f *os.File) error {
-		return rep.WriteMarkdown(f, img, command, setup)
+	if err := sim.WriteFile(filepath.Join(dir, rep.Scenario.Name+".md"), func(w io.Writer) error {
+		return rep.WriteMarkdown(w, img, command, setup)
 	}); err != nil {
 		return err
 	}
 	sf := sim.SummaryFile{Runs: rep.Summaries()}
-	if err := writeAtomic(filepath.Join(dir, "summary.json"), func(f *os.File) error { return sf.Write(f) }); err != nil {
+	if err := sf.WriteFile(filepath.Join(dir, "summary.json")); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, "timeline-"+rep.Scenario.Name+".json"), rep.writeTimeline)
+	return sim.WriteFile(filepath.Join(dir, "timeline-"+rep.Scenario.Name+".json"), rep.writeTimeline)
 }
 
 // timelineRun is one run's router timeline in timeline-<scenario>.json.
@@ -61,7 +62,7 @@ type timelineMode struct {
 // writeTimeline writes every run's router mode and weights timeline (from
 // its admin server, seconds from the run's start) and the requests each
 // pod served.
-func (rep *Report) writeTimeline(f *os.File) error {
+func (rep *Report) writeTimeline(f io.Writer) error {
 	var out []timelineRun
 	for _, r := range rep.Runs {
 		tr := timelineRun{Policy: r.Policy, Level: r.Level, Repeat: r.Repeat, Samples: []timelinePt{}, Changes: []timelineMode{},
@@ -77,20 +78,4 @@ func (rep *Report) writeTimeline(f *os.File) error {
 	enc := json.NewEncoder(f)
 	enc.SetIndent("", " ")
 	return enc.Encode(map[string]any{"scenario": rep.Scenario.Name, "runs": out})
-}
-
-func writeAtomic(path string, fn func(*os.File) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	werr := fn(f)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return werr
-	}
-	return os.Rename(tmp, path)
 }

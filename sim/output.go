@@ -44,22 +44,22 @@ func (sw *Sweep) WriteReport(dir string, plots bool, command string) (string, er
 		}
 	}
 	path := filepath.Join(dir, sw.Scenario.Name+".md")
-	return path, writeFile(path, func(w io.Writer) error { return sw.WriteMarkdown(w, imgs, command) })
+	return path, WriteFile(path, func(w io.Writer) error { return sw.WriteMarkdown(w, imgs, command) })
 }
 
 // WriteFile writes the summary to path as Write does, atomically (a
 // reader never sees half a file), so it can be rewritten after every
 // scenario.
-func (f *SummaryFile) WriteFile(path string) error { return writeFile(path, f.Write) }
+func (f *SummaryFile) WriteFile(path string) error { return WriteFile(path, f.Write) }
 
 // WriteFiles writes a tuning's report, dir/tune.md, and dir/tuned.yaml,
 // the profile f at the best vector with comment on top. command is the
 // command line the report says made it.
 func (r *TuneResult) WriteFiles(dir string, f *configs.File, comment, command string) error {
-	if err := writeFile(filepath.Join(dir, "tune.md"), func(w io.Writer) error { return r.WriteMarkdown(w, command) }); err != nil {
+	if err := WriteFile(filepath.Join(dir, "tune.md"), func(w io.Writer) error { return r.WriteMarkdown(w, command) }); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, "tuned.yaml"), func(w io.Writer) error { return r.WriteProfile(w, f, comment) })
+	return WriteFile(filepath.Join(dir, "tuned.yaml"), func(w io.Writer) error { return r.WriteProfile(w, f, comment) })
 }
 
 // fairBaselines are the comparisons WriteComparisons makes: adaptive
@@ -102,15 +102,15 @@ func WriteComparisons(path, command string, runs []RunSummary) ([]string, error)
 	if body.Len() == 0 {
 		return nil, nil
 	}
-	return lines, writeFile(path, func(w io.Writer) error {
+	return lines, WriteFile(path, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", command, body.String())
 		return err
 	})
 }
 
-// writeFile writes path with fn through a temporary file renamed into
+// WriteFile writes path with fn through a temporary file renamed into
 // place, so a reader sees the old file or the whole new one.
-func writeFile(path string, fn func(io.Writer) error) error {
+func WriteFile(path string, fn func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {

@@ -27,9 +27,9 @@ type TuneConfig struct {
 	// vector of calm weights run with the control loop on. Candidates the
 	// loop refuses (a category at weight 0, a calm budget at or above
 	// d_max) are skipped and counted in TuneResult.Invalid.
-	Loop bool
-	Seed    uint64
-	Seeds   int
+	Loop  bool
+	Seed  uint64
+	Seeds int
 	// Budget is the number of weight vectors evaluated in all, baselines
 	// included (default 40).
 	Budget   int
