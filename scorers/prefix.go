@@ -8,8 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/zeebo/xxh3"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -66,16 +66,15 @@ func (c PrefixConfig) Validate() error {
 //
 // Blocks: the prompt is cut into blocks of BlockSize tokens × BytesPerToken
 // bytes (default 64 × 4 = 256 bytes); a trailing partial block is not
-// indexed, and at most MaxBlocks blocks are. Block i's hash chains the
-// XXH3-64 digest of the block into its predecessor's hash through the
-// SplitMix64 finaliser m (a bijection),
+// indexed, and at most MaxBlocks blocks are. Block i's hash is the
+// xxhash64, seeded, of the whole prefix up to and including it,
 //
-//	h_i = m(h_{i−1} ⊕ XXH3_64(block_i)),  h_{−1} = seed,
+//	h_i = xxhash64_seed(block_0 ‖ block_1 ‖ … ‖ block_i),
 //
-// so h_i commits to blocks 0…i in order: a block's hash stands for the
-// whole prefix up to it. The seed is derived from the model name and,
-// when set, the request's cache salt, so different models and tenants
-// never share blocks.
+// computed in one streaming pass (each h_i is the digest read out after
+// block i), so a block's hash stands for the whole prefix up to it. The
+// seed is derived from the model name and, when set, the request's cache
+// salt, so different models and tenants never share blocks.
 //
 // Formula: score_e = (leading blocks of the request found on e, stopping
 // at the first miss) / (blocks in the request). 1 means the index believes
@@ -243,14 +242,14 @@ func (p *Prefix) blocks(prompt []byte) int { return min(len(prompt)/p.blockBytes
 
 // seed derives the hash chain's seed from the model and the cache salt.
 func seed(model, salt string) uint64 {
-	s := xxh3.HashString(model)
+	s := xxhash.Sum64String(model)
 	if salt != "" {
-		s = xxh3.HashStringSeed(salt, s)
+		s = mix64(s ^ mix64(xxhash.Sum64String(salt)+0x9e3779b97f4a7c15))
 	}
 	return s
 }
 
-// mix64 is the SplitMix64 finaliser, a bijection on 64-bit words.
+// mix64 is the SplitMix64 finaliser.
 func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
@@ -258,16 +257,20 @@ func mix64(z uint64) uint64 {
 }
 
 // hashBlocks fills sc.hashes with the prefix hashes of the first n blocks
-// of req.Prompt and groups the block indexes by shard. The blocks' XXH3
-// digests do not depend on each other, so the CPU overlaps them; only the
-// cheap mixing step is a serial chain. Nothing is copied.
+// of req.Prompt and groups the block indexes by shard. Streaming the prompt
+// through one digest is ≈ 10 % cheaper than hashing each block afresh with
+// its predecessor's hash prepended (BenchmarkPrefixHash), and copies
+// nothing when a block is a multiple of 32 bytes (the default 256 is).
 func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
 	bb := p.blockBytes
 	sc.hashes = sc.hashes[:n]
-	h := seed(req.Model, req.CacheSalt)
+	// One pass over the prompt: the digest's state after block i is the
+	// hash of everything up to it, read out without copying a byte.
+	var d xxhash.Digest
+	d.ResetWithSeed(seed(req.Model, req.CacheSalt))
 	for i := range n {
-		h = mix64(h ^ xxh3.Hash(req.Prompt[i*bb:(i+1)*bb]))
-		sc.hashes[i] = h
+		_, _ = d.Write(req.Prompt[i*bb : (i+1)*bb]) // never fails
+		sc.hashes[i] = d.Sum64()
 	}
 	// Counting sort of block indexes by shard.
 	start := sc.start
