@@ -44,7 +44,9 @@ type Config struct {
 	// in [0, ThetaOn). Default 0.05.
 	ThetaOff float64 `mapstructure:"theta_off"`
 	// MinDwell is the least time spent in calm or rebalance before a
-	// switch to the other, ≥ 0. Default 5s.
+	// switch to the other, ≥ 0. Default 10s: long enough for a rebalance to
+	// copy a hot prefix to the pods that relieve its holders, so the calm
+	// weights that follow find it spread.
 	MinDwell time.Duration `mapstructure:"min_dwell"`
 
 	// SlewRate caps how fast the distribution budget D moves, in budget
@@ -60,11 +62,19 @@ type Config struct {
 	// (scheduler.Guard): no endpoint is sent a request while it carries
 	// more than max(c × the mean, the mean + GuardSlack) router-local
 	// in-flight requests per unit of capacity, unless every candidate
-	// does. 0 turns the guard, and with it the herd signal, off. Default 2.
+	// does. 0 turns the guard, and with it the herd signal, off. Default 2.5.
 	GuardFactor float64 `mapstructure:"guard_factor"`
 	// GuardSlack is the guard's slack s ≥ 0, in requests per unit of
 	// capacity. Default 6: a small pool's chance imbalance (a few requests) never trips it.
 	GuardSlack float64 `mapstructure:"guard_slack"`
+	// CrowdFactor and CrowdSlack bound a crowded prefix (scheduler.Weights.Crowd):
+	// when a prefix is already held by two or more endpoints and the calm
+	// weights' choice among them carries more than max(CrowdFactor × the
+	// mean, the mean + CrowdSlack) in-flight requests per unit of capacity,
+	// the pick counts towards the herd signal. It measures only; it diverts
+	// nothing. CrowdFactor 0 turns it off. Defaults 1.5 and 2.
+	CrowdFactor float64 `mapstructure:"crowd_factor"`
+	CrowdSlack  float64 `mapstructure:"crowd_slack"`
 
 	// FlapMaxTransitions is K of the flap watchdog: more than this many
 	// calm↔rebalance transitions within FlapWindow freezes the
@@ -95,11 +105,13 @@ func DefaultConfig() Config {
 		Nu:                 1,
 		ThetaOn:            0.2,
 		ThetaOff:           0.05,
-		MinDwell:           5 * time.Second,
+		MinDwell:           10 * time.Second,
 		SlewRate:           2,
 		MinChange:          0.01,
-		GuardFactor:        2,
+		GuardFactor:        2.5,
 		GuardSlack:         6,
+		CrowdFactor:        1.5,
+		CrowdSlack:         2,
 		FlapMaxTransitions: 4,
 		FlapWindow:         time.Minute,
 		FlapCooldown:       time.Minute,
@@ -144,6 +156,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf(p+"guard_factor: must be 0 (off) or a finite number ≥ 1, got %v", c.GuardFactor)
 	case !(c.GuardSlack >= 0) || !finite(c.GuardSlack):
 		return fmt.Errorf(p+"guard_slack: must be a finite number ≥ 0, got %v", c.GuardSlack)
+	case !(c.CrowdFactor == 0 || c.CrowdFactor >= 1) || !finite(c.CrowdFactor):
+		return fmt.Errorf(p+"crowd_factor: must be 0 (off) or a finite number ≥ 1, got %v", c.CrowdFactor)
+	case !(c.CrowdSlack >= 0) || !finite(c.CrowdSlack):
+		return fmt.Errorf(p+"crowd_slack: must be a finite number ≥ 0, got %v", c.CrowdSlack)
 	case c.FlapMaxTransitions < 0:
 		return fmt.Errorf(p+"flap_max_transitions: must be ≥ 0 (0 disables the watchdog), got %d", c.FlapMaxTransitions)
 	case c.FlapMaxTransitions > 0 && c.FlapWindow <= 0:

@@ -47,7 +47,7 @@ type Configurator struct {
 	sa, sd, total float64
 	dMin          float64 // calm budget: Config.DMin, or the profile's share
 	calm          []float64
-	guard         scheduler.Guard
+	guard, crowd  scheduler.Guard
 
 	// Step state, owned by the goroutine calling Step.
 	started     bool
@@ -117,6 +117,9 @@ func New(cfg Config, profile []scheduler.ScorerEntry, start *scheduler.Weights) 
 		c.calm = c.values(c.dMin)
 		if cfg.GuardFactor > 0 {
 			c.guard = scheduler.Guard{Factor: cfg.GuardFactor, Slack: cfg.GuardSlack}
+			if cfg.CrowdFactor > 0 {
+				c.crowd = scheduler.Guard{Factor: cfg.CrowdFactor, Slack: cfg.CrowdSlack}
+			}
 		}
 	}
 	if start == nil || len(start.Values) != len(c.base) {
@@ -386,7 +389,7 @@ func (c *Configurator) publish(now time.Time, in Input, d float64, reason string
 	if mode == ModeStatic {
 		w.Values = append([]float64(nil), c.base...)
 	} else {
-		w.Values, w.Guard, w.Calm = c.values(d), c.guard, c.calm
+		w.Values, w.Guard, w.Crowd, w.Calm = c.values(d), c.guard, c.crowd, c.calm
 	}
 	c.cur.Store(w)
 	c.dPub = d

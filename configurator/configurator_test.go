@@ -359,6 +359,11 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.MinDwell = -time.Second }, "adaptive.min_dwell:"},
 		{func(c *Config) { c.SlewRate = 0 }, "adaptive.slew_rate:"},
 		{func(c *Config) { c.MinChange = 0.7 }, "adaptive.min_change:"},
+		{func(c *Config) { c.GuardFactor = 0.5 }, "adaptive.guard_factor:"},
+		{func(c *Config) { c.GuardSlack = -1 }, "adaptive.guard_slack:"},
+		{func(c *Config) { c.CrowdFactor = 0.9 }, "adaptive.crowd_factor:"},
+		{func(c *Config) { c.CrowdFactor = math.Inf(1) }, "adaptive.crowd_factor:"},
+		{func(c *Config) { c.CrowdSlack = math.NaN() }, "adaptive.crowd_slack:"},
 		{func(c *Config) { c.FlapMaxTransitions = -1 }, "adaptive.flap_max_transitions:"},
 		{func(c *Config) { c.FlapWindow = 0 }, "adaptive.flap_window:"},
 		{func(c *Config) { c.FlapCooldown = time.Second }, "adaptive.flap_cooldown: must be > 0 and ≥ min_dwell"},
@@ -505,8 +510,11 @@ func TestDefaults(t *testing.T) {
 	if w.Mode != ModeCalm || !slices.Equal(w.Values, []float64{3, 2, 0.5, 2, 1}) {
 		t.Errorf("first version %s %v, want calm at the profile's weights", w.Mode, w.Values)
 	}
-	if w.Guard != (scheduler.Guard{Factor: 2, Slack: 6}) {
-		t.Errorf("guard %+v, want factor 2 slack 6", w.Guard)
+	if w.Guard != (scheduler.Guard{Factor: 2.5, Slack: 6}) {
+		t.Errorf("guard %+v, want factor 2.5 slack 6", w.Guard)
+	}
+	if w.Crowd != (scheduler.Guard{Factor: 1.5, Slack: 2}) {
+		t.Errorf("crowd %+v, want factor 1.5 slack 2", w.Crowd)
 	}
 	if !slices.Equal(w.Calm, w.Values) {
 		t.Errorf("calm weights %v, want %v", w.Calm, w.Values)
@@ -522,12 +530,17 @@ func TestDefaults(t *testing.T) {
 	}
 	// Static mode publishes neither.
 	s := mustNew(t, DefaultConfig(), nil).Step(t0, sig(0))
-	if s.Guard != (scheduler.Guard{}) || s.Calm != nil {
-		t.Errorf("static version has guard %+v calm %v", s.Guard, s.Calm)
+	if s.Guard != (scheduler.Guard{}) || s.Crowd != (scheduler.Guard{}) || s.Calm != nil {
+		t.Errorf("static version has guard %+v crowd %+v calm %v", s.Guard, s.Crowd, s.Calm)
 	}
-	// guard_factor 0 turns the guard off.
-	cfg.GuardFactor = 0
-	if w := mustNew(t, cfg, nil).Step(t0, sig(0)); w.Guard != (scheduler.Guard{}) {
-		t.Errorf("guard_factor 0: guard %+v", w.Guard)
+	// crowd_factor 0 turns the crowd bound off; guard_factor 0 the guard and
+	// with it all herd accounting.
+	cfg.CrowdFactor = 0
+	if w := mustNew(t, cfg, nil).Step(t0, sig(0)); w.Crowd != (scheduler.Guard{}) || w.Guard.Factor != 2.5 {
+		t.Errorf("crowd_factor 0: guard %+v crowd %+v", w.Guard, w.Crowd)
+	}
+	cfg.CrowdFactor, cfg.GuardFactor = 1.5, 0
+	if w := mustNew(t, cfg, nil).Step(t0, sig(0)); w.Guard != (scheduler.Guard{}) || w.Crowd != (scheduler.Guard{}) {
+		t.Errorf("guard_factor 0: guard %+v crowd %+v", w.Guard, w.Crowd)
 	}
 }

@@ -9,7 +9,8 @@ import (
 // Signals: what Signal.Value measures.
 const (
 	// SignalHerd is the share of recent picks whose calm-weights choice
-	// was over the load guard's bound (Endpoint.HerdPicks over Picks):
+	// was over the load guard's bound, or over the crowd bound for a
+	// prefix several endpoints hold (Endpoint.HerdPicks over Picks):
 	// how much traffic affinity would pile onto endpoints already
 	// carrying more than their share. It does not depend on the weights in
 	// force, so spreading load does not talk it down (default).

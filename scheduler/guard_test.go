@@ -93,11 +93,86 @@ func TestGuardPick(t *testing.T) {
 	}
 }
 
+// TestGuardCrowd: the crowd bound charges herd picks for a prefix held by
+// two or more candidates whose calm choice is over it, and only then. The
+// guard (factor 10, slack 10) never diverts here, so every pick goes where
+// the scores say and only the accounting differs.
+func TestGuardCrowd(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		scores map[string]float64 // the affinity scorer's, per endpoint
+		crowd  Guard
+		herd   uint64 // herd picks charged over 6 requests kept in flight
+	}{
+		// a:1 and b:1 hold the prefix and take turns (the load scorer breaks
+		// their tie). The bound is μ + 1 with μ = (in flight + 1)/8 < 1, so
+		// from the third request on each holder's next request is over it:
+		// 4 of 6 charged.
+		{"shared prefix", map[string]float64{"a:1": 1, "b:1": 1}, Guard{Factor: 1.5, Slack: 1}, 4},
+		// One holder: affinity keeping a group on its pod is not a crowd.
+		{"one holder", map[string]float64{"a:1": 1}, Guard{Factor: 1.5, Slack: 1}, 0},
+		{"crowd off", map[string]float64{"a:1": 1, "b:1": 1}, Guard{}, 0},
+		// Nobody holds anything: no prefix, no crowd.
+		{"no prefix", map[string]float64{}, Guard{Factor: 1.5, Slack: 1}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1"}
+			aff := map[string]float64{}
+			for _, a := range addrs {
+				aff[a] = tc.scores[a]
+			}
+			entries := []ScorerEntry{
+				{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: aff}, Weight: 4},
+				{Name: "load", Scorer: inflightScorer{}, Weight: 1},
+			}
+			s, err := New(DefaultConfig(), entries, nil, MaxScore{}, Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.SetEndpoints(eps(addrs...))
+			w := []float64{4, 1}
+			if err := s.Publish(&Weights{Version: 2, Values: w, Guard: Guard{Factor: 10, Slack: 10}, Calm: w, Crowd: tc.crowd}); err != nil {
+				t.Fatal(err)
+			}
+			var held []*Decision
+			for i := 0; i < 6; i++ {
+				d, err := s.Pick(context.Background(), &Request{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, d)
+			}
+			var herd uint64
+			for _, e := range s.Pool().Pointers() {
+				herd += e.HerdPicks()
+			}
+			if herd != tc.herd {
+				t.Errorf("herd picks %d, want %d", herd, tc.herd)
+			}
+			for _, d := range held {
+				d.Done(Outcome{})
+			}
+		})
+	}
+}
+
+// inflightScorer scores 1/(1 + in-flight): the least loaded wins.
+type inflightScorer struct{}
+
+func (inflightScorer) Category() Category { return CategoryDistribution }
+func (inflightScorer) Score(_ *CycleState, _ *Request, eps []*Endpoint, out []float64) {
+	for i, e := range eps {
+		out[i] = 1 / (1 + float64(max(e.InFlight(), 0)))
+	}
+}
+
 func TestGuardValidate(t *testing.T) {
 	for _, w := range []*Weights{
 		{Values: []float64{1}, Guard: Guard{Factor: 0.5}},
 		{Values: []float64{1}, Guard: Guard{Factor: 2, Slack: -1}},
 		{Values: []float64{1}, Calm: []float64{1, 2}},
+		{Values: []float64{1}, Crowd: Guard{Factor: 0.9}},
+		{Values: []float64{1}, Crowd: Guard{Factor: 1.5, Slack: -1}},
 	} {
 		if err := w.Validate(1); err == nil {
 			t.Errorf("%+v accepted", w)

@@ -91,7 +91,7 @@ var (
 	picksDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_picks_total",
 		"Decisions that chose an endpoint (retries moved to it included), since this router first saw it.", []string{"endpoint"}, nil)
 	herdDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_herd_picks_total",
-		"Guarded decisions whose calm-weights choice was this endpoint while it was over the load guard's bound: requests affinity would have piled on it.", []string{"endpoint"}, nil)
+		"Guarded decisions whose calm-weights choice was this endpoint while it was over the load guard's bound, or over the crowd bound while sharing the request's prefix with other endpoints: requests affinity would have piled on it.", []string{"endpoint"}, nil)
 	ejectionsDesc = prometheus.NewDesc("trimtab_scheduler_ejections_total",
 		"Outlier ejections of an endpoint after consecutive failures, since this router first saw it.", []string{"endpoint"}, nil)
 	ejectedDesc = prometheus.NewDesc("trimtab_scheduler_endpoint_ejected",

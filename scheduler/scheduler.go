@@ -97,8 +97,9 @@ type Scheduler struct {
 	clk     clock.PassiveClock
 	m       *metrics
 
-	pickObs []int // indexes of scorers implementing PickObserver
-	doneObs []int // … DoneObserver
+	pickObs  []int  // indexes of scorers implementing PickObserver
+	doneObs  []int  // … DoneObserver
+	affinity []bool // per scorer: its category is CategoryAffinity
 
 	pool    atomic.Pointer[Pool]
 	weights atomic.Pointer[Weights]
@@ -160,6 +161,7 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		s.empty = append(s.empty, err)
 	}
 	for i, e := range entries {
+		s.affinity = append(s.affinity, e.Scorer.Category() == CategoryAffinity)
 		if _, ok := e.Scorer.(PickObserver); ok {
 			s.pickObs = append(s.pickObs, i)
 		}
@@ -326,7 +328,8 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 // keys in which every over-bound candidate ranks below every candidate
 // within the bound (totals minus more than any total can be), counts a
 // guarded pick when the best total was over the bound, and charges a herd
-// pick to the calm weights' choice when that one is over the bound.
+// pick to the calm weights' choice when that one is over the bound, or
+// over w.Crowd's bound while it shares its prefix with other candidates.
 func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 	cands := d.cands
 	n := len(cands)
@@ -341,19 +344,34 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 	penalty++
 	d.keys = growFloats(d.keys, n)
 	best, calm := 0, 0
-	var calmBest float64
+	// The calm choice's total and affinity part; the top affinity part
+	// and how many candidates share it (within eps: scores are sums of
+	// the same products, so equal prefixes give equal parts).
+	const eps = 1e-9
+	var calmBest, calmAff, topAff float64
+	holders := 0
 	for i, e := range cands {
 		d.keys[i] = d.totals[i]
 		if d.totals[i] > d.totals[best] {
 			best = i
 		}
 		if w.Calm != nil {
-			var t float64
+			var t, a float64
 			for si, cw := range w.Calm {
-				t += cw * d.scores[si*n+i]
+				v := cw * d.scores[si*n+i]
+				t += v
+				if s.affinity[si] {
+					a += v
+				}
 			}
 			if i == 0 || t > calmBest {
-				calm, calmBest = i, t
+				calm, calmBest, calmAff = i, t, a
+			}
+			switch {
+			case a > topAff+eps:
+				topAff, holders = a, 1
+			case a > eps && a >= topAff-eps:
+				holders++
 			}
 		}
 		if w.Guard.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum) {
@@ -363,8 +381,16 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 	if d.keys[best] != d.totals[best] {
 		s.m.guarded.Inc()
 	}
-	if w.Calm != nil && d.keys[calm] != d.totals[calm] {
-		cands[calm].st.herd.Add(1)
+	if w.Calm == nil {
+		return d.keys
+	}
+	e := cands[calm]
+	herd := d.keys[calm] != d.totals[calm]
+	if !herd && w.Crowd.Factor > 0 && holders >= 2 && calmAff >= topAff-eps {
+		herd = w.Crowd.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum)
+	}
+	if herd {
+		e.st.herd.Add(1)
 	}
 	return d.keys
 }

@@ -180,8 +180,10 @@ func (e *Endpoint) Picks() uint64 {
 }
 
 // HerdPicks returns how many guarded decisions found this endpoint to be
-// the calm weights' choice while it was over the guard's bound (see
-// Weights.Calm): requests affinity would have piled on it. 0 for endpoints
+// the calm weights' choice while it was over the guard's bound, or over
+// the crowd bound while it shared the request's prefix with other
+// candidates (see Weights.Calm, Weights.Crowd): requests affinity would
+// have piled on it. 0 for endpoints
 // never installed in a Scheduler.
 func (e *Endpoint) HerdPicks() uint64 {
 	if e.st == nil {

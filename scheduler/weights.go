@@ -32,6 +32,17 @@ type Weights struct {
 	// (Endpoint.HerdPicks) when it is over the bound. Nil: no herd
 	// accounting.
 	Calm []float64
+	// Crowd, when its Factor is set, also charges a herd pick when the
+	// request's best prefix is crowded: two or more candidates share the
+	// top calm-weights affinity score (the prefix has been copied to
+	// several endpoints), the calm weights' choice is one of them, and it
+	// is over Crowd's bound (a Guard's formula, usually tighter than
+	// Guard's). Then the prefix's demand is more than its holders carry at
+	// their share, and another copy is cheap against what it relieves; a
+	// prefix held by one endpoint alone is judged by Guard's bound only,
+	// because keeping a group of requests on one endpoint is what
+	// affinity is for. The zero Crowd is off.
+	Crowd Guard
 }
 
 // Guard is the request path's bound on concentrated load, in the spirit of
@@ -84,6 +95,9 @@ func (w *Weights) Validate(n int) error {
 	}
 	if g := w.Guard; !(g.Factor == 0 || (g.Factor >= 1 && !math.IsInf(g.Factor, 0))) || !(g.Slack >= 0 && !math.IsInf(g.Slack, 0)) {
 		return fmt.Errorf("weights: guard factor %v and slack %v, want factor 0 or ≥ 1 and slack ≥ 0, both finite", g.Factor, g.Slack)
+	}
+	if c := w.Crowd; !(c.Factor == 0 || (c.Factor >= 1 && !math.IsInf(c.Factor, 0))) || !(c.Slack >= 0 && !math.IsInf(c.Slack, 0)) {
+		return fmt.Errorf("weights: crowd factor %v and slack %v, want factor 0 or ≥ 1 and slack ≥ 0, both finite", c.Factor, c.Slack)
 	}
 	if w.Calm != nil {
 		if len(w.Calm) != n {
