@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/status"
 	"github.com/trimtab/trimtab/proxy"
+	"github.com/trimtab/trimtab/replica"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -39,6 +41,7 @@ type service struct {
 	http  *proxy.HTTP
 	ext   *proxy.ExtProc
 	admin *proxy.Admin
+	repl  *replica.Replica // nil without replica sync
 
 	mu      sync.Mutex
 	running *configs.File // the profile in force
@@ -49,10 +52,12 @@ type service struct {
 // the profile, real clock, components registering on the service's
 // registry).
 type serviceOptions struct {
-	Logger                     *slog.Logger
-	Clock                      clock.WithTicker
-	Discoverer                 fleet.Discoverer
-	HTTP, ExtProc, Admin       net.Listener
+	Logger               *slog.Logger
+	Clock                clock.WithTicker
+	Discoverer           fleet.Discoverer
+	HTTP, ExtProc, Admin net.Listener
+	// Replica is where replica sync listens (default: replicas.listen).
+	Replica                    net.Listener
 	DisableExtProc, NoRuntimeM bool
 	// Registerer, when set, wraps the registry the components register
 	// on (the metrics reference test records what is registered).
@@ -120,6 +125,19 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.Replicas.Enabled {
+		rc := f.Replicas
+		if rc.ID == "" {
+			if rc.ID, err = os.Hostname(); err != nil {
+				return nil, fmt.Errorf("replicas.id: unset, and the host name is unknown: %w", err)
+			}
+		}
+		s.repl, err = replica.New(rc, s.sched, replica.Deps{Clock: s.clk, Registerer: reg,
+			Logger: log.With("component", "replica"), Listener: opt.Replica})
+		if err != nil {
+			return nil, err
+		}
+	}
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
@@ -142,6 +160,9 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		s.admin.Handle(status.PathHistory, s.hist.Handler())
 		s.admin.Handle("/ui", status.UI())
 		s.admin.Handle("/ui/", status.UI())
+		if s.repl != nil {
+			s.admin.Handle(replica.PathPeers, s.repl.Handler())
+		}
 	}
 	return s, nil
 }
@@ -162,6 +183,11 @@ func (s *service) Run(ctx context.Context) error {
 	back.Go(func() error { return s.fleet.Run(bctx) })
 	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
 	back.Go(func() error { return s.loop.Run(bctx) })
+	if s.repl != nil {
+		// Like the loop, sync keeps running while the servers drain, so
+		// the peers keep counting this replica's last requests.
+		back.Go(func() error { return s.repl.Run(bctx) })
+	}
 	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
 
 	front, fctx := errgroup.WithContext(frontCtx)
