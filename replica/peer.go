@@ -116,7 +116,7 @@ func (p *peer) stream(ctx context.Context, client replicapb.ReplicaClient) error
 	if err != nil {
 		return err
 	}
-	want := p.resync.Swap(false)
+	want, before := p.resync.Swap(false), p.snapshotsTaken()
 	hello := &replicapb.Hello{ReplicaId: p.r.cfg.ID, SyncKey: p.r.syncKey, WantSnapshot: want}
 	if err := st.Send(&replicapb.Message{Body: &replicapb.Message_Hello{Hello: hello}}); err != nil {
 		p.resync.Store(want || p.resync.Load())
@@ -142,8 +142,8 @@ loop:
 	}
 	cancel()
 	rerr := <-recvErr // the receive goroutine ends with the stream
-	if want && p.snapshotsTaken() == 0 {
-		p.resync.Store(true)
+	if want && p.snapshotsTaken() == before {
+		p.resync.Store(true) // the snapshot did not arrive: ask again
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
