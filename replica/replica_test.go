@@ -29,7 +29,7 @@ type node struct {
 	stop   func()
 }
 
-func newScheduler(t *testing.T, prefixCfg scorers.PrefixConfig) (*scheduler.Scheduler, *scorers.Prefix) {
+func newScheduler(t testing.TB, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) (*scheduler.Scheduler, *scorers.Prefix) {
 	t.Helper()
 	p, err := scorers.NewPrefix("prefix", prefixCfg, scorers.Deps{})
 	if err != nil {
@@ -42,11 +42,14 @@ func newScheduler(t *testing.T, prefixCfg scorers.PrefixConfig) (*scheduler.Sche
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetEndpoints(pool)
+	if len(eps) == 0 {
+		eps = pool
+	}
+	s.SetEndpoints(eps)
 	return s, p
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,10 +68,10 @@ func testConfig(id string, peers ...string) Config {
 }
 
 // start runs a replica with cfg on lis until the test ends (or stop).
-func start(t *testing.T, cfg Config, lis net.Listener, prefixCfg scorers.PrefixConfig) *node {
+func start(t testing.TB, cfg Config, lis net.Listener, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) *node {
 	t.Helper()
 	n := &node{reg: prometheus.NewRegistry(), lis: lis}
-	n.sched, n.prefix = newScheduler(t, prefixCfg)
+	n.sched, n.prefix = newScheduler(t, prefixCfg, eps...)
 	var err error
 	n.rep, err = New(cfg, n.sched, Deps{Listener: lis, Registerer: n.reg})
 	if err != nil {
