@@ -13,6 +13,8 @@ const PathPeers = "/debug/peers"
 // Status is what /debug/peers shows: this replica and each peer, both the
 // ones it streams to (Peers) and the ones streaming to it (Inbound).
 type Status struct {
+	// Enabled is false on a replica without sync (OffHandler).
+	Enabled bool   `json:"enabled"`
 	ID      string `json:"id"`
 	Listen  string `json:"listen"`
 	SyncKey string `json:"sync_key"`
@@ -55,7 +57,7 @@ type InboundStatus struct {
 
 // Status returns the replica's view of its peers.
 func (r *Replica) Status() Status {
-	st := Status{ID: r.cfg.ID, Listen: r.cfg.Listen, SyncKey: r.syncKey, PicksLogged: r.picks.Appended(), PicksDropped: r.picks.Dropped()}
+	st := Status{Enabled: true, ID: r.cfg.ID, Listen: r.cfg.Listen, SyncKey: r.syncKey, PicksLogged: r.picks.Appended(), PicksDropped: r.picks.Dropped()}
 	if a := r.Addr(); a != nil {
 		st.Listen = a.String()
 	}
@@ -77,6 +79,15 @@ func (r *Replica) Status() Status {
 	r.mu.Unlock()
 	sort.Slice(st.Inbound, func(i, j int) bool { return st.Inbound[i].ID < st.Inbound[j].ID })
 	return st
+}
+
+// OffHandler serves what /debug/peers shows on a replica with sync off:
+// {"enabled": false}, so the status page knows to hide its peers card.
+func OffHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"enabled": false}` + "\n"))
+	})
 }
 
 // Handler serves Status as JSON (GET only).

@@ -162,6 +162,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		s.admin.Handle("/ui/", status.UI())
 		if s.repl != nil {
 			s.admin.Handle(replica.PathPeers, s.repl.Handler())
+		} else {
+			s.admin.Handle(replica.PathPeers, replica.OffHandler())
 		}
 	}
 	return s, nil
