@@ -210,6 +210,7 @@ func TestSectionErrors(t *testing.T) {
 		{"replicas:\n  enabled: true\n  peers: [trimtab-1]\n", `replicas.peers[0]: "trimtab-1" is not host:port`},
 		{"replicas:\n  enabled: true\n  peers: [a:9003]\n  tls: {ca_file: ca.pem}\n", "replicas.tls: set cert_file, key_file and ca_file together"},
 		{"replicas:\n  peer: [a:9003]\n", "replicas: unknown field: peer"},
+		{"replicas:\n  enabled: true\n  discovery: {selector: app=trimtab}\n", "replicas.discovery.namespace: required with discovery.selector"},
 	} {
 		_, err := Parse([]byte(base + tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

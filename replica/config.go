@@ -22,6 +22,9 @@ type Config struct {
 	// may name this replica too (one list for every replica): a replica
 	// that reaches itself stops dialling that address.
 	Peers []string `mapstructure:"peers" json:"peers"`
+	// Discovery, when its selector is set, finds the peers in Kubernetes
+	// instead (or as well): the pods it selects, ready or not, on its port.
+	Discovery Discovery `mapstructure:"discovery" json:"discovery"`
 	// FlushInterval is how often a replica sends what it learned (default
 	// 10ms; 1ms…1s). Peers see a pick at most this late plus the network.
 	FlushInterval time.Duration `mapstructure:"flush_interval" json:"flush_interval"`
@@ -56,6 +59,33 @@ type TLSConfig struct {
 	ServerName string `mapstructure:"server_name" json:"server_name"`
 }
 
+// Discovery finds the replicas in Kubernetes with the same informers as
+// endpoint discovery in mode pods (serve wires it; the replica package
+// only takes the addresses, through Replica.SetPeers). Pods that are not
+// ready yet count: a starting replica can already sync and catch up.
+type Discovery struct {
+	// Selector is the replicas' pod label selector, e.g.
+	// "app.kubernetes.io/name=trimtab"; empty: no discovery.
+	Selector string `mapstructure:"selector" json:"selector"`
+	// Namespace of the replicas' pods (required with a selector).
+	Namespace string `mapstructure:"namespace" json:"namespace"`
+	// Port is the pods' sync port (default: listen's port).
+	Port int `mapstructure:"port" json:"port"`
+}
+
+// Enabled reports whether discovery is configured.
+func (d Discovery) Enabled() bool { return d.Selector != "" }
+
+// PortOr returns Port, or listen's port when Port is 0.
+func (d Discovery) PortOr(listen string) int {
+	if d.Port != 0 {
+		return d.Port
+	}
+	_, p, _ := net.SplitHostPort(listen)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
 // Enabled reports whether mutual TLS is configured.
 func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
 
@@ -84,8 +114,18 @@ func (c Config) Validate() error {
 	if err := checkHostPort(c.Listen); err != nil {
 		bad("listen: %v", err)
 	}
-	if len(c.Peers) == 0 {
-		bad("peers: list the other replicas' sync addresses (host:port); with no peer there is nothing to sync")
+	if len(c.Peers) == 0 && !c.Discovery.Enabled() {
+		bad("peers: list the other replicas' sync addresses (host:port), or set discovery.selector; with no peer there is nothing to sync")
+	}
+	if d := c.Discovery; d.Enabled() {
+		if d.Namespace == "" {
+			bad("discovery.namespace: required with discovery.selector")
+		}
+		if d.Port < 0 || d.Port > 65535 {
+			bad("discovery.port: %d, want 1…65535 (0: listen's port)", d.Port)
+		}
+	} else if d.Namespace != "" || d.Port != 0 {
+		bad("discovery: namespace or port set without a selector")
 	}
 	seen := map[string]int{}
 	for i, p := range c.Peers {

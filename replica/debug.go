@@ -61,7 +61,7 @@ func (r *Replica) Status() Status {
 	if a := r.Addr(); a != nil {
 		st.Listen = a.String()
 	}
-	for _, p := range r.peers {
+	for _, p := range r.peerList() {
 		p.mu.Lock()
 		st.Peers = append(st.Peers, PeerStatus{Address: p.addr, Connected: p.connected.Load(), Self: p.self.Load(), Since: p.since,
 			LastError: p.lastErr, Queued: len(p.queue), Sent: p.sent.Load(), Dropped: p.dropped.Load(), Snapshots: p.snapshots})

@@ -74,7 +74,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	out := 0
-	for _, p := range m.r.peers {
+	for _, p := range m.r.peerList() {
 		if p.connected.Load() {
 			out++
 		}

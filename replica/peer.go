@@ -22,6 +22,10 @@ type peer struct {
 	addr  string
 	queue chan *replicapb.Message
 
+	// stop and done end the dialler started by Replica.startPeer.
+	stop func()
+	done chan struct{}
+
 	connected atomic.Bool
 	self      atomic.Bool // the address is this replica's own
 	sent      atomic.Uint64

@@ -58,7 +58,13 @@ type Replica struct {
 	serverCreds credentials.TransportCredentials
 	tlsClient   *tls.Config // nil without TLS
 
-	peers []*peer
+	// peers are the addresses this replica streams to (SetPeers changes
+	// them); runCtx and running are Run's, so SetPeers can start a new
+	// peer's goroutine, which running waits for.
+	peerMu  sync.Mutex
+	peers   []*peer
+	runCtx  context.Context
+	running sync.WaitGroup
 
 	mu      sync.Mutex
 	inbound map[string]*inbound // by replica id
@@ -220,16 +226,87 @@ func (r *Replica) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { r.flushLoop(gctx); return nil })
 	g.Go(func() error { r.expireLoop(gctx); return nil })
+	r.peerMu.Lock()
+	r.runCtx = gctx
 	for _, p := range r.peers {
-		g.Go(func() error { p.run(gctx); return nil })
+		r.startPeer(p)
 	}
+	r.peerMu.Unlock()
 	err := g.Wait()
+	r.peerMu.Lock()
+	r.runCtx = nil // SetPeers starts nothing from here on
+	r.peerMu.Unlock()
+	r.running.Wait()
 	r.mu.Lock()
 	for id := range r.inbound {
 		r.loads.Expire(id)
 	}
 	r.mu.Unlock()
 	return err
+}
+
+// startPeer starts p's dialler under Run's context. Caller holds peerMu
+// and Run is running.
+func (r *Replica) startPeer(p *peer) {
+	ctx, cancel := context.WithCancel(r.runCtx)
+	p.stop, p.done = cancel, make(chan struct{})
+	r.running.Add(1)
+	go func() {
+		defer r.running.Done()
+		defer close(p.done)
+		p.run(ctx)
+	}()
+}
+
+// SetPeers replaces the peer addresses (Kubernetes peer discovery calls it
+// with every change): new addresses are dialled at once, dropped ones'
+// streams are closed (their batches are discarded), kept ones are left
+// alone. It may be called before or during Run. An address that is not
+// host:port is an error naming it, and nothing changes.
+func (r *Replica) SetPeers(addrs []string) error {
+	for i, a := range addrs {
+		if err := checkHostPort(a); err != nil {
+			return fmt.Errorf("replica: peer %d: %w", i, err)
+		}
+	}
+	r.peerMu.Lock()
+	old := map[string]*peer{}
+	for _, p := range r.peers {
+		old[p.addr] = p
+	}
+	next := make([]*peer, 0, len(addrs))
+	for _, a := range addrs {
+		if p, ok := old[a]; ok {
+			next = append(next, p)
+			delete(old, a)
+			continue
+		}
+		if slices.ContainsFunc(next, func(p *peer) bool { return p.addr == a }) {
+			continue
+		}
+		p := newPeer(r, a)
+		if r.runCtx != nil {
+			r.startPeer(p)
+		}
+		next = append(next, p)
+	}
+	r.peers = next
+	r.peerMu.Unlock()
+	for _, p := range old {
+		if p.stop != nil {
+			p.stop()
+			<-p.done
+		}
+		r.log.Info("replica peer removed", "peer", p.addr)
+	}
+	return nil
+}
+
+// peerList returns the current peers; the slice is not modified later.
+func (r *Replica) peerList() []*peer {
+	r.peerMu.Lock()
+	defer r.peerMu.Unlock()
+	return r.peers
 }
 
 // flushLoop sends a batch to every peer each FlushInterval when there is
@@ -259,7 +336,7 @@ func (r *Replica) flushLoop(ctx context.Context) {
 		prev = append(prev[:0], loads...)
 		lastSent = now
 		msg := batchMessage(chains, loads, now)
-		for _, p := range r.peers {
+		for _, p := range r.peerList() {
 			p.enqueue(msg, len(chains))
 		}
 	}

@@ -254,6 +254,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) {}, ""},
 		{func(c *Config) { c.Enabled, c.Peers = false, nil }, ""},
 		{func(c *Config) { c.Peers = nil }, "replicas.peers: list the other replicas"},
+		{func(c *Config) { c.Peers, c.Discovery = nil, Discovery{Selector: "app=trimtab", Namespace: "x"} }, ""},
+		{func(c *Config) { c.Discovery = Discovery{Selector: "app=trimtab"} }, "replicas.discovery.namespace: required"},
+		{func(c *Config) { c.Discovery = Discovery{Port: 9003} }, "replicas.discovery: namespace or port set without a selector"},
 		{func(c *Config) { c.Peers = []string{"nohost"} }, `replicas.peers[0]: "nohost" is not host:port`},
 		{func(c *Config) { c.Peers = []string{"a:1", "a:1"} }, `replicas.peers[1]: "a:1" is peers[0] again`},
 		{func(c *Config) { c.Listen = "x:port" }, `replicas.listen: "x:port": port "port" is not a number`},
@@ -278,5 +281,34 @@ func TestConfigValidate(t *testing.T) {
 	c.TLS = TLSConfig{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem", CAFile: "/nonexistent/ca.pem"}
 	if _, err := New(c, s, Deps{}); err == nil || !strings.Contains(err.Error(), "replicas.tls") {
 		t.Errorf("New with missing TLS files: %v", err)
+	}
+}
+
+// TestSetPeers: peers added while running are dialled at once; removed
+// ones' streams close, so their receivers stop counting this replica.
+func TestSetPeers(t *testing.T) {
+	la, lb := listen(t), listen(t)
+	cfg := scorers.DefaultPrefixConfig()
+	a := start(t, testConfig("a", "127.0.0.1:1"), la, cfg)
+	b := start(t, testConfig("b", la.Addr().String()), lb, cfg)
+	d, err := a.sched.Pick(context.Background(), &scheduler.Request{Prompt: prompt("AB"), Subset: []string{"10.0.0.1:8000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Done(scheduler.Outcome{})
+	onB := func() int64 { return b.sched.Pool().Pointers()[0].InFlight() }
+	if err := a.rep.SetPeers([]string{lb.Addr().String(), lb.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to count a's request once a dials it", func() bool { return onB() == 1 })
+	if n := len(a.rep.Status().Peers); n != 1 {
+		t.Errorf("%d peers after SetPeers with a repeated address, want 1", n)
+	}
+	if err := a.rep.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to drop a's count once a stops streaming", func() bool { return onB() == 0 })
+	if err := a.rep.SetPeers([]string{"no-port"}); err == nil || !strings.Contains(err.Error(), `"no-port" is not host:port`) {
+		t.Errorf("SetPeers with a bad address: %v", err)
 	}
 }

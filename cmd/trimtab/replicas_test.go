@@ -9,14 +9,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/replica"
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 // replicaSet is n `serve` replicas in one process in front of one fleet,
@@ -28,6 +35,10 @@ type replicaSet struct {
 	members []*testService
 	// queue is replicas.queue_size (0: the default).
 	queue int
+	// discover finds the peers through replicas.discovery (a fixed
+	// discoverer standing in for the Kubernetes informers) instead of a
+	// static list.
+	discover bool
 }
 
 // newReplicaSet reserves n sync listeners (so every profile can list every
@@ -68,8 +79,12 @@ func (rs *replicaSet) startReplica(i int, sync bool) *testService {
 			peers = append(peers, l.Addr().String())
 		}
 		// One peer list for every replica, its own address included.
-		body += fmt.Sprintf("replicas:\n  enabled: true\n  id: replica-%d\n  listen: %s\n  peers: [%s]\n  flush_interval: 5ms\n  peer_timeout: 600ms\n  retry_interval: 50ms\n",
-			i, rs.syncLns[i].Addr(), strings.Join(peers, ", "))
+		list := fmt.Sprintf("  peers: [%s]\n", strings.Join(peers, ", "))
+		if rs.discover {
+			list = "  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: test}\n"
+		}
+		body += fmt.Sprintf("replicas:\n  enabled: true\n  id: replica-%d\n  listen: %s\n%s  flush_interval: 5ms\n  peer_timeout: 600ms\n  retry_interval: 50ms\n",
+			i, rs.syncLns[i].Addr(), list)
 		if rs.queue > 0 {
 			body += fmt.Sprintf("  queue_size: %d\n", rs.queue)
 		}
@@ -89,6 +104,13 @@ func (rs *replicaSet) startReplica(i int, sync bool) *testService {
 	opt := serviceOptions{Logger: slog.New(slog.DiscardHandler), HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true}
 	if sync {
 		opt.Replica = rs.syncLns[i]
+	}
+	if rs.discover {
+		var found fleet.Fixed
+		for k, l := range rs.syncLns {
+			found = append(found, fleet.Target{Address: l.Addr().String(), Name: fmt.Sprintf("trimtab-%d", k)})
+		}
+		opt.PeerDiscoverer = found
 	}
 	svc, err := newService(f, opt)
 	if err != nil {
@@ -338,4 +360,111 @@ func TestReplicaStartedLateCatchesUp(t *testing.T) {
 	if r := float64(cached) / float64(prompt); r < 0.9 {
 		t.Errorf("late replica's first requests: cached-token ratio %.3f, want ≥ 0.9 (every group prefix is on some pod)", r)
 	}
+}
+
+// TestReplicasFoundByDiscovery: with replicas.discovery instead of a peer
+// list, every replica streams to the others the discoverer reports (its
+// own pod skipped) and they count each other's requests.
+func TestReplicasFoundByDiscovery(t *testing.T) {
+	rs := newReplicaSet(t, startFakeFleet(t, 2), 3, true)
+	rs.discover = true
+	for i := range 3 {
+		rs.startReplica(i, true)
+	}
+	for _, m := range rs.members {
+		eventually(t, 10*time.Second, "two connected peers and one self", func() bool {
+			connected, self := 0, 0
+			for _, p := range m.svc.repl.Status().Peers {
+				if p.Connected {
+					connected++
+				}
+				if p.Self {
+					self++
+				}
+			}
+			return connected == 2 && self == 1
+		})
+	}
+	ep := rs.members[1].svc.sched.Pool().Pointers()[0].Address
+	d, err := rs.members[1].svc.sched.Pick(context.Background(), &scheduler.Request{Model: "llama-3.1-8b-instruct", Subset: []string{ep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Done(scheduler.Outcome{})
+	for _, k := range []int{0, 2} {
+		eventually(t, 5*time.Second, "the other replicas to count replica 1's request", func() bool {
+			for _, e := range rs.members[k].svc.sched.Pool().Pointers() {
+				if e.Address == ep {
+					return e.InFlight() == 1
+				}
+			}
+			return false
+		})
+	}
+}
+
+// addrSink records the last target list a discoverer reported.
+type addrSink struct {
+	mu    sync.Mutex
+	addrs []string
+}
+
+func (s *addrSink) Update(ts []fleet.Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs = s.addrs[:0]
+	for _, t := range ts {
+		s.addrs = append(s.addrs, t.Address)
+	}
+	slices.Sort(s.addrs)
+}
+func (s *addrSink) Error(error) {}
+func (s *addrSink) get() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.addrs)
+}
+
+// TestPeerDiscovererFindsPods: replicas.discovery is endpoint discovery
+// in mode pods: the pods its selector matches in its namespace, ready or
+// not (a starting replica can already sync), on the sync port (listen's
+// when discovery.port is unset).
+func TestPeerDiscovererFindsPods(t *testing.T) {
+	pod := func(name, ns, ip string, ready bool, app string) *corev1.Pod {
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": app}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+		}
+	}
+	kc := fake.NewClientset(
+		pod("trimtab-0", "gw", "10.1.0.1", true, "trimtab"),
+		pod("trimtab-1", "gw", "10.1.0.2", true, "trimtab"),
+		pod("trimtab-2", "gw", "10.1.0.3", false, "trimtab"),
+		pod("trimtab-x", "other", "10.9.0.1", true, "trimtab"),
+		pod("vllm-0", "gw", "10.2.0.1", true, "vllm"),
+	)
+	f, err := configs.Parse([]byte("scorers:\n  - {type: prefix, weight: 1}\nreplicas:\n  enabled: true\n  listen: \":9003\"\n  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: gw}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := peerDiscoverer(f, fleet.Deps{Kube: kc}, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	sink := &addrSink{}
+	go func() { done <- d.Run(ctx, sink) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("discovery: %v", err)
+		}
+	}()
+	want := []string{"10.1.0.1:9003", "10.1.0.2:9003", "10.1.0.3:9003"}
+	eventually(t, 5*time.Second, "the three trimtab pods of namespace gw", func() bool { return slices.Equal(sink.get(), want) })
 }
