@@ -158,6 +158,9 @@ func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
 		rt = *sc.Routers
 	}
 	if f.Changed("routers") {
+		if rf.replicas < 1 {
+			return fmt.Errorf("--routers: %d, want at least 1", rf.replicas)
+		}
 		rt.Replicas = rf.replicas
 	}
 	if f.Changed("router-sync") {
