@@ -12,8 +12,9 @@ import (
 type Config struct {
 	// Enabled turns replica sync on (default off).
 	Enabled bool `mapstructure:"enabled" json:"enabled"`
-	// ID names this replica among its peers; empty means the host name
-	// (serve fills it in; in Kubernetes the pod name).
+	// ID names this replica among its peers and must be unique among them
+	// (a peer with this replica's id is taken for itself); empty means the
+	// host name (serve fills it in; in Kubernetes the pod name).
 	ID string `mapstructure:"id" json:"id"`
 	// Listen is where this replica serves the sync protocol (gRPC),
 	// host:port (default :9003).
