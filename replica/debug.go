@@ -28,7 +28,9 @@ type Status struct {
 
 // PeerStatus is one configured peer address.
 type PeerStatus struct {
-	Address   string `json:"address"`
+	Address string `json:"address"`
+	// ID is the peer's replica id, once a stream was accepted.
+	ID        string `json:"id,omitempty"`
 	Connected bool   `json:"connected"`
 	// Self: the address is this replica's own, so it is not dialled.
 	Self bool `json:"self,omitempty"`
@@ -63,7 +65,7 @@ func (r *Replica) Status() Status {
 	}
 	for _, p := range r.peerList() {
 		p.mu.Lock()
-		st.Peers = append(st.Peers, PeerStatus{Address: p.addr, Connected: p.connected.Load(), Self: p.self.Load(), Since: p.since,
+		st.Peers = append(st.Peers, PeerStatus{Address: p.addr, ID: p.peerID, Connected: p.connected.Load(), Self: p.self.Load(), Since: p.since,
 			LastError: p.lastErr, Queued: len(p.queue), Sent: p.sent.Load(), Dropped: p.dropped.Load(), Snapshots: p.snapshots})
 		p.mu.Unlock()
 	}

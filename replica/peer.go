@@ -35,6 +35,7 @@ type peer struct {
 	resync atomic.Bool
 
 	mu        sync.Mutex
+	peerID    string // the peer's replica id, from its Hello
 	lastErr   string
 	since     time.Time // connected or disconnected since
 	snapshots int       // snapshots received
@@ -126,10 +127,23 @@ func (p *peer) stream(ctx context.Context, client replicapb.ReplicaClient) error
 		p.resync.Store(want || p.resync.Load())
 		return err
 	}
+	// The peer's Hello says it accepted the stream (a refusal is an error
+	// status here).
+	ack, err := st.Recv()
+	if err == nil && ack.GetHello() == nil {
+		err = status.Error(codes.Internal, "replica sync: the peer's first message is not a Hello")
+	}
+	if err != nil {
+		p.resync.Store(want || p.resync.Load())
+		return err
+	}
+	p.mu.Lock()
+	p.peerID = ack.GetHello().ReplicaId
+	p.mu.Unlock()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- p.receive(st, cancel) }()
 	p.setState(true, nil)
-	p.r.log.Info("replica peer stream open", "peer", p.addr, "snapshot", want)
+	p.r.log.Info("replica peer stream open", "peer", p.addr, "peer_id", ack.GetHello().ReplicaId, "snapshot", want)
 	var sendErr error
 loop:
 	for {

@@ -301,8 +301,8 @@ func TestSetPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b to count a's request once a dials it", func() bool { return onB() == 1 })
-	if n := len(a.rep.Status().Peers); n != 1 {
-		t.Errorf("%d peers after SetPeers with a repeated address, want 1", n)
+	if ps := a.rep.Status().Peers; len(ps) != 1 || ps[0].ID != "b" || !ps[0].Connected {
+		t.Errorf("peers after SetPeers with a repeated address: %+v, want one, b, connected", ps)
 	}
 	if err := a.rep.SetPeers(nil); err != nil {
 		t.Fatal(err)

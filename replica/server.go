@@ -32,6 +32,10 @@ func (r *Replica) Sync(stream grpc.BidiStreamingServer[replicapb.Message, replic
 		return status.Errorf(codes.FailedPrecondition, "replica sync: peer %q has prefix index layout %q, this replica %q; give every replica the same profile", hello.ReplicaId, hello.SyncKey, r.syncKey)
 	}
 	id := hello.ReplicaId
+	ack := &replicapb.Hello{ReplicaId: r.cfg.ID, SyncKey: r.syncKey}
+	if err := stream.Send(&replicapb.Message{Body: &replicapb.Message_Hello{Hello: ack}}); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	in := r.inbound[id]
 	if in == nil {

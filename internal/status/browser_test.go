@@ -105,7 +105,7 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"enabled": true, "id": "trimtab-0", "listen": ":9003", "sync_key": "prefix:block_bytes=256,shards=16",
   "picks_logged": 1200, "picks_dropped": 0,
-  "peers": [{"address": "trimtab-1.trimtab-peers:9003", "connected": true, "since": "2026-01-01T00:00:00Z", "queued": 0, "batches_sent": 900, "batches_dropped": 0, "snapshots_received": 1},
+  "peers": [{"address": "trimtab-1.trimtab-peers:9003", "id": "trimtab-1", "connected": true, "since": "2026-01-01T00:00:00Z", "queued": 0, "batches_sent": 900, "batches_dropped": 0, "snapshots_received": 1},
             {"address": "trimtab-2.trimtab-peers:9003", "connected": false, "since": "2026-01-01T00:01:00Z", "last_error": "rpc error: code = Unavailable desc = connection refused", "queued": 256, "batches_sent": 400, "batches_dropped": 31, "snapshots_received": 1}],
   "inbound": [{"id": "trimtab-1", "streams": 1, "last_seen": "2026-01-01T00:02:00Z", "batches_applied": 870, "lag_ms": 6.5, "expired": false, "in_flight": 7},
               {"id": "trimtab-2", "streams": 0, "last_seen": "2026-01-01T00:01:00Z", "batches_applied": 390, "lag_ms": 9.1, "expired": true, "in_flight": 0}]}`)

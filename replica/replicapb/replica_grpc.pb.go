@@ -30,8 +30,9 @@ const (
 //
 // Replica is served by every trimtab replica with replica sync on. A
 // replica opens one Sync stream to each peer: it sends a Hello, then its
-// batches; the peer answers with its index snapshot when the Hello asks for
-// one, then nothing more.
+// batches; the peer answers with its own Hello once it accepted the stream
+// (or ends it with an error status), then with its index snapshot when the
+// Hello asked for one, then nothing more.
 type ReplicaClient interface {
 	Sync(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Message, Message], error)
 }
@@ -63,8 +64,9 @@ type Replica_SyncClient = grpc.BidiStreamingClient[Message, Message]
 //
 // Replica is served by every trimtab replica with replica sync on. A
 // replica opens one Sync stream to each peer: it sends a Hello, then its
-// batches; the peer answers with its index snapshot when the Hello asks for
-// one, then nothing more.
+// batches; the peer answers with its own Hello once it accepted the stream
+// (or ends it with an error status), then with its index snapshot when the
+// Hello asked for one, then nothing more.
 type ReplicaServer interface {
 	Sync(grpc.BidiStreamingServer[Message, Message]) error
 	mustEmbedUnimplementedReplicaServer()

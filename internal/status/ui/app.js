@@ -774,7 +774,7 @@
     for (const o of asList(p.peers)) {
       const st = o.self ? "self" : o.connected ? "connected" : "down";
       rows.push(h("tr", { dataset: { peer: o.address } },
-        h("td", { class: "l n", text: o.address }), h("td", { class: "l", text: "out" }),
+        h("td", { class: "l n" }, o.address, o.id ? h("span", { class: "name", text: o.id }) : null), h("td", { class: "l", text: "out" }),
         h("td", { class: "l" }, h("span", { class: "pill st-" + (st === "connected" ? "fresh" : st === "self" ? "stale" : "unhealthy"), text: st })),
         h("td", { class: "l n", text: when(o.since) }),
         h("td", { class: "n", text: String(num(o.batches_sent) ?? "—") }),
