@@ -25,6 +25,7 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/proxy/settings"
+	"github.com/trimtab/trimtab/replica"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -51,6 +52,8 @@ type File struct {
 	Server settings.Config `mapstructure:"server" json:"server"`
 	// Tracing exports OpenTelemetry traces (off by default).
 	Tracing TracingConfig `mapstructure:"tracing" json:"tracing"`
+	// Replicas is replica sync between router replicas (off by default).
+	Replicas replica.Config `mapstructure:"replicas" json:"replicas"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
@@ -95,6 +98,7 @@ func Default() *File {
 		Fleet:     fleet.DefaultConfig(),
 		Server:    settings.DefaultConfig(),
 		Tracing:   DefaultTracingConfig(),
+		Replicas:  replica.DefaultConfig(),
 	}
 }
 
@@ -239,6 +243,9 @@ func (f *File) Validate() error {
 		return err
 	}
 	if err := f.Server.Validate(); err != nil {
+		return err
+	}
+	if err := f.Replicas.Validate(); err != nil {
 		return err
 	}
 	return f.Tracing.Validate()

@@ -186,6 +186,17 @@ scheduler:
 	}
 }
 
+func TestReplicasSection(t *testing.T) {
+	f, err := Parse([]byte("scorers:\n  - type: prefix\n    weight: 1\nreplicas:\n  enabled: true\n  peers: [trimtab-0.trimtab-peers:9003, trimtab-1.trimtab-peers:9003]\n  flush_interval: 20ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Replicas
+	if !r.Enabled || len(r.Peers) != 2 || r.FlushInterval != 20*time.Millisecond || r.Listen != ":9003" || r.QueueSize != 256 {
+		t.Errorf("replicas %+v; want enabled, two peers, 20ms flush, the other defaults", r)
+	}
+}
+
 func TestSectionErrors(t *testing.T) {
 	base := "scorers:\n  - type: queue\n    weight: 1\n  - type: prefix\n    weight: 1\n"
 	for _, tt := range []struct{ yaml, want string }{
@@ -195,6 +206,11 @@ func TestSectionErrors(t *testing.T) {
 		{"endpoints:\n  mode: dns\n", "endpoints.mode"},
 		{"scrape:\n  interval: -1s\n", "scrape.interval"},
 		{"scrape:\n  interval: soon\n", "interval"},
+		{"replicas:\n  enabled: true\n", "replicas.peers: list the other replicas"},
+		{"replicas:\n  enabled: true\n  peers: [trimtab-1]\n", `replicas.peers[0]: "trimtab-1" is not host:port`},
+		{"replicas:\n  enabled: true\n  peers: [a:9003]\n  tls: {ca_file: ca.pem}\n", "replicas.tls: set cert_file, key_file and ca_file together"},
+		{"replicas:\n  peer: [a:9003]\n", "replicas: unknown field: peer"},
+		{"replicas:\n  enabled: true\n  discovery: {selector: app=trimtab}\n", "replicas.discovery.namespace: required with discovery.selector"},
 	} {
 		_, err := Parse([]byte(base + tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -127,10 +127,10 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(e.Ejections()), e.Address)
 		ch <- prometheus.MustNewConstMetric(ejectedDesc, prometheus.GaugeValue, ejected, e.Address)
-		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.InFlight()), e.Address)
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(e.LocalInFlight()), e.Address)
 		ch <- prometheus.MustNewConstMetric(picksDesc, prometheus.CounterValue, float64(e.Picks()), e.Address)
 		ch <- prometheus.MustNewConstMetric(herdDesc, prometheus.CounterValue, float64(e.HerdPicks()), e.Address)
-		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(e.PendingPrefill()), e.Address)
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(e.LocalPendingPrefill()), e.Address)
 		if int(e.State) < len(states) {
 			states[e.State]++
 		}

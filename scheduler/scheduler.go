@@ -222,7 +222,7 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 		present[eps[i].Address] = true
 	}
 	for addr, st := range s.states {
-		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 {
+		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
 			delete(s.states, addr)
 		}
 	}
@@ -235,6 +235,29 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 	s.pool.Store(p)
 	s.recount(p)
 	s.ejMu.Unlock()
+}
+
+// AddPeerLoad adds another router replica's in-flight requests and pending
+// prefill bytes (deltas, either sign) to the endpoint at addr, so
+// Endpoint.InFlight and Endpoint.PendingPrefill count them. An address not
+// in the pool yet gets its counters now and keeps them until it has left
+// the pool and every count is back to zero. The caller (the replica sync
+// layer) keeps what it added per peer and subtracts it when the peer's
+// counts change or the peer expires. Off the request path: it takes the
+// lock SetEndpoints holds.
+func (s *Scheduler) AddPeerLoad(addr string, inflight, pending int64) {
+	if inflight == 0 && pending == 0 {
+		return
+	}
+	s.mu.Lock()
+	st := s.states[addr]
+	if st == nil {
+		st = new(endpointState)
+		s.states[addr] = st
+	}
+	st.peerInflight.Add(inflight)
+	st.peerPending.Add(pending)
+	s.mu.Unlock()
 }
 
 // Pick chooses an endpoint for req. On success the caller owns the returned

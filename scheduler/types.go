@@ -139,6 +139,11 @@ type endpointState struct {
 	herd     atomic.Uint64 // guarded picks whose calm choice was this endpoint, over the bound
 	pending  atomic.Int64  // prompt bytes of requests awaiting their first byte
 
+	// Other routers' counts for the endpoint, as their sync updates
+	// reported them (AddPeerLoad); 0 without replica sync.
+	peerInflight atomic.Int64
+	peerPending  atomic.Int64
+
 	// Outlier ejection (outlier.go).
 	fails     atomic.Int32  // consecutive failures
 	until     atomic.Int64  // end of the current ejection, Unix ns; 0 in service
@@ -147,22 +152,44 @@ type endpointState struct {
 	lastEnd   int64         // end of the last ejection, Unix ns; under ejMu
 }
 
-// InFlight returns the number of requests this router has sent to the
-// endpoint that have not completed yet. It is 0 for endpoints that were
-// never installed in a Scheduler.
+// InFlight returns the number of requests sent to the endpoint that have
+// not completed yet: this router's own (LocalInFlight) plus what other
+// router replicas reported through Scheduler.AddPeerLoad, so the in-flight
+// scorer and the load guard see the pool-wide count when replicas sync. It
+// is 0 for endpoints that were never installed in a Scheduler.
 func (e *Endpoint) InFlight() int64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.inflight.Load() + e.st.peerInflight.Load()
+}
+
+// LocalInFlight returns the requests this router has sent to the endpoint
+// that have not completed yet, without other replicas' counts.
+func (e *Endpoint) LocalInFlight() int64 {
 	if e.st == nil {
 		return 0
 	}
 	return e.st.inflight.Load()
 }
 
-// PendingPrefill returns the prompt bytes of the requests this router sent
-// to the endpoint that have not received their first response byte yet: a
-// fresh, router-local estimate of the prefill work queued there, which is
-// what a new request's time to first token waits for. 0 for endpoints
-// never installed in a Scheduler.
+// PendingPrefill returns the prompt bytes of the requests sent to the
+// endpoint that have not received their first response byte yet: a fresh
+// estimate of the prefill work queued there, which is what a new request's
+// time to first token waits for. Like InFlight it is this router's own
+// count (LocalPendingPrefill) plus other replicas' reported counts. 0 for
+// endpoints never installed in a Scheduler.
 func (e *Endpoint) PendingPrefill() int64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.pending.Load() + e.st.peerPending.Load()
+}
+
+// LocalPendingPrefill returns the prompt bytes of the requests this router
+// sent to the endpoint that have no first response byte yet, without other
+// replicas' counts.
+func (e *Endpoint) LocalPendingPrefill() int64 {
 	if e.st == nil {
 		return 0
 	}

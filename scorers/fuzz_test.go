@@ -32,3 +32,42 @@ func FuzzPrefix(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPrefixPeer feeds arbitrary hash chains (a peer's data, outside
+// input: repeats, zeros, any length) into RecordPeer and Restore: the index
+// must stay consistent (checkIndex: slot table and LRU lists agree, no
+// endpoint over capacity) and keep answering scores in [0,1].
+func FuzzPrefixPeer(f *testing.F) {
+	f.Add([]byte{}, false)
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8}, false)
+	f.Add(make([]byte, 8*40), true)
+	f.Add([]byte("0123456789abcdef0123456789abcdefzzzzzzzz"), true)
+	f.Fuzz(func(t *testing.T, raw []byte, restore bool) {
+		cfg := smallPrefix()
+		cfg.Shards, cfg.Capacity = 2, 8
+		p := mustPrefix(t, cfg)
+		h := newHarness(t, p, eps("a:1", "b:1"))
+		hashes := make([]uint64, len(raw)/8)
+		for i := range hashes {
+			for b := range 8 {
+				hashes[i] |= uint64(raw[i*8+b]) << (8 * b)
+			}
+		}
+		for _, addr := range []string{"a:1", "b:1", "gone:1"} {
+			if restore {
+				p.Restore(addr, hashes)
+			} else {
+				p.RecordPeer(addr, hashes)
+			}
+		}
+		checkIndex(t, p)
+		h.route(t, scheduler.Request{Model: "m", Prompt: prompt("ABCD")}, "b:1")
+		checkIndex(t, p)
+		got, _ := h.pick(t, &scheduler.Request{Model: "m", Prompt: prompt("ABCD")})
+		for _, v := range got {
+			if !(v >= 0 && v <= 1) {
+				t.Fatalf("score %v outside [0,1]", v)
+			}
+		}
+	})
+}

@@ -122,6 +122,10 @@ type Prefix struct {
 	poolMu sync.Mutex // serialises PoolChanged
 	freed  []uint32   // ids released by the previous PoolChanged
 
+	pickLog atomic.Pointer[PickLog] // replica sync: local picks (nil: off)
+	peerMu  sync.Mutex              // serialises RecordPeer / Restore
+	peer    peerScratch
+
 	unknown prometheus.Counter
 	// reqBlocks and hitBlocks count, per decision, the request's indexed
 	// blocks and the leading ones the chosen endpoint already held: the
@@ -449,5 +453,8 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			sh.record(id, perShard, sc.byShard[lo:hi], sc.hashes, sc.seen)
 		}
 		sh.mu.Unlock()
+	}
+	if l := p.pickLog.Load(); l != nil {
+		l.Append(chosen.Address, sc.hashes[:sc.n])
 	}
 }

@@ -15,7 +15,7 @@ func (r *runner) fleetEvent(i int) {
 				panic(err) // the scenario's engine config validated at parse time
 			}
 		}
-		r.sched.SetEndpoints(r.eps)
+		r.setEndpoints()
 	}
 }
 
@@ -59,6 +59,6 @@ func (r *runner) podLoss(i int) {
 func (r *runner) dropEndpoint(i int) {
 	if j := r.poolIndex(i); j >= 0 {
 		r.eps = append(r.eps[:j], r.eps[j+1:]...)
-		r.sched.SetEndpoints(r.eps)
+		r.setEndpoints()
 	}
 }

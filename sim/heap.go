@@ -5,18 +5,20 @@ import "time"
 type evKind uint8
 
 const (
-	evArrival evKind = iota // closed-loop client idx issues a request
-	evOpen                  // open-loop / trace arrival (idx = generation)
-	evStepEnd               // server idx finishes its step
-	evTimeout               // request r gives up (if gen still matches)
-	evScrape                // publish server metrics to the router
-	evControl               // detector + configurator tick
-	evSample                // record timelines and load integrals
-	evPhase                 // phase idx starts
-	evOnset                 // sample phase idx's onset window (gen: sample number)
-	evFleet                 // scenario event idx (a pod dies or joins)
-	evDrop                  // discovery drops dead server idx's endpoint
-	evMark                  // warm-up ends (idx 0) or issuing ends (idx 1)
+	evArrival     evKind = iota // closed-loop client idx issues a request
+	evOpen                      // open-loop / trace arrival (idx = generation)
+	evStepEnd                   // server idx finishes its step
+	evTimeout                   // request r gives up (if gen still matches)
+	evScrape                    // publish server metrics to the router
+	evControl                   // detector + configurator tick
+	evSample                    // record timelines and load integrals
+	evPhase                     // phase idx starts
+	evOnset                     // sample phase idx's onset window (gen: sample number)
+	evFleet                     // scenario event idx (a pod dies or joins)
+	evDrop                      // discovery drops dead server idx's endpoint
+	evMark                      // warm-up ends (idx 0) or issuing ends (idx 1)
+	evSync                      // every replica sends its sync batch
+	evSyncDeliver               // a replica's batch (msg) reaches the others
 )
 
 // event is one scheduled happening. Events at the same time run in the
@@ -28,6 +30,7 @@ type event struct {
 	idx  int32
 	gen  uint32
 	r    *simReq
+	msg  *syncMsg
 }
 
 // eventHeap is a binary min-heap on (at, seq), without interface calls.

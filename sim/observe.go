@@ -29,7 +29,7 @@ func (r *runner) scrape() {
 		ep.Waiting, ep.Running, ep.KVUtil = float64(st.Waiting), float64(st.Running), st.KVUtil
 		ep.ScrapedAt = at
 	}
-	r.sched.SetEndpoints(r.eps)
+	r.setEndpoints()
 }
 
 // poolIndex returns server i's index in r.eps, or −1 once it was dropped.
@@ -45,14 +45,22 @@ func (r *runner) poolIndex(i int) int {
 	return -1
 }
 
+// control ticks every replica's loop; weight changes, mode entries and
+// freezes are counted over all replicas.
 func (r *runner) control() {
-	t := r.ctl.Tick(Epoch.Add(r.now), r.sched.Pool().Pointers())
-	r.signal = t.Signal.Value
+	for _, rt := range r.routers {
+		r.controlOne(rt)
+	}
+}
+
+func (r *runner) controlOne(rt *router) {
+	t := rt.ctl.Tick(Epoch.Add(r.now), rt.sched.Pool().Pointers())
+	rt.signal = t.Signal.Value
 	if t.Changed() && t.Err == nil {
 		r.res.WeightChanges++
 	}
-	if t.Mode != r.mode {
-		if r.mode == configurator.ModeCalm && (t.Mode == configurator.ModeRebalance || t.Mode == configurator.ModeFrozen) {
+	if t.Mode != rt.mode {
+		if rt.mode == configurator.ModeCalm && (t.Mode == configurator.ModeRebalance || t.Mode == configurator.ModeFrozen) {
 			if ph := &r.res.Phases[r.phase]; r.now >= r.warm {
 				ph.RebalanceEntries++
 			} else {
@@ -62,7 +70,7 @@ func (r *runner) control() {
 		if t.Mode == configurator.ModeFrozen {
 			r.res.Freezes++
 		}
-		r.mode = t.Mode
+		rt.mode = t.Mode
 	}
 }
 
@@ -91,7 +99,7 @@ func (r *runner) sample() {
 		for s := range tl.Weights {
 			tl.Weights[s] = append(tl.Weights[s], w.Values[s])
 		}
-		tl.Signal = append(tl.Signal, r.signal)
+		tl.Signal = append(tl.Signal, r.routers[0].signal)
 		mode := w.Mode
 		if mode == "" {
 			mode = configurator.ModeStatic

@@ -118,6 +118,9 @@ func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
 	ec := sc.EngineConfig()
 	fmt.Fprintf(&b, "%d servers (%d KV blocks of %d tokens, max %d sequences, %d tokens/step), %v simulated (first %v excluded), scrape every %v, client timeout %v; %d seed(s): %s.\n\n",
 		sc.Servers, ec.NumBlocks, ec.BlockSize, ec.MaxNumSeqs, ec.MaxBatchedTokens, sc.Duration, sc.Warmup, sc.ScrapeInterval, sc.Timeout, len(sw.Seeds), joinSeeds(sw.Seeds))
+	if sc.Routers != nil {
+		fmt.Fprintf(&b, "Routed by %s.\n\n", sc.Routers)
+	}
 	if command != "" {
 		fmt.Fprintf(&b, "```\n%s\n```\n\n", command)
 	}

@@ -82,7 +82,7 @@ func (r *runner) arrive(c int) {
 		r.res.Phases[q.phase].Measured++
 	}
 	r.inflight++
-	dec, err := r.sched.Pick(context.Background(), &q.req)
+	dec, err := r.route(slot).sched.Pick(context.Background(), &q.req)
 	if err != nil {
 		r.fail(q)
 		return

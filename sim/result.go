@@ -48,6 +48,11 @@ type Result struct {
 	WeightChanges int
 	// Freezes counts flap-watchdog trips.
 	Freezes int
+	// Routers is the scenario's router replicas (nil: one router);
+	// WeightChanges, Freezes and rebalance entries count over all of them.
+	Routers *Routers
+	// SyncPicks counts the picks the replicas shipped to each other.
+	SyncPicks int
 
 	// Phases has one entry per scenario phase, in order.
 	Phases []PhaseResult

@@ -57,13 +57,18 @@ type simReq struct {
 }
 
 type runner struct {
-	cfg   RunConfig
-	sc    *Scenario
-	sched *scheduler.Scheduler
-	ctl   *control.Loop
-	gens  []generator // per phase
-	wrng  *rand.Rand  // workload
-	arng  *rand.Rand  // arrivals
+	cfg RunConfig
+	sc  *Scenario
+	// routers are the router replicas (one unless Scenario.Routers says
+	// otherwise); sched and ctl are the first one's, whose weights and
+	// signal the timeline records.
+	routers []*router
+	rr      int // round-robin spread: replicas used so far
+	sched   *scheduler.Scheduler
+	ctl     *control.Loop
+	gens    []generator // per phase
+	wrng    *rand.Rand  // workload
+	arng    *rand.Rand  // arrivals
 
 	servers []*engine.Engine
 	caps    []float64
@@ -96,8 +101,6 @@ type runner struct {
 	markQuery []int64
 	loadSum   []float64
 	loadN     int
-	signal    float64 // the loop's latest signal
-	mode      string  // the loop's latest mode
 }
 
 // Run simulates one scenario at one level under one policy. It is
@@ -108,18 +111,15 @@ func Run(cfg RunConfig) (*Result, error) {
 	if sc == nil {
 		return nil, errors.New("sim: no scenario")
 	}
-	sched, loop, err := cfg.Policy.Build(cfg.Seed, sc)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
-	}
 	r := &runner{
 		cfg:   cfg,
 		sc:    sc,
-		sched: sched,
-		ctl:   loop,
 		wrng:  rand.New(rand.NewPCG(cfg.Seed, 0x77)),
 		arng:  rand.New(rand.NewPCG(cfg.Seed, 0xa7)),
 		scale: 1,
+	}
+	if err := r.buildRouters(); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
 	for i := range sc.Phases {
 		g, err := newGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
@@ -133,7 +133,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	}
 	r.end = r.at(sc.Duration)
 	r.warm = r.at(sc.Warmup)
-	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed}
+	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers}
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
@@ -163,12 +163,17 @@ func (r *runner) setup() error {
 			return err
 		}
 	}
-	r.sched.SetEndpoints(r.eps)
-	r.mode = r.sched.Weights().Mode
+	r.setEndpoints()
+	for _, rt := range r.routers {
+		rt.mode = rt.sched.Weights().Mode
+	}
 
 	r.h.push(event{at: r.sc.ScrapeInterval, kind: evScrape})
 	if r.ctl != nil {
 		r.h.push(event{at: r.ctl.Interval(), kind: evControl})
+	}
+	if r.syncing() {
+		r.h.push(event{at: r.sc.Routers.SyncInterval, kind: evSync})
 	}
 	r.h.push(event{at: 0, kind: evSample})
 	r.h.push(event{at: r.warm, kind: evMark, idx: 0})
@@ -278,7 +283,21 @@ func (r *runner) loop() {
 			r.dropEndpoint(int(ev.idx))
 		case evMark:
 			r.mark(ev.idx == 1)
+		case evSync:
+			r.sendSync()
+			if r.running() {
+				r.h.push(event{at: r.now + r.sc.Routers.SyncInterval, kind: evSync})
+			}
+		case evSyncDeliver:
+			r.deliverSync(ev.msg)
 		}
+	}
+}
+
+// setEndpoints installs the pool discovery reports in every replica.
+func (r *runner) setEndpoints() {
+	for _, rt := range r.routers {
+		rt.sched.SetEndpoints(r.eps)
 	}
 }
 

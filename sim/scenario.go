@@ -2,6 +2,7 @@ package sim
 
 import (
 	"embed"
+	"fmt"
 	"strings"
 	"time"
 
@@ -84,9 +85,57 @@ type Scenario struct {
 	// Headline is the load level whose row the summary highlights (0: the
 	// highest level).
 	Headline float64 `yaml:"headline"`
+	// Routers, when set, puts several router replicas in front of the
+	// pool (nil: one router, as always).
+	Routers *Routers `yaml:"routers"`
 
 	dir      string // directory of the scenario file, for relative trace paths
 	embedded bool   // a shipped scenario: relative paths are in the binary
+}
+
+// Spreads: how requests are shared among router replicas.
+const (
+	// SpreadRoundRobin sends each request to the next replica in turn (a
+	// Kubernetes Service in front of the replicas, per connection).
+	SpreadRoundRobin = "round-robin"
+	// SpreadClientHash sends all of one client's requests (closed loop: a
+	// client; open loop: a session slot) to one replica.
+	SpreadClientHash = "client-hash"
+)
+
+// Routers models several replicas of the router in front of one pool,
+// each with its own scheduler, scorers (prefix index, in-flight and
+// pending-prefill counts) and control loop, and optionally the replica
+// sync between them.
+type Routers struct {
+	// Replicas is the number of routers, ≥ 1 (default 1).
+	Replicas int `yaml:"replicas"`
+	// Spread is round-robin (default) or client-hash.
+	Spread string `yaml:"spread"`
+	// Sync shares picks and load between the replicas (on/off; default
+	// on): every SyncInterval each replica sends its new picks' prefix
+	// chains and its router-local in-flight and pending-prefill counts,
+	// which the others apply SyncDelay later.
+	Sync *bool `yaml:"sync"`
+	// SyncDelay is how long an update takes from one replica to the
+	// others (default 20ms).
+	SyncDelay time.Duration `yaml:"sync_delay"`
+	// SyncInterval is how often a replica sends its batch (default 10ms,
+	// the replica package's default flush interval).
+	SyncInterval time.Duration `yaml:"sync_interval"`
+}
+
+// SyncOn reports whether the replicas sync (unset means on).
+func (rt *Routers) SyncOn() bool { return rt.Sync == nil || *rt.Sync }
+
+// String describes the routers for a report, e.g. "3 routers
+// (round-robin, sync every 10ms, 20ms delay)".
+func (rt *Routers) String() string {
+	sync := "no sync"
+	if rt.SyncOn() {
+		sync = "sync every " + rt.SyncInterval.String() + ", " + rt.SyncDelay.String() + " delay"
+	}
+	return fmt.Sprintf("%d routers (%s spread, %s)", rt.Replicas, rt.Spread, sync)
 }
 
 // ServerClass is a group of servers of one capacity.
@@ -321,4 +370,21 @@ func (s *Scenario) EngineFor(c float64) engine.Config {
 // EngineConfig returns the engine configuration of a server of capacity 1.
 func (s *Scenario) EngineConfig() engine.Config {
 	return s.Engine.Apply(engine.DefaultConfig())
+}
+
+// SetDefaults fills the fields left zero: one replica, round-robin
+// spread, a 20ms sync delay every 10ms. Sync stays unset (on).
+func (rt *Routers) SetDefaults() {
+	if rt.Replicas == 0 {
+		rt.Replicas = 1
+	}
+	if rt.Spread == "" {
+		rt.Spread = SpreadRoundRobin
+	}
+	if rt.SyncDelay == 0 {
+		rt.SyncDelay = 20 * time.Millisecond
+	}
+	if rt.SyncInterval == 0 {
+		rt.SyncInterval = 10 * time.Millisecond
+	}
 }

@@ -45,6 +45,20 @@ func (s *Scenario) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, s.Workload.validate("workload.", s.Load.Mode)...)
+	if rt := s.Routers; rt != nil {
+		if rt.Replicas < 1 || rt.Replicas > 64 {
+			bad("routers.replicas: %d, want 1…64", rt.Replicas)
+		}
+		if rt.Spread != SpreadRoundRobin && rt.Spread != SpreadClientHash {
+			bad("routers.spread: %q, want %s or %s", rt.Spread, SpreadRoundRobin, SpreadClientHash)
+		}
+		if rt.SyncDelay < 0 {
+			bad("routers.sync_delay: %v, want ≥ 0", rt.SyncDelay)
+		}
+		if rt.SyncInterval <= 0 {
+			bad("routers.sync_interval: %v, want > 0", rt.SyncInterval)
+		}
+	}
 	switch s.Load.Mode {
 	case ModeClosed, ModeOpen, ModeTrace:
 	default:
@@ -265,6 +279,9 @@ func (s *Scenario) resolve() error {
 				return fmt.Errorf("phases[%d].workload: %w", i, err)
 			}
 		}
+	}
+	if rt := s.Routers; rt != nil {
+		rt.SetDefaults()
 	}
 	for i := range s.Events {
 		ev := &s.Events[i]

@@ -44,9 +44,27 @@ type RunSummary struct {
 	// timeout, connect, canceled) are measured client side by trimtab
 	// bench; the simulator writes null for both, and bench writes null
 	// for the ratio when no server reported cached tokens.
-	CachedTokenRatio *float64       `json:"cached_token_ratio"`
-	Errors           map[string]int `json:"errors"`
-	Phases           []PhaseSummary `json:"phases"`
+	// PodLoad is each pod's time-averaged load (running + waiting) during
+	// the window, in pod order.
+	PodLoad []float64 `json:"pod_load,omitempty"`
+	// Routers describes the router replicas of a multi-router run
+	// (absent: one router).
+	Routers          *RoutersSummary `json:"routers,omitempty"`
+	CachedTokenRatio *float64        `json:"cached_token_ratio"`
+	Errors           map[string]int  `json:"errors"`
+	Phases           []PhaseSummary  `json:"phases"`
+}
+
+// RoutersSummary is Scenario.Routers in a run summary.
+type RoutersSummary struct {
+	Replicas int    `json:"replicas"`
+	Spread   string `json:"spread"`
+	Sync     bool   `json:"sync"`
+	// SyncDelayMS and SyncIntervalMS are in milliseconds.
+	SyncDelayMS    float64 `json:"sync_delay_ms"`
+	SyncIntervalMS float64 `json:"sync_interval_ms"`
+	// SyncPicks counts the picks the replicas shipped to each other.
+	SyncPicks int `json:"sync_picks"`
 }
 
 // PhaseSummary is one phase of a run. Names starting with "calm" are calm
@@ -85,7 +103,12 @@ func (r *Result) Summary() RunSummary {
 		Failed: r.MeasuredFailed, TimedOut: r.MeasuredTimedOut,
 		BusiestPodShare: r.BusiestShare, BusiestPodRatio: r.BusiestRatio,
 		Measured: r.Measured, WeightChanges: r.WeightChanges, WatchdogFreezes: r.Freezes,
-		Phases: []PhaseSummary{},
+		Phases:  []PhaseSummary{},
+		PodLoad: r.PodLoad,
+	}
+	if rt := r.Routers; rt != nil {
+		s.Routers = &RoutersSummary{Replicas: rt.Replicas, Spread: rt.Spread, Sync: rt.SyncOn(),
+			SyncDelayMS: float64(rt.SyncDelay) / 1e6, SyncIntervalMS: float64(rt.SyncInterval) / 1e6, SyncPicks: r.SyncPicks}
 	}
 	for _, p := range r.Phases {
 		s.Phases = append(s.Phases, PhaseSummary{

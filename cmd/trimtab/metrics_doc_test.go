@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trimtab/trimtab/replica"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/metrics.md from the registry")
@@ -89,7 +91,7 @@ func typeOf(c prometheus.Collector) string {
 func renderMetricsDoc(ms []metricInfo) string {
 	var b strings.Builder
 	b.WriteString("# Metrics reference\n\n")
-	b.WriteString("Every metric a running `trimtab serve` registers, generated from its registry by\n")
+	b.WriteString("Every metric a running `trimtab serve` registers (`trimtab_replica_*` with replica sync on), generated from its registry by\n")
 	b.WriteString("`go test ./cmd/trimtab -run TestMetricsReference -update-docs` (a test fails when this file\n")
 	b.WriteString("and the registry disagree). Names follow `trimtab_<component>_<what>_<unit>`; the Go runtime\n")
 	b.WriteString("and process collectors (`go_*`, `process_*`) are registered too and not listed.\n\n")
@@ -110,6 +112,14 @@ func TestMetricsReference(t *testing.T) {
 	ts := startService(t, addrs, true, func(o *serviceOptions) {
 		o.Registerer = func(r prometheus.Registerer) prometheus.Registerer { rec.Registerer = r; return rec }
 	})
+	// Replica sync (replicas.enabled) registers its metrics the same way;
+	// the profile here has it off, so register a replica of the same
+	// scheduler on the same registry.
+	rc := replica.DefaultConfig()
+	rc.Enabled, rc.ID, rc.Peers = true, "metrics-doc", []string{"127.0.0.1:1"}
+	if _, err := replica.New(rc, ts.svc.sched, replica.Deps{Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
 	// Some traffic so labelled families have children and gathered types.
 	for i := 0; i < 3; i++ {
 		post(t, ts.proxyURL+"/v1/completions", `{"model":"llama-3.1-8b-instruct","prompt":"metrics","max_tokens":2}`)

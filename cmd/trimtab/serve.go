@@ -66,7 +66,7 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			defer func() { cancel(); <-watched }()
 			log.Info("trimtab serving", "version", buildVersion(), "profile", path,
 				"http", svc.srv.HTTP.Addr, "ext_proc", svc.srv.ExtProc.Addr, "admin", svc.srv.Admin.Addr,
-				"adaptive", f.Adaptive.Enabled, "tracing", f.Tracing.Enabled)
+				"adaptive", f.Adaptive.Enabled, "tracing", f.Tracing.Enabled, "replica_sync", f.Replicas.Enabled)
 			err = svc.Run(ctx)
 			log.Info("trimtab stopped", "error", err)
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/internal/status"
 	"github.com/trimtab/trimtab/proxy"
+	"github.com/trimtab/trimtab/replica"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -39,6 +41,10 @@ type service struct {
 	http  *proxy.HTTP
 	ext   *proxy.ExtProc
 	admin *proxy.Admin
+	repl  *replica.Replica // nil without replica sync
+	// peers finds the replicas in Kubernetes (replicas.discovery); nil
+	// without.
+	peers fleet.Discoverer
 
 	mu      sync.Mutex
 	running *configs.File // the profile in force
@@ -49,10 +55,15 @@ type service struct {
 // the profile, real clock, components registering on the service's
 // registry).
 type serviceOptions struct {
-	Logger                     *slog.Logger
-	Clock                      clock.WithTicker
-	Discoverer                 fleet.Discoverer
-	HTTP, ExtProc, Admin       net.Listener
+	Logger               *slog.Logger
+	Clock                clock.WithTicker
+	Discoverer           fleet.Discoverer
+	HTTP, ExtProc, Admin net.Listener
+	// Replica is where replica sync listens (default: replicas.listen).
+	Replica net.Listener
+	// PeerDiscoverer, when set, replaces Kubernetes discovery of the
+	// replicas (replicas.discovery).
+	PeerDiscoverer             fleet.Discoverer
 	DisableExtProc, NoRuntimeM bool
 	// Registerer, when set, wraps the registry the components register
 	// on (the metrics reference test records what is registered).
@@ -120,6 +131,22 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.Replicas.Enabled {
+		rc := f.Replicas
+		if rc.ID == "" {
+			if rc.ID, err = os.Hostname(); err != nil {
+				return nil, fmt.Errorf("replicas.id: unset, and the host name is unknown: %w", err)
+			}
+		}
+		s.repl, err = replica.New(rc, s.sched, replica.Deps{Clock: s.clk, Registerer: reg,
+			Logger: log.With("component", "replica"), Listener: opt.Replica})
+		if err != nil {
+			return nil, err
+		}
+		if s.peers, err = peerDiscoverer(f, fdeps, opt.PeerDiscoverer, log); err != nil {
+			return nil, err
+		}
+	}
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
@@ -142,6 +169,11 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		s.admin.Handle(status.PathHistory, s.hist.Handler())
 		s.admin.Handle("/ui", status.UI())
 		s.admin.Handle("/ui/", status.UI())
+		if s.repl != nil {
+			s.admin.Handle(replica.PathPeers, s.repl.Handler())
+		} else {
+			s.admin.Handle(replica.PathPeers, replica.OffHandler())
+		}
 	}
 	return s, nil
 }
@@ -162,6 +194,15 @@ func (s *service) Run(ctx context.Context) error {
 	back.Go(func() error { return s.fleet.Run(bctx) })
 	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
 	back.Go(func() error { return s.loop.Run(bctx) })
+	if s.repl != nil {
+		// Like the loop, sync keeps running while the servers drain, so
+		// the peers keep counting this replica's last requests.
+		back.Go(func() error { return s.repl.Run(bctx) })
+	}
+	if s.peers != nil {
+		sink := peerSink{r: s.repl, static: s.running.Replicas.Peers, log: s.log.With("component", "replica")}
+		back.Go(func() error { return s.peers.Run(bctx, sink) })
+	}
 	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
 
 	front, fctx := errgroup.WithContext(frontCtx)
@@ -222,3 +263,50 @@ func (s *service) reload(f *configs.File) error {
 	s.running = f
 	return nil
 }
+
+// peerDiscoverer returns what finds the replicas for replicas.discovery:
+// override when set (tests), else pods by label through the same
+// informers as endpoint discovery; nil without discovery.
+func peerDiscoverer(f *configs.File, fdeps fleet.Deps, override fleet.Discoverer, log *slog.Logger) (fleet.Discoverer, error) {
+	d := f.Replicas.Discovery
+	if !d.Enabled() {
+		return nil, nil
+	}
+	if override != nil {
+		return override, nil
+	}
+	kube := fdeps.Kube
+	if kube == nil {
+		var err error
+		if kube, _, err = fleet.NewKubeClients(f.Fleet.Endpoints.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("replicas.discovery: %w", err)
+		}
+	}
+	cfg := fleet.EndpointsConfig{Mode: fleet.ModePods, Namespace: d.Namespace, Selector: d.Selector,
+		TargetPort: d.PortOr(f.Replicas.Listen), Resync: fleet.DefaultConfig().Endpoints.Resync}
+	k, err := fleet.NewKube(cfg, kube, nil, log.With("component", "replica-discovery"))
+	if err != nil {
+		return nil, fmt.Errorf("replicas.discovery: %w", err)
+	}
+	return k, nil
+}
+
+// peerSink turns discovered replica pods into the replica's peers (with
+// the static replicas.peers, if any).
+type peerSink struct {
+	r      *replica.Replica
+	static []string
+	log    *slog.Logger
+}
+
+func (p peerSink) Update(targets []fleet.Target) {
+	addrs := append([]string(nil), p.static...)
+	for _, t := range targets {
+		addrs = append(addrs, t.Address)
+	}
+	if err := p.r.SetPeers(addrs); err != nil {
+		p.log.Error("replica peer discovery: peers not changed", "error", err)
+	}
+}
+
+func (p peerSink) Error(err error) { p.log.Warn("replica peer discovery", "error", err) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/trimtab/trimtab/sim"
 )
@@ -31,6 +32,7 @@ func newSimCmd() *cobra.Command {
 		noPlots   bool
 		profiles  []string
 		think     time.Duration
+		routers   routerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -77,6 +79,9 @@ a profile can be tuned here before it goes to production.`,
 				if think > 0 {
 					sc.Load.ThinkTime = think
 				}
+				if err := routers.apply(cmd, sc); err != nil {
+					return err
+				}
 				start := time.Now()
 				bar := newProgress(stderr, sc.Name)
 				sw, err := sim.RunSweep(ctx, sim.SweepConfig{Scenario: sc, Policies: pols, Seed: seed, Seeds: seeds,
@@ -120,8 +125,65 @@ a profile can be tuned here before it goes to production.`,
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
+	routers.register(f)
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
+}
+
+// routerFlags are sim's router-replica flags; set, they override the
+// scenario's routers: section.
+type routerFlags struct {
+	replicas int
+	sync     string
+	spread   string
+	delay    time.Duration
+}
+
+func (rf *routerFlags) register(f *pflag.FlagSet) {
+	f.IntVar(&rf.replicas, "routers", 0, "router replicas in front of the pool, each with its own scheduler, scorers and control loop (default: the scenario's, else 1)")
+	f.StringVar(&rf.sync, "router-sync", "on", "replica sync between the routers: on or off")
+	f.StringVar(&rf.spread, "router-spread", sim.SpreadRoundRobin, "how requests reach the routers: round-robin or client-hash")
+	f.DurationVar(&rf.delay, "router-sync-delay", 20*time.Millisecond, "how long a sync update takes from one router to the others")
+}
+
+// apply puts the flags that were given into sc.Routers and validates the
+// result.
+func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
+	f := cmd.Flags()
+	if !f.Changed("routers") && !f.Changed("router-sync") && !f.Changed("router-spread") && !f.Changed("router-sync-delay") {
+		return nil
+	}
+	rt := sim.Routers{}
+	if sc.Routers != nil {
+		rt = *sc.Routers
+	}
+	if f.Changed("routers") {
+		if rf.replicas < 1 {
+			return fmt.Errorf("--routers: %d, want at least 1", rf.replicas)
+		}
+		rt.Replicas = rf.replicas
+	}
+	if f.Changed("router-sync") {
+		switch rf.sync {
+		case "on", "off":
+			on := rf.sync == "on"
+			rt.Sync = &on
+		default:
+			return fmt.Errorf("--router-sync: %q, want on or off", rf.sync)
+		}
+	}
+	if f.Changed("router-spread") {
+		rt.Spread = rf.spread
+	}
+	if f.Changed("router-sync-delay") {
+		rt.SyncDelay = rf.delay
+	}
+	rt.SetDefaults()
+	sc.Routers = &rt
+	if err := sc.Validate(); err != nil {
+		return fmt.Errorf("router flags: %w", err)
+	}
+	return nil
 }
 
 func commandLine() string {

@@ -88,3 +88,38 @@ func TestSimTune(t *testing.T) {
 		t.Errorf("--seeds 0: %v", err)
 	}
 }
+
+// TestSimRouterFlags: --routers and --router-sync put router replicas in
+// front of the simulated pool; the report and summary.json say so, and a
+// bad value is an error naming the flag.
+func TestSimRouterFlags(t *testing.T) {
+	out := t.TempDir()
+	if log, err := runRoot(t, "sim", "--scenario", "shared-prefix", "--duration", "10s", "--levels", "32", "--policies", "adaptive",
+		"--routers", "2", "--router-sync", "off", "--no-plots", "--out", out); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "shared-prefix.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "Routed by 2 routers (round-robin spread, no sync).") {
+		t.Errorf("report does not say how it was routed:\n%s", md)
+	}
+	var f sim.SummaryFile
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Runs) != 1 || f.Runs[0].Routers == nil || f.Runs[0].Routers.Replicas != 2 || f.Runs[0].Routers.Sync {
+		t.Errorf("summary routers %+v, want 2 replicas without sync", f.Runs[0].Routers)
+	}
+	for _, bad := range [][]string{{"--router-sync", "maybe"}, {"--routers", "0"}, {"--router-spread", "random"}} {
+		args := append([]string{"sim", "--scenario", "shared-prefix", "--duration", "1s", "--policies", "adaptive", "--no-plots", "--out", t.TempDir()}, bad...)
+		if _, err := runRoot(t, args...); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(bad[0], "--")) && !strings.Contains(err.Error(), "routers.") {
+			t.Errorf("%v: error %v, want one naming the setting", bad, err)
+		}
+	}
+}

@@ -160,7 +160,7 @@ func load(t *testing.T) []object {
 		}
 	}
 	if len(objs) < 6 {
-		t.Fatalf("decoded %d objects, want at least ServiceAccount, ConfigMap, Deployment, Service, InferencePool, HTTPRoute", len(objs))
+		t.Fatalf("decoded %d objects, want at least ServiceAccount, ConfigMap, StatefulSet, Service, InferencePool, HTTPRoute", len(objs))
 	}
 	return objs
 }
@@ -215,7 +215,7 @@ func TestManifestsDecode(t *testing.T) {
 // misspelt field, a duplicated field and a wrong type are all errors, and
 // so is a typo in a CRD kind's spec.
 func TestStrictDecodingRejectsTypos(t *testing.T) {
-	dep, err := os.ReadFile("deployment.yaml")
+	dep, err := os.ReadFile("statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +232,10 @@ func TestStrictDecodingRejectsTypos(t *testing.T) {
 		data       []byte
 		old, new   string
 	}{
-		{"misspelt field", "deployment.yaml", dep, "  replicas: 1\n", "  replicaz: 1\n"},
-		{"duplicate field", "deployment.yaml", dep, "  replicas: 1\n", "  replicas: 1\n  replicas: 2\n"},
-		{"wrong type", "deployment.yaml", dep, "  replicas: 1\n", "  replicas: one\n"},
-		{"misspelt probe field", "deployment.yaml", dep, "periodSeconds: 10", "periodSecond: 10"},
+		{"misspelt field", "statefulset.yaml", dep, "  replicas: 3\n", "  replicaz: 3\n"},
+		{"duplicate field", "statefulset.yaml", dep, "  replicas: 3\n", "  replicas: 3\n  replicas: 2\n"},
+		{"wrong type", "statefulset.yaml", dep, "  replicas: 3\n", "  replicas: one\n"},
+		{"misspelt probe field", "statefulset.yaml", dep, "periodSeconds: 10", "periodSecond: 10"},
 		{"misspelt CRD field", "inferencepool.yaml", pool, "endpointPickerRef:", "endpointPickerReff:"},
 		{"bad failure mode", "inferencepool.yaml", pool, "failureMode: FailClose", "failureMode: FailSafe"},
 		{"port out of range", "inferencepool.yaml", pool, "- number: 8000", "- number: 80000"},
@@ -456,16 +456,16 @@ func TestCustomResources(t *testing.T) {
 	}
 }
 
-// TestDeployment checks what the Deployment promises: the three ports,
+// TestStatefulSet checks what the StatefulSet promises: the three ports,
 // probes on the admin port, resources, a non-root read-only container,
 // `serve --config` on a file that the ConfigMap volume provides, and an
 // existing ServiceAccount; and that the Service selects its pods and
 // targets its ports.
-func TestDeployment(t *testing.T) {
+func TestStatefulSet(t *testing.T) {
 	objs := load(t)
-	dep, ok := find[*appsv1.Deployment](objs, "trimtab")
+	dep, ok := find[*appsv1.StatefulSet](objs, "trimtab")
 	if !ok {
-		t.Fatal("no Deployment trimtab")
+		t.Fatal("no StatefulSet trimtab")
 	}
 	pod := dep.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
@@ -554,11 +554,11 @@ func TestDeployment(t *testing.T) {
 	}
 	podLabels := labels.Set(dep.Spec.Template.Labels)
 	if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
-		t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, podLabels)
+		t.Errorf("Service selector %v does not select the StatefulSet's pods %v", svc.Spec.Selector, podLabels)
 	}
 	sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
 	if !sel.Matches(podLabels) {
-		t.Errorf("Deployment selector %v does not match its template labels %v", dep.Spec.Selector.MatchLabels, podLabels)
+		t.Errorf("StatefulSet selector %v does not match its template labels %v", dep.Spec.Selector.MatchLabels, podLabels)
 	}
 	for _, p := range svc.Spec.Ports {
 		tp := p.TargetPort.String()
@@ -760,9 +760,9 @@ func TestProfileServersListenOnThePodPorts(t *testing.T) {
 		t.Fatalf("ConfigMap trimtab-profile, profile.yaml: %v", err)
 	}
 	srv := f.Server
-	dep, ok := find[*appsv1.Deployment](objs, "trimtab")
+	dep, ok := find[*appsv1.StatefulSet](objs, "trimtab")
 	if !ok {
-		t.Fatal("no Deployment trimtab")
+		t.Fatal("no StatefulSet trimtab")
 	}
 	ports := map[string]int32{}
 	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
@@ -781,5 +781,62 @@ func TestProfileServersListenOnThePodPorts(t *testing.T) {
 		if want := fmt.Sprint(ports[s.port]); port != want || (host != "" && host != "0.0.0.0" && host != "::") {
 			t.Errorf("%s %q: want \":%s\" (every interface, container port %s)", s.key, s.addr, want, s.port)
 		}
+	}
+}
+
+// TestReplicaSync: the StatefulSet's replicas sync with each other: the
+// profile lists exactly their stable names (pod N of the StatefulSet
+// behind its headless Service) on the sync port, which the container
+// exposes and the Service publishes, not-ready pods included.
+func TestReplicaSync(t *testing.T) {
+	objs := load(t)
+	f, err := configs.Parse(profile(t, objs))
+	if err != nil {
+		t.Fatalf("ConfigMap trimtab-profile, profile.yaml: %v", err)
+	}
+	r := f.Replicas
+	sts, ok := find[*appsv1.StatefulSet](objs, "trimtab")
+	if !ok {
+		t.Fatal("no StatefulSet trimtab")
+	}
+	if !r.Enabled {
+		t.Fatal("replicas.enabled is false; the example runs three synced replicas")
+	}
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+		t.Errorf("StatefulSet replicas %v, want 3", sts.Spec.Replicas)
+	}
+	ports := map[string]int32{}
+	for _, p := range sts.Spec.Template.Spec.Containers[0].Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	_, listenPort, err := net.SplitHostPort(r.Listen)
+	if err != nil || listenPort != fmt.Sprint(ports["sync"]) {
+		t.Errorf("replicas.listen %q, want the container port sync (%d)", r.Listen, ports["sync"])
+	}
+	hs, ok := find[*corev1.Service](objs, sts.Spec.ServiceName)
+	if !ok {
+		t.Fatalf("serviceName %q is not a Service in these manifests", sts.Spec.ServiceName)
+	}
+	if hs.Spec.ClusterIP != corev1.ClusterIPNone || !hs.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s: clusterIP %q, publishNotReadyAddresses %v; want a headless Service publishing not-ready pods", hs.Name, hs.Spec.ClusterIP, hs.Spec.PublishNotReadyAddresses)
+	}
+	if !labels.SelectorFromSet(hs.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Errorf("Service %s does not select the StatefulSet's pods", hs.Name)
+	}
+	var want []string
+	for i := range int(*sts.Spec.Replicas) {
+		want = append(want, fmt.Sprintf("%s-%d.%s:%d", sts.Name, i, hs.Name, ports["sync"]))
+	}
+	if !slices.Equal(r.Peers, want) {
+		t.Errorf("replicas.peers %v, want every replica's stable name %v", r.Peers, want)
+	}
+	found := false
+	for _, p := range hs.Spec.Ports {
+		if p.TargetPort.String() == "sync" && p.Port == ports["sync"] {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("Service %s does not publish the sync port", hs.Name)
 	}
 }

@@ -21,8 +21,9 @@ const module = "github.com/trimtab/trimtab"
 //   - scorers, fleet, detector, configurator → scheduler;
 //   - proxy → scheduler, proxy/settings;
 //   - control → scheduler, detector, configurator;
+//   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
-//     scorers, fleet, control, proxy/settings);
+//     scorers, fleet, control, proxy/settings, replica);
 //   - sim → scheduler, scorers, configurator, control, configs: the
 //     packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
@@ -39,11 +40,12 @@ var allowed = map[string][]string{
 	"configurator":   {"scheduler"},
 	"proxy":          {"scheduler", "proxy/settings"},
 	"control":        {"scheduler", "detector", "configurator"},
-	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings"},
+	"replica":        {"scheduler", "scorers"},
+	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica"},
 	"sim":            {"scheduler", "scorers", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "sim", "bench", "internal", "telemetry"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -124,6 +126,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"fleet", "detector"}, {"sim", "proxy"}, {"sim", "cmd"}, {"configs", "proxy"},
 		{"detector", "configurator"}, {"configurator", "detector"}, {"control", "fleet"},
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
+		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])

@@ -3,7 +3,9 @@ package status
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -97,6 +99,17 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	admin.Handle("GET "+PathHistory, f.rec.Handler())
 	admin.Handle("GET "+PathUI, UI())
 	admin.Handle("GET "+PathUI+"/", UI())
+	// What /debug/peers (package replica) shows on a replica syncing with
+	// two peers, one of them lost.
+	admin.Handle("GET /debug/peers", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"enabled": true, "id": "trimtab-0", "listen": ":9003", "sync_key": "prefix:block_bytes=256,shards=16",
+  "picks_logged": 1200, "picks_dropped": 0,
+  "peers": [{"address": "trimtab-1.trimtab-peers:9003", "id": "trimtab-1", "connected": true, "since": "2026-01-01T00:00:00Z", "queued": 0, "batches_sent": 900, "batches_dropped": 0, "snapshots_received": 1},
+            {"address": "trimtab-2.trimtab-peers:9003", "connected": false, "since": "2026-01-01T00:01:00Z", "last_error": "rpc error: code = Unavailable desc = connection refused", "queued": 256, "batches_sent": 400, "batches_dropped": 31, "snapshots_received": 1}],
+  "inbound": [{"id": "trimtab-1", "streams": 1, "last_seen": "2026-01-01T00:02:00Z", "batches_applied": 870, "lag_ms": 6.5, "expired": false, "in_flight": 7},
+              {"id": "trimtab-2", "streams": 0, "last_seen": "2026-01-01T00:01:00Z", "batches_applied": 390, "lag_ms": 9.1, "expired": true, "in_flight": 0}]}`)
+	}))
 	f.srv = httptest.NewServer(admin)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -321,6 +334,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	wait("decisions", `document.querySelectorAll("#decisions tbody tr.dec").length === 15`)
 	wait("the newest decision on top", `document.querySelector("#decisions tbody tr.dec").dataset.id.startsWith("live-")`)
 	wait("weight bars", `document.querySelectorAll("#weights .bar-row").length === 3`)
+	wait("replica peers", `!document.getElementById("card-peers").hidden && document.querySelectorAll("#peers tbody tr[data-peer]").length === 4`)
+	if lost := eval(`document.querySelector('#peers tbody tr[data-peer="trimtab-2.trimtab-peers:9003"]').innerText`); !strings.Contains(lost, "down") || !strings.Contains(lost, "connection refused") || !strings.Contains(lost, "31") {
+		t.Errorf("lost peer row %q: want down, its error and 31 dropped batches", lost)
+	}
+	if in := eval(`document.querySelector('#peers tbody tr[data-peer="trimtab-1"]').innerText`); !strings.Contains(in, "connected") || !strings.Contains(in, "6.5 ms") || !strings.Contains(in, "7") {
+		t.Errorf("inbound peer row %q: want connected, 6.5 ms lag, 7 in flight", in)
+	}
 
 	// Live data keeps arriving: the chart grows by a point per 500 ms slot.
 	before := eval(`document.getElementById("signal-chart").dataset.points`)

@@ -28,7 +28,8 @@ const (
 //	GET /ui             redirects to /ui/
 //	GET /ui/            the status page (index.html, app.js, style.css),
 //	                    which reads ../debug/history, ../debug/endpoints,
-//	                    ../debug/decisions and ../debug/weights relative to
+//	                    ../debug/decisions, ../debug/weights and
+//	                    ../debug/peers (shown when replica sync is on) relative to
 //	                    itself, so it also works behind a path prefix.
 //
 // To mount them on another router, route PathHistory, PathUI and

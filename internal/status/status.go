@@ -3,7 +3,8 @@
 // control tick, and every weight change with its reason — and serves it:
 // /debug/history as JSON, and /ui, a self-contained status page (embedded
 // HTML, CSS and JavaScript; no build step, no CDN, no external fonts) that
-// polls /debug/history, /debug/endpoints and /debug/decisions every second.
+// polls /debug/history, /debug/endpoints, /debug/decisions and (replica
+// sync) /debug/peers every second.
 //
 // # Bounds
 //

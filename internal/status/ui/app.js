@@ -1,6 +1,7 @@
 // trimtab status page. Vanilla JavaScript, no dependencies, no build step.
-// Polls ../debug/history, ../debug/endpoints, ../debug/decisions and
-// ../debug/weights once a second (relative to this page, so it works behind
+// Polls ../debug/history, ../debug/endpoints, ../debug/decisions,
+// ../debug/weights and ../debug/peers (the replica sync card, hidden when
+// sync is off) once a second (relative to this page, so it works behind
 // a path prefix) and redraws. Every field it reads from the proxy's debug
 // endpoints is optional: a missing value shows as "—".
 "use strict";
@@ -16,6 +17,7 @@
     endpoints: null, endpointsErr: null, endpointsNow: null,
     decisions: null, decisionsErr: null,
     weights: null,
+    peers: null,             // /debug/peers (replica sync)
     pickSnaps: [],           // [{t, counts: {addr: n}}] from endpoint pick counters
     range: 300000,
     hidden: new Set(["smoothed"]),
@@ -758,6 +760,44 @@
     return out;
   }
 
+  // Replica sync (/debug/peers): shown only when the replica syncs.
+  function renderPeers() {
+    const card = $("card-peers");
+    const p = S.peers;
+    if (!p || !p.enabled) { card.hidden = true; return; }
+    card.hidden = false;
+    $("peers-note").textContent = "this replica: " + (p.id || "—") + " · " + (num(p.picks_logged) ?? 0) + " picks shared" +
+      (num(p.picks_dropped) ? ", " + num(p.picks_dropped) + " dropped" : "");
+    const tbody = $("peers").tBodies[0];
+    const when = (s) => (s && !String(s).startsWith("0001-") ? clock(Date.parse(s)) : "—");
+    const rows = [];
+    for (const o of asList(p.peers)) {
+      const st = o.self ? "self" : o.connected ? "connected" : "down";
+      rows.push(h("tr", { dataset: { peer: o.address } },
+        h("td", { class: "l n" }, o.address, o.id ? h("span", { class: "name", text: o.id }) : null), h("td", { class: "l", text: "out" }),
+        h("td", { class: "l" }, h("span", { class: "pill st-" + (st === "connected" ? "fresh" : st === "self" ? "stale" : "unhealthy"), text: st })),
+        h("td", { class: "l n", text: when(o.since) }),
+        h("td", { class: "n", text: String(num(o.batches_sent) ?? "—") }),
+        h("td", { class: "n", text: String(num(o.batches_dropped) ?? "—") }),
+        h("td", { class: "n", text: "—" }), h("td", { class: "n", text: "—" }),
+        h("td", { class: "l wrap", text: o.last_error || "" })));
+    }
+    for (const i of asList(p.inbound)) {
+      const st = i.expired ? "expired" : i.streams > 0 ? "connected" : "down";
+      rows.push(h("tr", { dataset: { peer: i.id } },
+        h("td", { class: "l n", text: i.id }), h("td", { class: "l", text: "in" }),
+        h("td", { class: "l" }, h("span", { class: "pill st-" + (st === "connected" ? "fresh" : "unhealthy"), text: st })),
+        h("td", { class: "l n", text: when(i.last_seen) }),
+        h("td", { class: "n", text: String(num(i.batches_applied) ?? "—") }),
+        h("td", { class: "n", text: "—" }),
+        h("td", { class: "n", text: fmt(num(i.lag_ms), 1) + " ms" }),
+        h("td", { class: "n", text: String(num(i.in_flight) ?? 0) }),
+        h("td", { class: "l", text: "" })));
+    }
+    if (!rows.length) { placeholder(tbody, 9, "No peer configured."); return; }
+    tbody.replaceChildren(...rows);
+  }
+
   function renderChanges() {
     const tbody = $("changes").tBodies[0];
     const list = S.changes.slice().reverse().slice(0, 50);
@@ -843,6 +883,7 @@
     renderWeights(cw);
     renderSignalChart();
     renderWeightsChart();
+    renderPeers();
     renderChanges();
     renderDecisions();
     document.body.dataset.polls = String(S.polls);
@@ -859,7 +900,9 @@
     const eps = getJSON("../debug/endpoints");
     const dec = getJSON("../debug/decisions");
     const w = getJSON("../debug/weights");
-    const [rh, re, rd, rw] = await Promise.allSettled([hist, eps, dec, w]);
+    const peers = getJSON("../debug/peers");
+    const [rh, re, rd, rw, rp] = await Promise.allSettled([hist, eps, dec, w, peers]);
+    S.peers = rp.status === "fulfilled" ? rp.value : null;
     if (rh.status === "fulfilled") { mergeHistory(rh.value); S.fails = 0; } else S.fails++;
     if (re.status === "fulfilled") {
       S.endpoints = re.value; S.endpointsErr = null;

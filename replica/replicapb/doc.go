@@ -1,0 +1,8 @@
+// Package replicapb is the generated code of the replica sync protocol
+// (replica.proto). Regenerate with protoc, protoc-gen-go and
+// protoc-gen-go-grpc on the PATH:
+//
+//	go generate ./replica/replicapb
+package replicapb
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative replica.proto

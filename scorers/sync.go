@@ -1,0 +1,364 @@
+package scorers
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Replica sync hooks. Several router replicas in front of one pool each
+// learn only their own picks; these hooks let a sync layer (trimtab's
+// replica package, or the simulator) share what each learns:
+//
+//   - PickLog collects the prefix scorer's local picks (endpoint and the
+//     request's block-hash chain) in a bounded buffer the sync layer drains;
+//   - Prefix.RecordPeer records a peer's pick in the index, Prefix.Export
+//     and Prefix.Restore copy a whole index to a (re)joining replica;
+//   - LocalLoads and PeerLoads carry the router-local in-flight and
+//     pending-prefill counts to the peers' schedulers
+//     (scheduler.AddPeerLoad), so the distribution scorers and the load
+//     guard see the pool-wide load.
+//
+// A peer only feeds hints: what it reports changes scores, never the set of
+// candidates, which comes from discovery alone.
+
+// Chain is one pick as the sync layer ships it: the endpoint's address and
+// the request's prefix-block hash chain, block 0 first. The chain's seed
+// already carries the model and cache salt, so chains of different models
+// or tenants never meet.
+type Chain struct {
+	Endpoint string
+	Hashes   []uint64
+}
+
+// PickLog is a bounded buffer of local picks for the sync layer: Append is
+// called on the request path (from Prefix.Picked) and never blocks on the
+// consumer or allocates; when the buffer is full the pick is dropped and
+// counted. Drain empties it. Safe for concurrent use.
+type PickLog struct {
+	mu           sync.Mutex
+	words        []uint64 // ring of hashes
+	recs         []pickRec
+	rHead, rLen  int
+	wHead, wUsed int
+	dropped      atomic.Uint64
+	appended     atomic.Uint64
+}
+
+type pickRec struct {
+	addr string
+	off  int // in words
+	n    int
+}
+
+// NewPickLog returns a log holding at most picks picks and hashes block
+// hashes in all (8 bytes each); both must be positive.
+func NewPickLog(picks, hashes int) (*PickLog, error) {
+	if picks <= 0 || hashes <= 0 {
+		return nil, fmt.Errorf("pick log: picks %d and hashes %d must both be > 0", picks, hashes)
+	}
+	return &PickLog{words: make([]uint64, hashes), recs: make([]pickRec, picks)}, nil
+}
+
+// Append adds one pick; it reports false, and counts a drop, when the log
+// is full. hashes is copied.
+func (l *PickLog) Append(addr string, hashes []uint64) bool {
+	l.mu.Lock()
+	if l.rLen == len(l.recs) || l.wUsed+len(hashes) > len(l.words) {
+		l.mu.Unlock()
+		l.dropped.Add(1)
+		return false
+	}
+	off := (l.wHead + l.wUsed) % len(l.words)
+	n := copy(l.words[off:], hashes)
+	copy(l.words, hashes[n:])
+	l.wUsed += len(hashes)
+	l.recs[(l.rHead+l.rLen)%len(l.recs)] = pickRec{addr: addr, off: off, n: len(hashes)}
+	l.rLen++
+	l.mu.Unlock()
+	l.appended.Add(1)
+	return true
+}
+
+// Drain moves every buffered pick, oldest first, into dst (reusing its
+// elements' Hashes capacity) and returns it.
+func (l *PickLog) Drain(dst []Chain) []Chain {
+	dst = dst[:0]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.rLen {
+		r := &l.recs[(l.rHead+k)%len(l.recs)]
+		if len(dst) < cap(dst) {
+			dst = dst[:len(dst)+1]
+		} else {
+			dst = append(dst, Chain{})
+		}
+		c := &dst[len(dst)-1]
+		c.Endpoint = r.addr
+		end := r.off + r.n
+		if end <= len(l.words) {
+			c.Hashes = append(c.Hashes[:0], l.words[r.off:end]...)
+		} else {
+			c.Hashes = append(append(c.Hashes[:0], l.words[r.off:]...), l.words[:end-len(l.words)]...)
+		}
+		r.addr = ""
+	}
+	l.rHead, l.rLen, l.wHead, l.wUsed = 0, 0, 0, 0
+	return dst
+}
+
+// Len returns the number of buffered picks.
+func (l *PickLog) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rLen
+}
+
+// Dropped returns how many picks Append dropped because the log was full.
+func (l *PickLog) Dropped() uint64 { return l.dropped.Load() }
+
+// Appended returns how many picks Append accepted.
+func (l *PickLog) Appended() uint64 { return l.appended.Load() }
+
+// SetPickLog makes Picked append every local pick to l (nil: stop). The
+// log sees the request's indexed blocks and the chosen endpoint's address.
+func (p *Prefix) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
+
+// SyncKey identifies what must match between replicas for their indexes to
+// be interchangeable: the block length in bytes and the shard count (a
+// snapshot keeps only a block hash's high 48 bits and its shard).
+func (p *Prefix) SyncKey() string {
+	return fmt.Sprintf("block_bytes=%d,shards=%d", p.blockBytes, p.cfg.Shards)
+}
+
+// peerScratch groups a peer's hashes by shard; guarded by Prefix.peerMu.
+type peerScratch struct {
+	byShard []uint16
+	start   []int32
+}
+
+// RecordPeer records a peer's pick in the index: the chain's blocks become
+// the most recently used entries of the endpoint at addr, as if this router
+// had picked it (block 0 first). At most MaxBlocks leading hashes are
+// kept. It reports false, and records nothing, when addr is not in the
+// index's pool. Off the request path; it takes each involved shard's write
+// lock once.
+func (p *Prefix) RecordPeer(addr string, hashes []uint64) bool {
+	if len(hashes) > p.cfg.MaxBlocks {
+		hashes = hashes[:p.cfg.MaxBlocks]
+	}
+	return p.recordAt(addr, hashes)
+}
+
+// Restore records a snapshot's entries for the endpoint at addr, as
+// Export produced them (per shard, most recent first): afterwards the
+// endpoint's most recent entries in each shard are these, in this order,
+// within its capacity. It reports false when addr is not in the pool.
+func (p *Prefix) Restore(addr string, hashes []uint64) bool {
+	const chunk = 1 << 16 // record indexes blocks with uint16
+	// Later chunks hold older entries: record them first.
+	for hi := len(hashes); hi > 0; hi -= chunk {
+		if !p.recordAt(addr, hashes[max(0, hi-chunk):hi]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Prefix) recordAt(addr string, hashes []uint64) bool {
+	if len(hashes) == 0 {
+		return true
+	}
+	tab := p.tab.Load()
+	id := tab.byAddr[addr]
+	if id == 0 {
+		return false
+	}
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	sc := &p.peer
+	if len(sc.start) != len(p.shards)+1 {
+		sc.start = make([]int32, len(p.shards)+1)
+	}
+	if len(sc.byShard) < len(hashes) {
+		sc.byShard = make([]uint16, len(hashes))
+	}
+	start := sc.start
+	clear(start)
+	for _, h := range hashes {
+		start[(h&p.shardMask)+1]++
+	}
+	for s := 1; s < len(start); s++ {
+		start[s] += start[s-1]
+	}
+	for i, h := range hashes {
+		s := h & p.shardMask
+		sc.byShard[start[s]] = uint16(i)
+		start[s]++
+	}
+	for s := len(start) - 1; s > 0; s-- {
+		start[s] = start[s-1]
+	}
+	start[0] = 0
+	perShard := tab.perShard[id]
+	for s := range p.shards {
+		lo, hi := start[s], start[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &p.shards[s]
+		sh.mu.Lock()
+		if int(id) < len(sh.lists) {
+			sh.record(id, perShard, dedup(sc.byShard[lo:hi], hashes), hashes, nil)
+		}
+		sh.mu.Unlock()
+	}
+	return true
+}
+
+// dedup drops, in place, blocks whose stored hash repeats an earlier one's
+// (record requires distinct hashes, and a peer's data comes from outside
+// this process): pairwise for short runs, through a map for long ones.
+func dedup(blocks []uint16, hashes []uint64) []uint16 {
+	if len(blocks) > 64 {
+		seen := make(map[uint64]struct{}, len(blocks))
+		out := blocks[:0]
+		for _, b := range blocks {
+			h := hashes[b] & hashMask
+			if _, ok := seen[h]; ok {
+				continue
+			}
+			seen[h] = struct{}{}
+			out = append(out, b)
+		}
+		return out
+	}
+	out := blocks[:0]
+next:
+	for _, b := range blocks {
+		for _, o := range out {
+			if hashes[o]&hashMask == hashes[b]&hashMask {
+				continue next
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// Export calls fn once per endpoint in the index's pool with its entries:
+// for each shard in turn, the endpoint's entries most recent first, each as
+// a hash that Restore puts back in the same place (the stored high 48 bits
+// plus the shard index; a replica restoring it needs the same SyncKey).
+// fn must not retain hashes. Shards are read-locked one at a time, so the
+// copy is consistent per shard, not across shards.
+func (p *Prefix) Export(fn func(addr string, hashes []uint64)) {
+	tab := p.tab.Load()
+	addrs := make([]string, 0, len(tab.byAddr))
+	for a := range tab.byAddr {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	var buf []uint64
+	for _, a := range addrs {
+		id := tab.byAddr[a]
+		buf = buf[:0]
+		for s := range p.shards {
+			sh := &p.shards[s]
+			sh.mu.RLock()
+			if int(id) < len(sh.lists) {
+				for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
+					buf = append(buf, sh.slots[pos].hash()|uint64(s))
+				}
+			}
+			sh.mu.RUnlock()
+		}
+		if len(buf) > 0 {
+			fn(a, buf)
+		}
+	}
+}
+
+// EndpointLoad is one endpoint's router-local load as a replica reports it.
+type EndpointLoad struct {
+	Endpoint string
+	// InFlight is the requests the replica sent there that have not
+	// completed; PendingPrefill the prompt bytes of those without a first
+	// response byte.
+	InFlight, PendingPrefill int64
+}
+
+// LocalLoads appends to dst, for every endpoint of pool with a non-zero
+// router-local count, its local in-flight and pending-prefill counts (not
+// the peers' shares), and returns it. A report lists only non-zero
+// endpoints; PeerLoads.Apply reads an endpoint missing from it as 0.
+func LocalLoads(pool *scheduler.Pool, dst []EndpointLoad) []EndpointLoad {
+	for _, e := range pool.Pointers() {
+		in, pend := e.LocalInFlight(), e.LocalPendingPrefill()
+		if in != 0 || pend != 0 {
+			dst = append(dst, EndpointLoad{Endpoint: e.Address, InFlight: in, PendingPrefill: pend})
+		}
+	}
+	return dst
+}
+
+// PeerLoads applies peers' load reports to a scheduler: it remembers what
+// each peer's last report added per endpoint, adds the difference when a
+// new report comes (scheduler.AddPeerLoad), and takes everything back when
+// the peer expires. Reports are absolute, so a lost or late report is
+// corrected by the next. Safe for concurrent use.
+type PeerLoads struct {
+	s     *scheduler.Scheduler
+	mu    sync.Mutex
+	peers map[string]map[string]EndpointLoad // peer → endpoint → applied
+}
+
+// NewPeerLoads returns a PeerLoads feeding s.
+func NewPeerLoads(s *scheduler.Scheduler) *PeerLoads {
+	return &PeerLoads{s: s, peers: map[string]map[string]EndpointLoad{}}
+}
+
+// Apply installs peer's report: its counts replace the peer's previous
+// ones; endpoints missing from loads count 0.
+func (pl *PeerLoads) Apply(peer string, loads []EndpointLoad) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	prev := pl.peers[peer]
+	next := make(map[string]EndpointLoad, len(loads))
+	for _, l := range loads {
+		if l.InFlight == 0 && l.PendingPrefill == 0 {
+			continue
+		}
+		old := prev[l.Endpoint]
+		pl.s.AddPeerLoad(l.Endpoint, l.InFlight-old.InFlight, l.PendingPrefill-old.PendingPrefill)
+		next[l.Endpoint] = l
+	}
+	for ep, old := range prev {
+		if _, ok := next[ep]; !ok {
+			pl.s.AddPeerLoad(ep, -old.InFlight, -old.PendingPrefill)
+		}
+	}
+	if len(next) == 0 {
+		delete(pl.peers, peer)
+		return
+	}
+	pl.peers[peer] = next
+}
+
+// Expire takes back everything peer's reports added: a vanished replica's
+// requests stop counting.
+func (pl *PeerLoads) Expire(peer string) { pl.Apply(peer, nil) }
+
+// Peer returns the counts last applied for peer, by endpoint; a copy.
+func (pl *PeerLoads) Peer(peer string) map[string]EndpointLoad {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	out := make(map[string]EndpointLoad, len(pl.peers[peer]))
+	for k, v := range pl.peers[peer] {
+		out[k] = v
+	}
+	return out
+}
