@@ -80,7 +80,12 @@ type Signal struct {
 	// with either signal; 0 when no pick was guarded.
 	Herd float64
 	// Picks is the number of picks in the herd window (exponentially
-	// weighted, time constant HerdWindow). Reported even when gated.
+	// weighted, time constant HerdWindow), scaled to the pool's when
+	// replica sync reports other routers' in-flight requests: this
+	// router's picks × (in-flight with peers ÷ its own in-flight), both
+	// averaged over the same window. The min_picks gate reads it, so N
+	// replicas, each seeing 1/N of the picks, gate as one router would.
+	// Reported even when gated.
 	Picks float64
 	// Gate says why Value was held at 0 ("" when it was not).
 	Gate Gate
@@ -142,6 +147,10 @@ type Detector struct {
 	herdNum, herdDen    float64
 	lastHerd, lastPicks uint64
 	loads, kv           []float64
+	// EWMAs (the herd averages' factor) of Σ in-flight with peers' counts
+	// and of this router's own: their ratio scales this router's picks to
+	// the pool's for the min_picks gate.
+	inPool, inLocal float64
 }
 
 // New returns a detector with an EWMA state of 0. It fails if cfg is
@@ -170,12 +179,15 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	d.loads, d.kv = d.loads[:0], d.kv[:0]
 	var total, requests, waiting, busy, kvSum, kvMax float64
 	var herd, picks uint64
+	var inPool, inLocal float64
 	for _, e := range eps {
 		if e == nil {
 			continue
 		}
 		herd += e.HerdPicks()
 		picks += e.Picks()
+		inPool += float64(max(e.InFlight(), 0))
+		inLocal += float64(max(e.LocalInFlight(), 0))
 		if e.State != scheduler.StateFresh {
 			continue
 		}
@@ -209,7 +221,12 @@ func (d *Detector) Step(now time.Time, eps []*scheduler.Endpoint) Signal {
 	h := d.alpha
 	d.herdNum = h*float64(min(dh, dp)) + (1-h)*d.herdNum
 	d.herdDen = h*float64(dp) + (1-h)*d.herdDen
+	d.inPool = h*inPool + (1-h)*d.inPool
+	d.inLocal = h*inLocal + (1-h)*d.inLocal
 	sig.Picks = d.herdDen / h
+	if d.inLocal > 0 && d.inPool > d.inLocal {
+		sig.Picks *= d.inPool / d.inLocal
+	}
 	if d.herdDen > 0 {
 		sig.Herd = scheduler.Clamp01(d.herdNum / d.herdDen)
 	}

@@ -347,6 +347,38 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
+// TestPicksScaledToPool: a router that sees a third of the pool's
+// in-flight requests (its peers report the rest through replica sync)
+// counts its picks three times for the min_picks gate, so three replicas
+// gate as one router would; alone it counts them once.
+func TestPicksScaledToPool(t *testing.T) {
+	s, err := scheduler.New(scheduler.DefaultConfig(),
+		[]scheduler.ScorerEntry{{Name: "first", Scorer: firstScorer{}, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
+	for i := 0; i < 12; i++ { // 12 picks, all on a:1 and kept in flight
+		if _, err := s.Pick(context.Background(), &scheduler.Request{ID: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := DefaultConfig()
+	c.MinPicks = 20
+	d := mustNew(t, c)
+	sig := d.Step(t0, s.Pool().Pointers())
+	if sig.Gate != GateLowLoad || !near(sig.Picks, 12) {
+		t.Fatalf("alone: picks %v gate %q, want 12 and low_load", sig.Picks, sig.Gate)
+	}
+	s.AddPeerLoad("a:1", 12, 0) // peers: 24 more in flight, 36 in all
+	s.AddPeerLoad("b:1", 12, 0)
+	d = mustNew(t, c)
+	sig = d.Step(t0, s.Pool().Pointers())
+	if sig.Gate != GateNone || !near(sig.Picks, 36) {
+		t.Errorf("with peers: picks %v gate %q, want 36 and no gate", sig.Picks, sig.Gate)
+	}
+}
+
 type firstScorer struct{}
 
 func (firstScorer) Category() scheduler.Category { return scheduler.CategoryNone }
