@@ -276,19 +276,25 @@ func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
 		_, _ = d.Write(req.Prompt[i*bb : (i+1)*bb]) // never fails
 		sc.hashes[i] = d.Sum64()
 	}
-	// Counting sort of block indexes by shard.
-	start := sc.start
+	byShard(sc.hashes, p.shardMask, sc.start, sc.byShard)
+}
+
+// byShard groups the indexes of hashes by shard (h & mask), a counting
+// sort: afterwards the indexes of shard s are idx[start[s]:start[s+1]].
+// start has one more entry than there are shards; idx at least
+// len(hashes).
+func byShard(hashes []uint64, mask uint64, start []int32, idx []uint16) {
 	clear(start)
-	for _, h := range sc.hashes {
-		start[(h&p.shardMask)+1]++
+	for _, h := range hashes {
+		start[(h&mask)+1]++
 	}
 	for s := 1; s < len(start); s++ {
 		start[s] += start[s-1]
 	}
 	// start[s] is now where shard s begins; fill, then shift back.
-	for i, h := range sc.hashes {
-		s := h & p.shardMask
-		sc.byShard[start[s]] = uint16(i)
+	for i, h := range hashes {
+		s := h & mask
+		idx[start[s]] = uint16(i)
 		start[s]++
 	}
 	for s := len(start) - 1; s > 0; s-- {

@@ -187,22 +187,7 @@ func (p *Prefix) recordAt(addr string, hashes []uint64) bool {
 		sc.byShard = make([]uint16, len(hashes))
 	}
 	start := sc.start
-	clear(start)
-	for _, h := range hashes {
-		start[(h&p.shardMask)+1]++
-	}
-	for s := 1; s < len(start); s++ {
-		start[s] += start[s-1]
-	}
-	for i, h := range hashes {
-		s := h & p.shardMask
-		sc.byShard[start[s]] = uint16(i)
-		start[s]++
-	}
-	for s := len(start) - 1; s > 0; s-- {
-		start[s] = start[s-1]
-	}
-	start[0] = 0
+	byShard(hashes, p.shardMask, start, sc.byShard)
 	perShard := tab.perShard[id]
 	for s := range p.shards {
 		lo, hi := start[s], start[s+1]
