@@ -39,19 +39,16 @@ type Chain struct {
 // consumer or allocates; when the buffer is full the pick is dropped and
 // counted. Drain empties it. Safe for concurrent use.
 type PickLog struct {
-	mu           sync.Mutex
-	words        []uint64 // ring of hashes
-	recs         []pickRec
-	rHead, rLen  int
-	wHead, wUsed int
-	dropped      atomic.Uint64
-	appended     atomic.Uint64
+	mu       sync.Mutex
+	words    []uint64  // the buffered picks' hashes, back to back; len = used
+	recs     []pickRec // the buffered picks; len = count
+	dropped  atomic.Uint64
+	appended atomic.Uint64
 }
 
 type pickRec struct {
 	addr string
-	off  int // in words
-	n    int
+	n    int // hashes, following the previous record's in words
 }
 
 // NewPickLog returns a log holding at most picks picks and hashes block
@@ -60,24 +57,20 @@ func NewPickLog(picks, hashes int) (*PickLog, error) {
 	if picks <= 0 || hashes <= 0 {
 		return nil, fmt.Errorf("pick log: picks %d and hashes %d must both be > 0", picks, hashes)
 	}
-	return &PickLog{words: make([]uint64, hashes), recs: make([]pickRec, picks)}, nil
+	return &PickLog{words: make([]uint64, 0, hashes), recs: make([]pickRec, 0, picks)}, nil
 }
 
 // Append adds one pick; it reports false, and counts a drop, when the log
 // is full. hashes is copied.
 func (l *PickLog) Append(addr string, hashes []uint64) bool {
 	l.mu.Lock()
-	if l.rLen == len(l.recs) || l.wUsed+len(hashes) > len(l.words) {
+	if len(l.recs) == cap(l.recs) || len(l.words)+len(hashes) > cap(l.words) {
 		l.mu.Unlock()
 		l.dropped.Add(1)
 		return false
 	}
-	off := (l.wHead + l.wUsed) % len(l.words)
-	n := copy(l.words[off:], hashes)
-	copy(l.words, hashes[n:])
-	l.wUsed += len(hashes)
-	l.recs[(l.rHead+l.rLen)%len(l.recs)] = pickRec{addr: addr, off: off, n: len(hashes)}
-	l.rLen++
+	l.words = append(l.words, hashes...)
+	l.recs = append(l.recs, pickRec{addr: addr, n: len(hashes)})
 	l.mu.Unlock()
 	l.appended.Add(1)
 	return true
@@ -89,8 +82,9 @@ func (l *PickLog) Drain(dst []Chain) []Chain {
 	dst = dst[:0]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k := range l.rLen {
-		r := &l.recs[(l.rHead+k)%len(l.recs)]
+	off := 0
+	for k := range l.recs {
+		r := &l.recs[k]
 		if len(dst) < cap(dst) {
 			dst = dst[:len(dst)+1]
 		} else {
@@ -98,15 +92,11 @@ func (l *PickLog) Drain(dst []Chain) []Chain {
 		}
 		c := &dst[len(dst)-1]
 		c.Endpoint = r.addr
-		end := r.off + r.n
-		if end <= len(l.words) {
-			c.Hashes = append(c.Hashes[:0], l.words[r.off:end]...)
-		} else {
-			c.Hashes = append(append(c.Hashes[:0], l.words[r.off:]...), l.words[:end-len(l.words)]...)
-		}
+		c.Hashes = append(c.Hashes[:0], l.words[off:off+r.n]...)
+		off += r.n
 		r.addr = ""
 	}
-	l.rHead, l.rLen, l.wHead, l.wUsed = 0, 0, 0, 0
+	l.words, l.recs = l.words[:0], l.recs[:0]
 	return dst
 }
 
@@ -114,7 +104,7 @@ func (l *PickLog) Drain(dst []Chain) []Chain {
 func (l *PickLog) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.rLen
+	return len(l.recs)
 }
 
 // Dropped returns how many picks Append dropped because the log was full.
