@@ -149,8 +149,10 @@ func TestSyncPicksAndLoads(t *testing.T) {
 	if got := bEp(b).PendingPrefill(); got != int64(len(prompt("ABCD"))) {
 		t.Errorf("b's pending prefill on 10.0.0.2 %d, want a's prompt, %d bytes", got, len(prompt("ABCD")))
 	}
-	// b's index learned a's pick: the same 4 blocks on 10.0.0.2, nothing
+	// The endpoint answers: a learns the prompt (prefix learn: first_byte)
+	// and b learns it from a: the same 4 blocks on 10.0.0.2, nothing
 	// elsewhere.
+	d.FirstByte()
 	eventually(t, "b's index to hold a's pick", func() bool {
 		ib := index(b)
 		return len(ib) == 1 && len(ib["10.0.0.2:8000"]) == 4 && sameIndex(ib, index(a))

@@ -150,6 +150,11 @@ func (d *Decision) FirstByte() {
 		return
 	}
 	d.Endpoint.st.pending.Add(-d.prefill)
+	s := d.s
+	for _, si := range s.fbObs {
+		d.cs.cur = si
+		s.entries[si].Scorer.(FirstByteObserver).FirstByte(&d.cs, d.Request, d.Endpoint)
+	}
 }
 
 // Done records how the request ended: it releases the in-flight count,

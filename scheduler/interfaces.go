@@ -43,6 +43,15 @@ type PickObserver interface {
 	Picked(cs *CycleState, req *Request, chosen *Endpoint)
 }
 
+// FirstByteObserver is implemented by scorers that learn when an endpoint
+// starts answering (the prefix index records a prompt once the endpoint has
+// computed it). FirstByte is called at most once per decision, from
+// Decision.FirstByte (or Done, when the first byte never came), with the
+// endpoint serving the request and the state Score saw.
+type FirstByteObserver interface {
+	FirstByte(cs *CycleState, req *Request, ep *Endpoint)
+}
+
 // DoneObserver is implemented by scorers that account for completions.
 // Done is called exactly once per decision, from Decision.Done.
 type DoneObserver interface {

@@ -99,6 +99,7 @@ type Scheduler struct {
 
 	pickObs  []int  // indexes of scorers implementing PickObserver
 	doneObs  []int  // … DoneObserver
+	fbObs    []int  // … FirstByteObserver
 	affinity []bool // per scorer: its category is CategoryAffinity
 
 	pool    atomic.Pointer[Pool]
@@ -167,6 +168,9 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		}
 		if _, ok := e.Scorer.(DoneObserver); ok {
 			s.doneObs = append(s.doneObs, i)
+		}
+		if _, ok := e.Scorer.(FirstByteObserver); ok {
+			s.fbObs = append(s.fbObs, i)
 		}
 	}
 	w := &Weights{Version: 1, Values: base, Mode: "static", Reason: "profile weights"}

@@ -32,13 +32,23 @@ type PrefixConfig struct {
 	// Shards is the number of independently locked index shards; a power
 	// of two (shards, default 16).
 	Shards int `mapstructure:"shards"`
+	// Learn is when a request's blocks are recorded on its endpoint:
+	// "first_byte" (default) once the endpoint's first response byte
+	// arrives, i.e. once it has computed the prompt; "pick" at the pick.
+	Learn string `mapstructure:"learn"`
 }
 
 // DefaultPrefixConfig returns the defaults: 64-token blocks of 4 bytes a
 // token, 2048 blocks per prompt, 32768 blocks per endpoint, 16 shards.
 func DefaultPrefixConfig() PrefixConfig {
-	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16}
+	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16, Learn: LearnFirstByte}
 }
+
+// When the prefix scorer records a request's blocks (PrefixConfig.Learn).
+const (
+	LearnFirstByte = "first_byte"
+	LearnPick      = "pick"
+)
 
 // Validate checks the config; errors name the field.
 func (c PrefixConfig) Validate() error {
@@ -55,6 +65,8 @@ func (c PrefixConfig) Validate() error {
 		return fmt.Errorf("prefix.capacity: must be in 1…2^30, got %d", c.Capacity)
 	case c.Shards <= 0 || c.Shards > 1024 || c.Shards&(c.Shards-1) != 0:
 		return fmt.Errorf("prefix.shards: must be a power of two in 1…1024, got %d", c.Shards)
+	case c.Learn != LearnFirstByte && c.Learn != LearnPick:
+		return fmt.Errorf("prefix.learn: must be %q or %q, got %q", LearnFirstByte, LearnPick, c.Learn)
 	}
 	return nil
 }
@@ -208,6 +220,7 @@ type prefixScratch struct {
 	owner   *Prefix            // scorer the buffers are sized for
 	req     *scheduler.Request // request the hashes belong to
 	n       int                // blocks hashed (0: nothing to record)
+	learned bool               // blocks recorded (at the pick)
 	hashes  []uint64
 	byShard []uint16              // block indexes grouped by shard, ascending within one
 	start   []int32               // byShard[start[s]:start[s+1]] are shard s's blocks
@@ -306,7 +319,7 @@ func byShard(hashes []uint64, mask uint64, start []int32, idx []uint16) {
 // Score implements scheduler.Scorer.
 func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	sc := p.scratch(cs)
-	sc.req, sc.n = req, 0
+	sc.req, sc.n, sc.learned = req, 0, false
 	n := p.blocks(req.Prompt)
 	if n == 0 {
 		clear(out)
@@ -445,6 +458,31 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			}
 		}
 	}
+	if p.cfg.Learn == LearnPick {
+		p.record(sc, tab, id, chosen)
+		sc.learned = true
+	}
+}
+
+// FirstByte implements scheduler.FirstByteObserver: with learn:
+// first_byte, it records the request's blocks on the endpoint that
+// answered, now that the endpoint has computed them.
+func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep *scheduler.Endpoint) {
+	if p.cfg.Learn == LearnPick {
+		return
+	}
+	sc, ok := (*cs.Slot()).(*prefixScratch)
+	if !ok || sc.owner != p || sc.req != req || sc.n == 0 || sc.learned {
+		return
+	}
+	tab := p.tab.Load()
+	if id := tab.id(ep); id != 0 {
+		p.record(sc, tab, id, ep)
+	}
+}
+
+// record makes the request's blocks id's most recently used entries.
+func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chosen *scheduler.Endpoint) {
 	perShard := tab.perShard[id]
 	for s := range p.shards {
 		lo, hi := sc.start[s], sc.start[s+1]

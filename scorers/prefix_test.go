@@ -1,6 +1,7 @@
 package scorers
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -599,4 +600,70 @@ func TestPrefixDefaultCoversLongPrompts(t *testing.T) {
 	head[0]++
 	got, _ = h.pick(t, &scheduler.Request{Prompt: head})
 	checkScores(t, got, []float64{0, 0}) // block 0 differs: every hash differs
+}
+
+// TestPrefixLearnsAtFirstByte: with learn: first_byte (the default) a
+// request's blocks count as held by its endpoint only once the endpoint's
+// first response byte arrived (or the request ended without one); with
+// learn: pick they count from the pick. A request on a retry fallback is
+// learned on the endpoint that answered.
+func TestPrefixLearnsAtFirstByte(t *testing.T) {
+	ctx := context.Background()
+	for _, learn := range []string{LearnFirstByte, LearnPick} {
+		t.Run(learn, func(t *testing.T) {
+			cfg := smallPrefix()
+			cfg.Learn = learn
+			h := newHarness(t, mustPrefix(t, cfg), eps("a:1", "b:1", "c:1"))
+			first := scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}
+			d, err := h.s.Pick(ctx, &first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A second request with the same prompt while the first is
+			// still computing it (kept open, so it records nothing).
+			d2, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var scores []float64
+			for i := range d2.Candidates() {
+				scores = append(scores, d2.Score(0, i))
+			}
+			wantPending := []float64{0, 0, 0}
+			if learn == LearnPick {
+				wantPending = []float64{1, 0, 0}
+			}
+			if !slices.Equal(scores, wantPending) {
+				t.Errorf("before the first byte: scores %v, want %v", scores, wantPending)
+			}
+			d.FirstByte()
+			if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}); scores[0] != 1 {
+				t.Errorf("after the first byte: a scores %v, want 1", scores[0])
+			}
+			d2.Done(scheduler.Outcome{})
+			d.Done(scheduler.Outcome{})
+		})
+	}
+	t.Run("fallback", func(t *testing.T) {
+		h := newHarness(t, mustPrefix(t, smallPrefix()), eps("a:1", "b:1"))
+		d, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("WXYZ")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := d.Endpoint.Address
+		if !d.Advance() {
+			t.Fatal("no fallback")
+		}
+		served := d.Endpoint.Address
+		d.FirstByte()
+		d.Done(scheduler.Outcome{})
+		scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("WXYZ"), Subset: []string{failed, served}})
+		got := map[string]float64{}
+		for i, e := range []string{"a:1", "b:1"} {
+			got[e] = scores[i]
+		}
+		if got[served] != 1 || got[failed] != 0 {
+			t.Errorf("scores %v: want 1 on %s (answered), 0 on %s (failed)", got, served, failed)
+		}
+	})
 }

@@ -50,13 +50,13 @@ func TestInTreeBuildsEveryScorer(t *testing.T) {
 
 func TestInTreeDecodesParams(t *testing.T) {
 	reg := InTree()
-	sc, err := reg[TypePrefix]("p", decoder(map[string]any{"block_size": 16, "max_blocks": 8, "capacity": 100, "shards": 4}), Deps{})
+	sc, err := reg[TypePrefix]("p", decoder(map[string]any{"block_size": 16, "max_blocks": 8, "capacity": 100, "shards": 4, "learn": "pick"}), Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := sc.(*Prefix)
 	// Unset fields keep their defaults (bytes_per_token 4).
-	if want := (PrefixConfig{BlockSize: 16, BytesPerToken: 4, MaxBlocks: 8, Capacity: 100, Shards: 4}); p.cfg != want {
+	if want := (PrefixConfig{BlockSize: 16, BytesPerToken: 4, MaxBlocks: 8, Capacity: 100, Shards: 4, Learn: LearnPick}); p.cfg != want {
 		t.Errorf("prefix config %+v, want %+v", p.cfg, want)
 	}
 	sc, err = reg[TypeSession]("s", decoder(map[string]any{"idle_timeout": "90s", "load_factor": 2.0}), Deps{})
@@ -79,6 +79,7 @@ func TestInTreeRejectsBadParams(t *testing.T) {
 		{TypePrefix, map[string]any{"max_blocks": 0}, "prefix.max_blocks"},
 		{TypePrefix, map[string]any{"capacity": 0}, "prefix.capacity"},
 		{TypePrefix, map[string]any{"shards": 3}, "prefix.shards: must be a power of two"},
+		{TypePrefix, map[string]any{"learn": "done"}, `prefix.learn: must be "first_byte" or "pick", got "done"`},
 		{TypePrefix, map[string]any{"block_sise": 64}, "block_sise"}, // unknown key
 		{TypeSession, map[string]any{"load_factor": 0.5}, "session.load_factor"},
 		{TypeSession, map[string]any{"max_sessions": 0}, "session.max_sessions"},
