@@ -105,7 +105,7 @@ func DefaultConfig() Config {
 		Nu:                 1,
 		ThetaOn:            0.2,
 		ThetaOff:           0.05,
-		MinDwell:           10 * time.Second,
+		MinDwell:           15 * time.Second,
 		SlewRate:           2,
 		MinChange:          0.01,
 		GuardFactor:        2.5,

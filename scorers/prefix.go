@@ -96,10 +96,15 @@ func (c PrefixConfig) Validate() error {
 // block) scores 0 on every candidate, which does not change the ranking.
 // Endpoints unknown to the index (not in the last pool) score 0.
 //
+// Learning: a request's blocks are recorded on its endpoint when the
+// endpoint's first response byte arrives (FirstByte; Learn "first_byte",
+// the default), i.e. once the server has computed them and could reuse
+// them, or at the pick (Picked; Learn "pick").
+//
 // Index: every shard (chosen by the block hash) is an open-addressing
 // multimap hash → endpoints holding it, whose slots are also the nodes of
-// one LRU list per endpoint. Picked records the request's blocks on the
-// chosen endpoint as its most recently used, in block order (block 0
+// one LRU list per endpoint. Recording makes the request's blocks the
+// endpoint's most recently used, in block order (block 0
 // first, so an endpoint loses a prompt's tail before its head, like vLLM's
 // block eviction); PoolChanged
 // purges endpoints that left. An endpoint remembers at most its capacity
@@ -121,8 +126,8 @@ func (c PrefixConfig) Validate() error {
 // endpoints are indexed at a time. Stats and the metrics
 // trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.
 //
-// Concurrency: Score takes each involved shard's read lock once, Picked its
-// write lock once, so picks contend only when they touch the same shard at
+// Concurrency: Score takes each involved shard's read lock once, recording
+// its write lock once, so picks contend only when they touch the same shard at
 // the same time, never on one global lock.
 type Prefix struct {
 	cfg        PrefixConfig
@@ -436,8 +441,9 @@ func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*sche
 	sc.idsFor = append(sc.idsFor[:0], eps...)
 }
 
-// Picked implements scheduler.PickObserver: it records the request's blocks
-// on the chosen endpoint, reusing the hashes Score computed.
+// Picked implements scheduler.PickObserver: it counts the request's blocks
+// and the chosen endpoint's hits and, with learn: pick, records the blocks
+// on it, reusing the hashes Score computed.
 func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
 	sc, ok := (*cs.Slot()).(*prefixScratch)
 	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
