@@ -111,7 +111,7 @@ func DefaultConfig() Config {
 		GuardFactor:        2.5,
 		GuardSlack:         6,
 		CrowdFactor:        1.5,
-		CrowdSlack:         2,
+		CrowdSlack:         3,
 		FlapMaxTransitions: 4,
 		FlapWindow:         time.Minute,
 		FlapCooldown:       time.Minute,

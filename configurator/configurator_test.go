@@ -513,8 +513,8 @@ func TestDefaults(t *testing.T) {
 	if w.Guard != (scheduler.Guard{Factor: 2.5, Slack: 6}) {
 		t.Errorf("guard %+v, want factor 2.5 slack 6", w.Guard)
 	}
-	if w.Crowd != (scheduler.Guard{Factor: 1.5, Slack: 2}) {
-		t.Errorf("crowd %+v, want factor 1.5 slack 2", w.Crowd)
+	if w.Crowd != (scheduler.Guard{Factor: 1.5, Slack: 3}) {
+		t.Errorf("crowd %+v, want factor 1.5 slack 3", w.Crowd)
 	}
 	if !slices.Equal(w.Calm, w.Values) {
 		t.Errorf("calm weights %v, want %v", w.Calm, w.Values)
