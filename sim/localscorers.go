@@ -70,7 +70,7 @@ func (s *sglangSwitch) Score(cs *scheduler.CycleState, req *scheduler.Request, e
 		}
 	}
 	// The prefix scorer always sees the request so its index learns from
-	// every decision, as SGLang's radix tree does.
+	// every decision at the pick, as SGLang's radix tree does.
 	s.prefix.Score(cs, req, eps, out)
 	if maxL-minL > s.absThreshold && maxL > s.relThreshold*minL {
 		leastLoaded()
@@ -96,6 +96,12 @@ func (s *sglangSwitch) Score(cs *scheduler.CycleState, req *scheduler.Request, e
 func (s *sglangSwitch) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
 	if o, ok := s.prefix.(scheduler.PickObserver); ok {
 		o.Picked(cs, req, chosen)
+	}
+}
+
+func (s *sglangSwitch) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep *scheduler.Endpoint) {
+	if o, ok := s.prefix.(scheduler.FirstByteObserver); ok {
+		o.FirstByte(cs, req, ep)
 	}
 }
 

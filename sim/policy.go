@@ -59,6 +59,11 @@ func profilePolicy(name, desc, yaml string) Policy {
 	}}
 }
 
+// The field's prefix-aware policies (prefix-only, static-3-2-2,
+// sglang-switch) learn a prompt at the pick, as the Gateway API Inference
+// Extension's and llm-d's approximate prefix scorers (PreRequest) and
+// SGLang's router (its radix tree insert at routing) do; trimtab's own
+// policies use the prefix scorer's default, the first response byte.
 func builtinPolicies() []Policy {
 	return []Policy{
 		{Name: PolicyRoundRobin, Description: "a plain Kubernetes Service: every pod in turn", Build: buildRoundRobin},
@@ -67,15 +72,17 @@ scorers:
   - type: queue
     weight: 1
 `),
-		profilePolicy(PolicyPrefixOnly, "prefix scorer alone (longest routed prefix)", `
+		profilePolicy(PolicyPrefixOnly, "prefix scorer alone (longest routed prefix, learned at the pick)", `
 scorers:
   - type: prefix
     weight: 1
+    params: {learn: pick}
 `),
-		profilePolicy(PolicyStatic322, "static prefix 3 : queue 2 : kvcache 2 (the GIE default)", `
+		profilePolicy(PolicyStatic322, "static prefix 3 : queue 2 : kvcache 2 (the GIE default, learning at the pick)", `
 scorers:
   - type: prefix
     weight: 3
+    params: {learn: pick}
   - type: queue
     weight: 2
   - type: kvcache
@@ -128,8 +135,10 @@ func Policies(names []string) ([]Policy, error) {
 	return out, nil
 }
 
-// newPrefixScorer builds the in-tree prefix scorer with its defaults, the
-// same as a profile's prefix scorer without params.
+// newPrefixScorer builds the in-tree prefix scorer with its defaults but
+// learning at the pick, as the field's routers do (fieldPrefix).
 func newPrefixScorer(name string) (scheduler.Scorer, error) {
-	return scorers.NewPrefix(name, scorers.DefaultPrefixConfig(), scorers.Deps{})
+	cfg := scorers.DefaultPrefixConfig()
+	cfg.Learn = scorers.LearnPick
+	return scorers.NewPrefix(name, cfg, scorers.Deps{})
 }
