@@ -35,7 +35,7 @@ type Chain struct {
 }
 
 // PickLog is a bounded buffer of local picks for the sync layer: Append is
-// called on the request path (from Prefix.Picked) and never blocks on the
+// called on the request path (when Prefix records a request) and never blocks on the
 // consumer or allocates; when the buffer is full the pick is dropped and
 // counted. Drain empties it. Safe for concurrent use.
 type PickLog struct {
@@ -113,8 +113,9 @@ func (l *PickLog) Dropped() uint64 { return l.dropped.Load() }
 // Appended returns how many picks Append accepted.
 func (l *PickLog) Appended() uint64 { return l.appended.Load() }
 
-// SetPickLog makes Picked append every local pick to l (nil: stop). The
-// log sees the request's indexed blocks and the chosen endpoint's address.
+// SetPickLog makes the scorer append every request it records (at the
+// first response byte, or at the pick with learn: pick) to l (nil: stop).
+// The log sees the request's indexed blocks and its endpoint's address.
 func (p *Prefix) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
 
 // SyncKey identifies what must match between replicas for their indexes to
