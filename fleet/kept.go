@@ -162,7 +162,7 @@ func (kp *keptParser) sample(l []byte, km *keptMetric, mp *mapper) (string, erro
 		if _, err := strconv.ParseInt(string(l[t:j]), 10, 64); err != nil {
 			return "", fmt.Errorf("expected integer as timestamp, got %q", truncate(l[t:j], 40))
 		}
-		if j = skipBlank(l, j); j < len(l) {
+		if j < len(l) { // even a blank, as expfmt's TextParser says
 			return "", fmt.Errorf("spurious string after timestamp: %q", truncate(l[j:], 40))
 		}
 	}
