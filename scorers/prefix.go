@@ -14,63 +14,6 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-// PrefixConfig configures the prefix scorer (YAML params of a scorer with
-// type "prefix").
-type PrefixConfig struct {
-	// BlockSize is the block length in tokens (block_size, default 64).
-	// The prompt is cut into blocks of BlockSize × BytesPerToken bytes.
-	BlockSize int `mapstructure:"block_size"`
-	// BytesPerToken approximates the tokenizer (bytes_per_token, default 4).
-	BytesPerToken int `mapstructure:"bytes_per_token"`
-	// MaxBlocks is how many leading blocks of a prompt are indexed and
-	// matched (max_blocks, default 2048, i.e. 128k tokens: every prompt of the
-	// shipped Mooncake trace, whose longest is 126k; docs/tuning.md).
-	MaxBlocks int `mapstructure:"max_blocks"`
-	// Capacity is how many blocks the index remembers per endpoint when the
-	// server does not report its KV-cache size (capacity, default 32768).
-	Capacity int `mapstructure:"capacity"`
-	// Shards is the number of independently locked index shards; a power
-	// of two (shards, default 16).
-	Shards int `mapstructure:"shards"`
-	// Learn is when a request's blocks are recorded on its endpoint:
-	// "first_byte" (default) once the endpoint's first response byte
-	// arrives, i.e. once it has computed the prompt; "pick" at the pick.
-	Learn string `mapstructure:"learn"`
-}
-
-// DefaultPrefixConfig returns the defaults: 64-token blocks of 4 bytes a
-// token, 2048 blocks per prompt, 32768 blocks per endpoint, 16 shards.
-func DefaultPrefixConfig() PrefixConfig {
-	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16, Learn: LearnFirstByte}
-}
-
-// When the prefix scorer records a request's blocks (PrefixConfig.Learn).
-const (
-	LearnFirstByte = "first_byte"
-	LearnPick      = "pick"
-)
-
-// Validate checks the config; errors name the field.
-func (c PrefixConfig) Validate() error {
-	switch {
-	case c.BlockSize <= 0:
-		return fmt.Errorf("prefix.block_size: must be > 0, got %d", c.BlockSize)
-	case c.BytesPerToken <= 0:
-		return fmt.Errorf("prefix.bytes_per_token: must be > 0, got %d", c.BytesPerToken)
-	case c.BlockSize*c.BytesPerToken > 1<<20:
-		return fmt.Errorf("prefix.block_size: %d tokens × %d bytes per token exceeds 1 MiB", c.BlockSize, c.BytesPerToken)
-	case c.MaxBlocks <= 0 || c.MaxBlocks > 1<<16:
-		return fmt.Errorf("prefix.max_blocks: must be in 1…65536, got %d", c.MaxBlocks)
-	case c.Capacity <= 0 || c.Capacity > 1<<30:
-		return fmt.Errorf("prefix.capacity: must be in 1…2^30, got %d", c.Capacity)
-	case c.Shards <= 0 || c.Shards > 1024 || c.Shards&(c.Shards-1) != 0:
-		return fmt.Errorf("prefix.shards: must be a power of two in 1…1024, got %d", c.Shards)
-	case c.Learn != LearnFirstByte && c.Learn != LearnPick:
-		return fmt.Errorf("prefix.learn: must be %q or %q, got %q", LearnFirstByte, LearnPick, c.Learn)
-	}
-	return nil
-}
-
 // Prefix is an affinity scorer that prefers endpoints likely to hold the
 // request's prompt prefix in their KV cache. It keeps an approximate
 // prefix-cache index built from its own routing history: what it sent
@@ -225,7 +168,6 @@ type prefixScratch struct {
 	owner   *Prefix            // scorer the buffers are sized for
 	req     *scheduler.Request // request the hashes belong to
 	n       int                // blocks hashed (0: nothing to record)
-	learned bool               // blocks recorded (at the pick)
 	hashes  []uint64
 	byShard []uint16              // block indexes grouped by shard, ascending within one
 	start   []int32               // byShard[start[s]:start[s+1]] are shard s's blocks
@@ -324,7 +266,7 @@ func byShard(hashes []uint64, mask uint64, start []int32, idx []uint16) {
 // Score implements scheduler.Scorer.
 func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	sc := p.scratch(cs)
-	sc.req, sc.n, sc.learned = req, 0, false
+	sc.req, sc.n = req, 0
 	n := p.blocks(req.Prompt)
 	if n == 0 {
 		clear(out)
@@ -466,7 +408,6 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 	}
 	if p.cfg.Learn == LearnPick {
 		p.record(sc, tab, id, chosen)
-		sc.learned = true
 	}
 }
 
@@ -478,7 +419,7 @@ func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 		return
 	}
 	sc, ok := (*cs.Slot()).(*prefixScratch)
-	if !ok || sc.owner != p || sc.req != req || sc.n == 0 || sc.learned {
+	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
 		return
 	}
 	tab := p.tab.Load()
