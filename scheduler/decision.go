@@ -145,11 +145,19 @@ func (d *Decision) move(e *Endpoint) {
 // the router: the request's prompt no longer counts as pending prefill on
 // the endpoint (Endpoint.PendingPrefill). Only the first call counts; Done
 // releases the prompt itself when FirstByte was never called.
-func (d *Decision) FirstByte() {
+func (d *Decision) FirstByte() { d.firstByteSeen(true) }
+
+// firstByteSeen releases the pending prefill once and, when answered,
+// tells the FirstByteObserver scorers that the endpoint computed the
+// prompt.
+func (d *Decision) firstByteSeen(answered bool) {
 	if d.firstByte.Swap(true) {
 		return
 	}
 	d.Endpoint.st.pending.Add(-d.prefill)
+	if !answered {
+		return
+	}
 	s := d.s
 	for _, si := range s.fbObs {
 		d.cs.cur = si
@@ -168,7 +176,10 @@ func (d *Decision) Done(o Outcome) {
 		return
 	}
 	s := d.s
-	d.FirstByte()
+	// A request that ended without a first byte stands for one only when
+	// it succeeded (a proxy that did not report it); a failed one may not
+	// have been computed at all.
+	d.firstByteSeen(o.Kind == OutcomeSuccess)
 	d.Endpoint.st.inflight.Add(-1)
 	s.observe(d.Endpoint, d.Request, o)
 	for _, si := range s.doneObs {

@@ -46,8 +46,9 @@ type PickObserver interface {
 // FirstByteObserver is implemented by scorers that learn when an endpoint
 // starts answering (the prefix index records a prompt once the endpoint has
 // computed it). FirstByte is called at most once per decision, from
-// Decision.FirstByte (or Done, when the first byte never came), with the
-// endpoint serving the request and the state Score saw.
+// Decision.FirstByte (or from a successful Done when the first byte was
+// never reported), with the endpoint serving the request and the state
+// Score saw.
 type FirstByteObserver interface {
 	FirstByte(cs *CycleState, req *Request, ep *Endpoint)
 }

@@ -644,6 +644,21 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 			d.Done(scheduler.Outcome{})
 		})
 	}
+	t.Run("failed before the first byte", func(t *testing.T) {
+		h := newHarness(t, mustPrefix(t, smallPrefix()), eps("a:1"))
+		d, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError})
+		if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 0 {
+			t.Errorf("after a failure with no answer: a scores %v, want 0", scores[0])
+		}
+		// A success whose first byte the proxy never reported counts.
+		if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 1 {
+			t.Errorf("after a success: a scores %v, want 1", scores[0])
+		}
+	})
 	t.Run("fallback", func(t *testing.T) {
 		h := newHarness(t, mustPrefix(t, smallPrefix()), eps("a:1", "b:1"))
 		d, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("WXYZ")})
