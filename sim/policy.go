@@ -136,7 +136,7 @@ func Policies(names []string) ([]Policy, error) {
 }
 
 // newPrefixScorer builds the in-tree prefix scorer with its defaults but
-// learning at the pick, as the field's routers do (fieldPrefix).
+// learning at the pick, as the field's routers do (see builtinPolicies).
 func newPrefixScorer(name string) (scheduler.Scorer, error) {
 	cfg := scorers.DefaultPrefixConfig()
 	cfg.Learn = scorers.LearnPick
