@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,6 +193,8 @@ func BenchmarkPickParallel(b *testing.B) {
 					}
 				})
 				reportCPU(b, cpu)
+				b.StopTimer()
+				reportParallelRatio(b, s, reqs)
 			})
 		}
 	}
@@ -314,6 +317,40 @@ func reportFloorRatio(b *testing.B, s *scheduler.Scheduler, p *Prefix, reqs []sc
 	if hash > 0 {
 		b.ReportMetric(float64(pick)/float64(hash), "x-xxhash64")
 	}
+}
+
+// reportParallelRatio reports x-serial: the wall time per pick with
+// GOMAXPROCS goroutines picking at once over that of one goroutine alone,
+// measured in alternating chunks (so a machine whose speed drifts over the
+// run, as a shared VM's does, affects both alike). 1/GOMAXPROCS is perfect
+// scaling; 1 means the extra cores add nothing. Compare with the ratio of
+// PickParallel's ns/op to Pick's at -cpu 1, measured minutes apart.
+func reportParallelRatio(b *testing.B, s *scheduler.Scheduler, reqs []scheduler.Request) {
+	procs := runtime.GOMAXPROCS(0)
+	if procs < 2 {
+		return
+	}
+	const chunk, rounds = 256, 16
+	var serial, parallel time.Duration
+	for r := range rounds {
+		base := r * chunk * procs
+		t0 := time.Now()
+		for j := range chunk {
+			pickDone(b, s, &reqs[(base+j)%len(reqs)])
+		}
+		t1 := time.Now()
+		var wg sync.WaitGroup
+		for g := range procs {
+			wg.Go(func() {
+				for j := range chunk {
+					pickDone(b, s, &reqs[(base+(g+1)*chunk+j)%len(reqs)])
+				}
+			})
+		}
+		wg.Wait()
+		serial, parallel = serial+t1.Sub(t0), parallel+time.Since(t1)
+	}
+	b.ReportMetric(float64(parallel)/float64(procs)/float64(serial), "x-serial")
 }
 
 // reportCPU reports the process CPU time per op since cpu (from

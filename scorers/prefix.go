@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,23 +56,30 @@ import (
 // reports its KV cache, Capacity otherwise.
 //
 // Approximation: capacity is enforced per shard (capacity / Shards per
-// endpoint per shard, at least 1), with exact LRU order inside a shard.
+// endpoint per shard, at least 1), with LRU order inside a shard whose
+// promotion is lazy once that is 64 or more: a block recorded again while
+// it is among the endpoint's newest half stays where it is (prefixShard).
 // Hashes spread blocks evenly over shards, so an endpoint's shards fill at
 // the same rate and the global order is close to LRU; an endpoint never
 // holds more than its capacity. The index also never learns about server
 // evictions caused by other routers or by memory pressure, and a hash
 // collision (2^-64) could report a block that is not there.
 //
-// Memory: each cached (block, endpoint) entry costs one 16-byte slot; the
-// slot tables stay between 2/5 and 3/5 full (short probe runs), so about
-// 27–40 bytes an entry, plus 12 bytes per endpoint per shard. Slots keep
+// Memory: each cached (block, endpoint) entry costs one 16-byte slot and
+// a 4-byte stamp; the tables stay between 2/5 and 3/5 full (short probe
+// runs), so about 33–50 bytes an entry, plus 16 bytes per endpoint per
+// shard. Slots keep
 // 48 bits of each block hash and a 16-bit endpoint id, so at most 65535
 // endpoints are indexed at a time. Stats and the metrics
 // trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.
 //
-// Concurrency: Score takes each involved shard's read lock once, recording
-// its write lock once, so picks contend only when they touch the same shard at
-// the same time, never on one global lock.
+// Concurrency: Score reads each involved shard once without a lock (a
+// sequence lock: it retries, and in the end takes the read lock, only when
+// a writer changed the shard meanwhile); recording checks without a lock
+// whether anything would change and takes a shard's write lock only if so,
+// trying shards another core holds again later rather than waiting. So
+// picks write no shared index state unless they change the index, and
+// never contend on one global lock.
 type Prefix struct {
 	cfg        PrefixConfig
 	blockBytes int
@@ -181,6 +189,8 @@ type prefixScratch struct {
 	// Picked can touch that entry without probing when it is the chosen
 	// endpoint's and still in place.
 	seen []seenAt
+	// later lists the shards record left for its second pass.
+	later []int32
 }
 
 type seenAt struct{ pos, id uint32 }
@@ -196,6 +206,7 @@ func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
 		byShard: make([]uint16, p.cfg.MaxBlocks),
 		seen:    make([]seenAt, p.cfg.MaxBlocks),
 		start:   make([]int32, p.cfg.Shards+1),
+		later:   make([]int32, 0, p.cfg.Shards),
 	}
 	*slot = sc
 	return sc
@@ -295,12 +306,12 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 
 	// Block 0's shard goes first: when no candidate holds block 0 (a new
 	// prompt family) every score is 0 and the other shards are skipped.
+	// The other shards follow in turn from there, so concurrent picks of
+	// different prompts start in different shards rather than in step.
 	first := int(sc.hashes[0] & p.shardMask)
 	if p.lookupShard(sc, first, words) {
-		for s := range p.shards {
-			if s != first {
-				p.lookupShard(sc, s, words)
-			}
+		for i := 1; i < len(p.shards); i++ {
+			p.lookupShard(sc, (first+i)&int(p.shardMask), words)
 		}
 	}
 
@@ -325,26 +336,65 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 // lookupShard sets, for every block of the request in shard s and every
 // candidate holding it, the block's bit in the candidate's bitmap. It
 // reports whether any candidate holds block 0 (meaningful for block 0's
-// shard only).
+// shard only). It reads the shard optimistically (see prefixShard),
+// retrying while a writer gets in the way, and in the end under the read
+// lock.
 func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
 	lo, hi := sc.start[s], sc.start[s+1]
 	if lo == hi {
 		return false
 	}
-	held, candOf, seen := sc.held, sc.candOf, sc.seen
+	blocks := sc.byShard[lo:hi]
 	sh := &p.shards[s]
+	for range optimisticTries {
+		seq := sh.seq.Load()
+		if seq&1 != 0 {
+			runtime.Gosched() // a writer is at work; it holds the shard briefly
+			continue
+		}
+		var table []slot
+		if v := sh.view.Load(); v != nil {
+			table = v.slots
+		}
+		block0 = scanShard(sc, table, blocks, words)
+		if sh.seq.Load() == seq {
+			return block0
+		}
+		// A writer changed the shard meanwhile: forget what was read.
+		for c := range len(sc.held) / words {
+			for _, b := range blocks {
+				sc.held[c*words+int(b>>6)] &^= 1 << (b & 63)
+			}
+		}
+	}
 	sh.mu.RLock()
-	slots := sh.slots
-	size := len(slots)
-	for _, b := range sc.byShard[lo:hi] {
+	block0 = scanShard(sc, sh.slots, blocks, words)
+	sh.mu.RUnlock()
+	return block0
+}
+
+// optimisticTries bounds how often a lookup or a record tries a shard
+// without waiting, yielding in between, before it waits on the lock:
+// parking a goroutine and waking it again costs more than a writer holds a
+// shard.
+const optimisticTries = 64
+
+// scanShard probes table for blocks (one shard's), setting held bits and
+// seen positions; it reports whether any candidate holds block 0.
+func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (block0 bool) {
+	held, candOf, seen := sc.held, sc.candOf, sc.seen
+	size := len(table)
+	for _, b := range blocks {
 		if size == 0 {
 			break
 		}
 		h := sc.hashes[b]
 		hm := h & hashMask
 		at := seenAt{pos: nilIdx}
-		for pos := home(h, size); ; {
-			k := slots[pos].key
+		// At most size probes: a table read while a writer changes it
+		// need not hold the empty slot that ends a run where expected.
+		for pos, n := home(h, size), 0; n < size; n++ {
+			k := atomic.LoadUint64(&table[pos].key)
 			if k == 0 {
 				break
 			}
@@ -363,7 +413,6 @@ func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
 		seen[b] = at
 		block0 = block0 || (b == 0 && at.pos != nilIdx)
 	}
-	sh.mu.RUnlock()
 	return block0
 }
 
@@ -429,23 +478,65 @@ func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 }
 
 // record makes the request's blocks id's most recently used entries.
+// Shards whose lock another core holds are left for later passes, so a
+// record rarely parks behind another.
 func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chosen *scheduler.Endpoint) {
 	perShard := tab.perShard[id]
-	for s := range p.shards {
-		lo, hi := sc.start[s], sc.start[s+1]
-		if lo == hi {
-			continue
+	later := sc.later[:0]
+	first := int(sc.hashes[sc.n-1] & p.shardMask) // in turn from there, as Score
+	for i := range p.shards {
+		s := (first + i) & int(p.shardMask)
+		if sc.start[s] < sc.start[s+1] && !p.recordShard(sc, s, id, perShard, true) {
+			later = append(later, int32(s))
 		}
-		sh := &p.shards[s]
-		sh.mu.Lock()
-		if int(id) < len(sh.lists) {
-			// Block order, block 0 most recent, so the prompt's tail is
-			// evicted before its head.
-			sh.record(id, perShard, sc.byShard[lo:hi], sc.hashes, sc.seen)
-		}
-		sh.mu.Unlock()
 	}
+	for range optimisticTries {
+		if len(later) == 0 {
+			break
+		}
+		runtime.Gosched()
+		left := later[:0]
+		for _, s := range later {
+			if !p.recordShard(sc, int(s), id, perShard, true) {
+				left = append(left, s)
+			}
+		}
+		later = left
+	}
+	for _, s := range later {
+		p.recordShard(sc, int(s), id, perShard, false)
+	}
+	sc.later = later
 	if l := p.pickLog.Load(); l != nil {
 		l.Append(chosen.Address, sc.hashes[:sc.n])
 	}
+}
+
+// recordShard records the request's blocks of shard s on id: nothing
+// when they are fresh (checked first without a lock, then under it), else
+// under the write lock. With try it gives up, reporting false, instead of
+// waiting for the lock. Finding the blocks fresh under the lock leaves seq
+// alone, so optimistic readers are disturbed only by real changes.
+func (p *Prefix) recordShard(sc *prefixScratch, s int, id, perShard uint32, try bool) bool {
+	sh := &p.shards[s]
+	blocks := sc.byShard[sc.start[s]:sc.start[s+1]]
+	if sh.fresh(id, perShard, blocks, sc.hashes, sc.seen) {
+		return true
+	}
+	if try {
+		if !sh.mu.TryLock() {
+			return false
+		}
+	} else {
+		sh.mu.Lock()
+	}
+	if int(id) < len(sh.lists) && !sh.freshLocked(id, perShard, blocks, sc.hashes, sc.seen) {
+		sh.seq.Add(1)
+		// Block order, block 0 most recent, so the prompt's tail is
+		// evicted before its head.
+		sh.record(id, perShard, blocks, sc.hashes, sc.seen)
+		sh.seq.Add(1)
+	}
+	sh.mu.Unlock()
+	return true
 }

@@ -2,6 +2,7 @@ package scorers
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -41,13 +42,24 @@ func (e *slot) id() uint32              { return uint32(e.key & maxEndpointID) }
 func (e *slot) hash() uint64            { return e.key & hashMask }
 func (e *slot) set(h uint64, id uint32) { e.key = h&hashMask | uint64(id) }
 
-// bytesPerSlot is what one table slot costs.
-const bytesPerSlot = int(unsafe.Sizeof(slot{}))
+// store writes a published slot's key. Optimistic readers (see
+// prefixShard) load keys without the lock, so every write of a key in a
+// published table is atomic; prev and next are read only under the lock.
+func (e *slot) store(key uint64) { atomic.StoreUint64(&e.key, key) }
+
+// bytesPerSlot is what one table slot costs: the slot and its stamp.
+const bytesPerSlot = int(unsafe.Sizeof(slot{})) + 4
 
 // lruList is one endpoint's LRU list within a shard: head is the most
-// recently used slot, tail the least.
+// recently used slot, tail the least. tick counts the entries ever placed
+// at (or in a run from) the head: an entry stamped with tick t has at most
+// tick − t entries ahead of it.
 type lruList struct {
 	head, tail, n uint32
+	tick          uint32
+	// window is promotionWindow as of the list's last record, for
+	// optimistic readers (fresh).
+	window uint32
 }
 
 // prefixShard is one shard of the prefix index: an open-addressing
@@ -57,17 +69,70 @@ type lruList struct {
 // bytesPerSlot bytes; there are no per-entry heap objects and no pointers,
 // so the garbage collector never scans the index.
 //
-// All fields are guarded by mu. Lookups take the read lock; inserts,
-// evictions and purges the write lock.
+// Promotion is lazy: recording an entry that is already among the
+// endpoint's newest (stamped fewer than promotionWindow ticks ago) leaves
+// it where it is, and a prompt whose blocks in the shard are all fresh is
+// not recorded at all (fresh): re-recording a hot prompt writes nothing,
+// not even a lock word. An entry is still never evicted while fewer than
+// capacity − window − run distinct entries have been recorded on the
+// endpoint after it, where window is half the capacity and run the most
+// blocks one prompt has in the shard; below 64 entries per shard LRU is
+// exact.
+//
+// Writers (inserts, evictions, purges) hold mu and keep seq odd while
+// they change the table (lock, unlock). Lookups are optimistic, a
+// sequence lock: they read seq, the published table and its keys without
+// taking any lock, and keep what they read only if seq is even and
+// unchanged afterwards; otherwise they look up again under the read lock.
+// So scoring writes no shared cache line and never waits behind a
+// writer, which is what lets picks on several cores run in parallel.
+// Every other field is guarded by mu.
 type prefixShard struct {
-	mu sync.RWMutex
+	mu  sync.RWMutex
+	seq atomic.Uint32
+	// Every lock and unlock writes mu or seq; the padding keeps the fields
+	// below off their cache line, so reading the table is not slowed by
+	// another core taking the lock.
+	_ [64]byte
 
-	slots  []slot
+	slots []slot
+	// stamps[pos] is the list tick at which slots[pos] was last placed;
+	// kept apart from slots so that stamping never writes a line lookups
+	// read.
+	stamps []uint32
+	// view publishes slots, stamps and lists (the same arrays) to
+	// optimistic readers; it is replaced whenever one of them is.
+	view   atomic.Pointer[shardView]
 	used   int
 	lists  []lruList // by endpoint id
 	evicts uint64    // entries evicted by capacity (not by purge)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// shardView is what optimistic readers see of a shard. They read only
+// slot keys, stamps and list ticks, which writers store atomically.
+type shardView struct {
+	slots  []slot
+	stamps []uint32
+	lists  []lruList
+}
+
+func (s *prefixShard) publish() {
+	s.view.Store(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists})
+}
+
+// lock and unlock bracket a change to the shard: mu excludes other
+// writers and locked readers, the odd seq tells optimistic readers to
+// retry.
+func (s *prefixShard) lock() {
+	s.mu.Lock()
+	s.seq.Add(1)
+}
+
+func (s *prefixShard) unlock() {
+	s.seq.Add(1)
+	s.mu.Unlock()
 }
 
 // home is the preferred slot of hash h in a table of size slots. It uses
@@ -80,9 +145,13 @@ func home(h uint64, size int) int {
 
 // ensureIDs makes the per-endpoint lists cover ids < n.
 func (s *prefixShard) ensureIDs(n int) {
+	if len(s.lists) >= n {
+		return
+	}
 	for len(s.lists) < n {
 		s.lists = append(s.lists, lruList{head: nilIdx, tail: nilIdx})
 	}
+	s.publish()
 }
 
 // insert records that endpoint id holds block h and makes it the id's most
@@ -98,11 +167,12 @@ func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
 // recently used entries, in that order (blocks[0] most recent), adding the
 // ones it does not hold,
 // then evicts the id's least recently used entries while it holds more
-// than capacity. The result is the same as inserting the hashes one at a
-// time from last to first, but entries already in the right place are not
-// moved: re-recording a prompt whose leading blocks were recorded last
-// costs one read per block. seen, when not nil, holds by block index where
-// Score last saw a block held (position and id), checked before use.
+// than capacity. With capacity under 64 (no promotion window) the result
+// is the same as inserting the hashes one at a time from last to first;
+// entries already in the right place are not moved. Above it, promotion is
+// lazy (see prefixShard): an entry still fresh is left where it is. seen,
+// when not nil, holds by block index where Score last saw a block held
+// (position and id), checked before use.
 // Caller holds the write lock; id < len(s.lists); the blocks' hashes are
 // distinct.
 func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
@@ -113,6 +183,22 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		s.resize(max(minSlots, len(s.slots)+len(s.slots)/2, need*growDen/growNum+1))
 	}
 	l := &s.lists[id]
+	window := promotionWindow(capacity, l.n)
+	// Entries this run places (new, moved, or in place with a stale stamp)
+	// are stamped with the tick before the run and tick once each, so an
+	// entry stamped t has at most tick − t entries ahead of it, plus
+	// run-mates that did not tick (fresh ones: at most the run's length).
+	// With no window (a full list) nothing is fresh, so a moved entry's
+	// stamp is not rewritten: left older than its placement, it only makes
+	// the entry look staler. A new entry is always stamped, since its
+	// slot's old stamp counted another list's ticks.
+	base, placed := l.tick, uint32(0)
+	stamp := func(pos uint32, isNew bool) {
+		if window > 0 || isNew {
+			atomic.StoreUint32(&s.stamps[pos], base)
+		}
+		placed++
+	}
 	cursor := nilIdx // the run built so far ends here; nilIdx: at the head
 	for _, b := range blocks {
 		key := hashes[b]&hashMask | uint64(id)
@@ -122,9 +208,10 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		} else {
 			p, found := s.probe(key)
 			if !found {
-				s.slots[p].key = key
+				s.slots[p].store(key)
 				s.used++
 				s.linkAfter(cursor, p)
+				stamp(p, true)
 				cursor = p
 				continue
 			}
@@ -134,9 +221,20 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		if cursor != nilIdx {
 			next = s.slots[cursor].next
 		}
-		if pos != next && pos != cursor {
+		stale := base+placed-s.stamps[pos] >= window
+		switch {
+		case pos == next || pos == cursor:
+			// In place: it stays; restamp it only when stale, so the next
+			// record of the same prompt finds it fresh.
+			if stale {
+				stamp(pos, false)
+			}
+		case !stale:
+			continue // lazy promotion: among the newest already, it stays
+		default:
 			s.unlink(pos)
 			s.linkAfter(cursor, pos)
+			stamp(pos, false)
 		}
 		cursor = pos
 	}
@@ -144,6 +242,88 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		s.remove(l.tail)
 		s.evicts++
 	}
+	atomic.StoreUint32(&l.tick, base+placed)
+	atomic.StoreUint32(&l.window, promotionWindow(capacity, l.n))
+}
+
+// promotionWindow is lazy promotion's slack for a list of n entries
+// with a per-shard capacity: entries stamped fewer than this many ticks ago
+// are not moved again. It is half the room left, so promotion is lazy
+// while the list has room and exact LRU once it is full, when its order
+// decides what is evicted next; and exact below a capacity of 64.
+func promotionWindow(capacity, n uint32) uint32 {
+	if capacity < 64 || n >= capacity {
+		return 0
+	}
+	return (capacity - n) / 2
+}
+
+// fresh reports whether record(id, capacity, blocks, hashes, seen) would
+// change nothing: id holds every block, each placed within the promotion
+// window. It reads the published view optimistically, without any lock,
+// and answers false whenever it cannot be sure (a writer was active or
+// came in between), so a prompt recorded again soon after, the common
+// case for a hot prompt, touches no lock at all.
+func (s *prefixShard) fresh(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
+	seq := s.seq.Load()
+	v := s.view.Load()
+	if seq&1 != 0 || v == nil {
+		return false
+	}
+	return freshIn(v, id, capacity, blocks, hashes, seen) && s.seq.Load() == seq
+}
+
+// freshLocked is fresh for a caller holding mu.
+func (s *prefixShard) freshLocked(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
+	return freshIn(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists}, id, capacity, blocks, hashes, seen)
+}
+
+// freshIn is fresh's check on one view. The window is the list's as of
+// its last record, capped by the capacity now (it may have shrunk since).
+func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
+	if int(id) >= len(v.lists) || len(v.slots) == 0 {
+		return false
+	}
+	window := min(atomic.LoadUint32(&v.lists[id].window), promotionWindow(capacity, 0))
+	if window == 0 {
+		return false
+	}
+	tick := atomic.LoadUint32(&v.lists[id].tick)
+	for _, b := range blocks {
+		key := hashes[b]&hashMask | uint64(id)
+		pos := seen[b].pos
+		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].key) != key {
+			p, found := probeTable(v.slots, key)
+			if !found {
+				return false
+			}
+			pos = p
+		}
+		if tick-atomic.LoadUint32(&v.stamps[pos]) >= window {
+			return false
+		}
+	}
+	return true
+}
+
+// probeTable is probe for optimistic readers: atomic loads, and at most
+// len(slots) probes, since a table read while a writer changes it need
+// not hold the empty slot that ends a run where expected.
+func probeTable(slots []slot, key uint64) (uint32, bool) {
+	size := len(slots)
+	for pos, n := home(key, size), 0; n < size; n++ {
+		k := atomic.LoadUint64(&slots[pos].key)
+		if k == key {
+			return uint32(pos), true
+		}
+		if k == 0 {
+			break
+		}
+		if pos++; pos == size {
+			pos = 0
+		}
+	}
+	return 0, false
 }
 
 // probe returns the slot holding key and true, or the empty slot that ends
@@ -242,13 +422,18 @@ func (s *prefixShard) remove(pos uint32) {
 		s.move(uint32(j), uint32(i))
 		i = j
 	}
-	s.slots[i] = slot{}
+	e := &s.slots[i]
+	e.store(0)
+	e.prev, e.next = 0, 0
 }
 
 // move relocates the entry in slot from to the empty slot to.
 func (s *prefixShard) move(from, to uint32) {
 	e := s.slots[from]
-	s.slots[to] = e
+	t := &s.slots[to]
+	t.prev, t.next = e.prev, e.next
+	t.store(e.key)
+	atomic.StoreUint32(&s.stamps[to], s.stamps[from])
 	l := &s.lists[e.id()]
 	if e.prev != nilIdx {
 		s.slots[e.prev].next = to
@@ -260,17 +445,23 @@ func (s *prefixShard) move(from, to uint32) {
 	} else {
 		l.tail = to
 	}
-	s.slots[from].key = 0
+	s.slots[from].store(0)
 }
 
 // resize rebuilds the table with size slots, keeping every entry and each
 // endpoint's LRU order.
 func (s *prefixShard) resize(size int) {
-	old := s.slots
+	old, oldStamps := s.slots, s.stamps
 	oldLists := append([]lruList(nil), s.lists...)
+	// Filled before it is published, so plain writes suffice; readers
+	// still holding the old table fail their seq check.
 	s.slots = make([]slot, size)
+	s.stamps = make([]uint32, size)
+	defer s.publish()
 	for id := range s.lists {
-		s.lists[id] = lruList{head: nilIdx, tail: nilIdx}
+		// Not the tick, which optimistic readers may be loading.
+		l := &s.lists[id]
+		l.head, l.tail, l.n = nilIdx, nilIdx, 0
 	}
 	for id, l := range oldLists {
 		// Oldest first, so the newest ends up at the head again.
@@ -283,6 +474,7 @@ func (s *prefixShard) resize(size int) {
 				}
 			}
 			s.slots[np].set(h, uint32(id))
+			s.stamps[np] = oldStamps[pos]
 			s.linkFront(uint32(np))
 		}
 	}
@@ -302,8 +494,8 @@ func (s *prefixShard) purge(id uint32) {
 	}
 }
 
-// bytes is the shard's memory: the slot array at its allocated size plus
-// the per-endpoint list heads.
+// bytes is the shard's memory: the slot and stamp arrays at their
+// allocated size plus the per-endpoint list heads.
 func (s *prefixShard) bytes() int {
 	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{}))
 }

@@ -63,7 +63,7 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 	}
 	for s := range p.shards {
 		sh := &p.shards[s]
-		sh.mu.Lock()
+		sh.lock()
 		sh.ensureIDs(int(t.maxID) + 1)
 		// A recycled id may still have entries a Picked racing with the
 		// previous PoolChanged wrote after that purge.
@@ -73,7 +73,7 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 		for _, id := range gone {
 			sh.purge(id)
 		}
-		sh.mu.Unlock()
+		sh.unlock()
 	}
 	if skipped > 0 {
 		p.log.Warn("prefix index: more endpoints than it can number; the rest are not indexed", "skipped", skipped, "max", maxEndpointID)

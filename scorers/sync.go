@@ -186,11 +186,11 @@ func (p *Prefix) recordAt(addr string, hashes []uint64) bool {
 			continue
 		}
 		sh := &p.shards[s]
-		sh.mu.Lock()
+		sh.lock()
 		if int(id) < len(sh.lists) {
 			sh.record(id, perShard, dedup(sc.byShard[lo:hi], hashes), hashes, nil)
 		}
-		sh.mu.Unlock()
+		sh.unlock()
 	}
 	return true
 }
