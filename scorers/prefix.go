@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -333,89 +332,6 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	}
 }
 
-// lookupShard sets, for every block of the request in shard s and every
-// candidate holding it, the block's bit in the candidate's bitmap. It
-// reports whether any candidate holds block 0 (meaningful for block 0's
-// shard only). It reads the shard optimistically (see prefixShard),
-// retrying while a writer gets in the way, and in the end under the read
-// lock.
-func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
-	lo, hi := sc.start[s], sc.start[s+1]
-	if lo == hi {
-		return false
-	}
-	blocks := sc.byShard[lo:hi]
-	sh := &p.shards[s]
-	for range optimisticTries {
-		seq := sh.seq.Load()
-		if seq&1 != 0 {
-			runtime.Gosched() // a writer is at work; it holds the shard briefly
-			continue
-		}
-		var table []slot
-		if v := sh.view.Load(); v != nil {
-			table = v.slots
-		}
-		block0 = scanShard(sc, table, blocks, words)
-		if sh.seq.Load() == seq {
-			return block0
-		}
-		// A writer changed the shard meanwhile: forget what was read.
-		for c := range len(sc.held) / words {
-			for _, b := range blocks {
-				sc.held[c*words+int(b>>6)] &^= 1 << (b & 63)
-			}
-		}
-	}
-	sh.mu.RLock()
-	block0 = scanShard(sc, sh.slots, blocks, words)
-	sh.mu.RUnlock()
-	return block0
-}
-
-// optimisticTries bounds how often a lookup or a record tries a shard
-// without waiting, yielding in between, before it waits on the lock:
-// parking a goroutine and waking it again costs more than a writer holds a
-// shard.
-const optimisticTries = 64
-
-// scanShard probes table for blocks (one shard's), setting held bits and
-// seen positions; it reports whether any candidate holds block 0.
-func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (block0 bool) {
-	held, candOf, seen := sc.held, sc.candOf, sc.seen
-	size := len(table)
-	for _, b := range blocks {
-		if size == 0 {
-			break
-		}
-		h := sc.hashes[b]
-		hm := h & hashMask
-		at := seenAt{pos: nilIdx}
-		// At most size probes: a table read while a writer changes it
-		// need not hold the empty slot that ends a run where expected.
-		for pos, n := home(h, size), 0; n < size; n++ {
-			k := atomic.LoadUint64(&table[pos].key)
-			if k == 0 {
-				break
-			}
-			if k&hashMask == hm {
-				if id := uint32(k & maxEndpointID); int(id) < len(candOf) {
-					if c := candOf[id]; c > 0 {
-						held[int(c-1)*words+int(b>>6)] |= 1 << (b & 63)
-						at = seenAt{pos: uint32(pos), id: id}
-					}
-				}
-			}
-			if pos++; pos == size {
-				pos = 0
-			}
-		}
-		seen[b] = at
-		block0 = block0 || (b == 0 && at.pos != nilIdx)
-	}
-	return block0
-}
-
 // resolveIDs fills sc.ids with the candidates' ids. Candidates are usually
 // the same pool pointers in the same order from one decision to the next,
 // so the previous answer is reused after a pointer comparison instead of a
@@ -475,68 +391,4 @@ func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	if id := tab.id(ep); id != 0 {
 		p.record(sc, tab, id, ep)
 	}
-}
-
-// record makes the request's blocks id's most recently used entries.
-// Shards whose lock another core holds are left for later passes, so a
-// record rarely parks behind another.
-func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chosen *scheduler.Endpoint) {
-	perShard := tab.perShard[id]
-	later := sc.later[:0]
-	first := int(sc.hashes[sc.n-1] & p.shardMask) // in turn from there, as Score
-	for i := range p.shards {
-		s := (first + i) & int(p.shardMask)
-		if sc.start[s] < sc.start[s+1] && !p.recordShard(sc, s, id, perShard, true) {
-			later = append(later, int32(s))
-		}
-	}
-	for range optimisticTries {
-		if len(later) == 0 {
-			break
-		}
-		runtime.Gosched()
-		left := later[:0]
-		for _, s := range later {
-			if !p.recordShard(sc, int(s), id, perShard, true) {
-				left = append(left, s)
-			}
-		}
-		later = left
-	}
-	for _, s := range later {
-		p.recordShard(sc, int(s), id, perShard, false)
-	}
-	sc.later = later
-	if l := p.pickLog.Load(); l != nil {
-		l.Append(chosen.Address, sc.hashes[:sc.n])
-	}
-}
-
-// recordShard records the request's blocks of shard s on id: nothing
-// when they are fresh (checked first without a lock, then under it), else
-// under the write lock. With try it gives up, reporting false, instead of
-// waiting for the lock. Finding the blocks fresh under the lock leaves seq
-// alone, so optimistic readers are disturbed only by real changes.
-func (p *Prefix) recordShard(sc *prefixScratch, s int, id, perShard uint32, try bool) bool {
-	sh := &p.shards[s]
-	blocks := sc.byShard[sc.start[s]:sc.start[s+1]]
-	if sh.fresh(id, perShard, blocks, sc.hashes, sc.seen) {
-		return true
-	}
-	if try {
-		if !sh.mu.TryLock() {
-			return false
-		}
-	} else {
-		sh.mu.Lock()
-	}
-	if int(id) < len(sh.lists) && !sh.freshLocked(id, perShard, blocks, sc.hashes, sc.seen) {
-		sh.seq.Add(1)
-		// Block order, block 0 most recent, so the prompt's tail is
-		// evicted before its head.
-		sh.record(id, perShard, blocks, sc.hashes, sc.seen)
-		sh.seq.Add(1)
-	}
-	sh.mu.Unlock()
-	return true
 }

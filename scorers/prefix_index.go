@@ -75,9 +75,10 @@ type lruList struct {
 // not recorded at all (fresh): re-recording a hot prompt writes nothing,
 // not even a lock word. An entry is still never evicted while fewer than
 // capacity − window − run distinct entries have been recorded on the
-// endpoint after it, where window is half the capacity and run the most
-// blocks one prompt has in the shard; below 64 entries per shard LRU is
-// exact.
+// endpoint after it, where window (promotionWindow) is half the list's
+// free room, at most half the capacity, and run the most blocks one prompt
+// has in the shard; a full list, and any capacity under 64 per shard, is
+// exact LRU.
 //
 // Writers (inserts, evictions, purges) hold mu and keep seq odd while
 // they change the table (lock, unlock). Lookups are optimistic, a
@@ -108,31 +109,6 @@ type prefixShard struct {
 	evicts uint64    // entries evicted by capacity (not by purge)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
-}
-
-// shardView is what optimistic readers see of a shard. They read only
-// slot keys, stamps and list ticks, which writers store atomically.
-type shardView struct {
-	slots  []slot
-	stamps []uint32
-	lists  []lruList
-}
-
-func (s *prefixShard) publish() {
-	s.view.Store(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists})
-}
-
-// lock and unlock bracket a change to the shard: mu excludes other
-// writers and locked readers, the odd seq tells optimistic readers to
-// retry.
-func (s *prefixShard) lock() {
-	s.mu.Lock()
-	s.seq.Add(1)
-}
-
-func (s *prefixShard) unlock() {
-	s.seq.Add(1)
-	s.mu.Unlock()
 }
 
 // home is the preferred slot of hash h in a table of size slots. It uses
@@ -244,86 +220,6 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 	}
 	atomic.StoreUint32(&l.tick, base+placed)
 	atomic.StoreUint32(&l.window, promotionWindow(capacity, l.n))
-}
-
-// promotionWindow is lazy promotion's slack for a list of n entries
-// with a per-shard capacity: entries stamped fewer than this many ticks ago
-// are not moved again. It is half the room left, so promotion is lazy
-// while the list has room and exact LRU once it is full, when its order
-// decides what is evicted next; and exact below a capacity of 64.
-func promotionWindow(capacity, n uint32) uint32 {
-	if capacity < 64 || n >= capacity {
-		return 0
-	}
-	return (capacity - n) / 2
-}
-
-// fresh reports whether record(id, capacity, blocks, hashes, seen) would
-// change nothing: id holds every block, each placed within the promotion
-// window. It reads the published view optimistically, without any lock,
-// and answers false whenever it cannot be sure (a writer was active or
-// came in between), so a prompt recorded again soon after, the common
-// case for a hot prompt, touches no lock at all.
-func (s *prefixShard) fresh(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
-	seq := s.seq.Load()
-	v := s.view.Load()
-	if seq&1 != 0 || v == nil {
-		return false
-	}
-	return freshIn(v, id, capacity, blocks, hashes, seen) && s.seq.Load() == seq
-}
-
-// freshLocked is fresh for a caller holding mu.
-func (s *prefixShard) freshLocked(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
-	return freshIn(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists}, id, capacity, blocks, hashes, seen)
-}
-
-// freshIn is fresh's check on one view. The window is the list's as of
-// its last record, capped by the capacity now (it may have shrunk since).
-func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
-	if int(id) >= len(v.lists) || len(v.slots) == 0 {
-		return false
-	}
-	window := min(atomic.LoadUint32(&v.lists[id].window), promotionWindow(capacity, 0))
-	if window == 0 {
-		return false
-	}
-	tick := atomic.LoadUint32(&v.lists[id].tick)
-	for _, b := range blocks {
-		key := hashes[b]&hashMask | uint64(id)
-		pos := seen[b].pos
-		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].key) != key {
-			p, found := probeTable(v.slots, key)
-			if !found {
-				return false
-			}
-			pos = p
-		}
-		if tick-atomic.LoadUint32(&v.stamps[pos]) >= window {
-			return false
-		}
-	}
-	return true
-}
-
-// probeTable is probe for optimistic readers: atomic loads, and at most
-// len(slots) probes, since a table read while a writer changes it need
-// not hold the empty slot that ends a run where expected.
-func probeTable(slots []slot, key uint64) (uint32, bool) {
-	size := len(slots)
-	for pos, n := home(key, size), 0; n < size; n++ {
-		k := atomic.LoadUint64(&slots[pos].key)
-		if k == key {
-			return uint32(pos), true
-		}
-		if k == 0 {
-			break
-		}
-		if pos++; pos == size {
-			pos = 0
-		}
-	}
-	return 0, false
 }
 
 // probe returns the slot holding key and true, or the empty slot that ends
