@@ -176,7 +176,8 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		placed++
 	}
 	cursor := nilIdx // the run built so far ends here; nilIdx: at the head
-	for _, b := range blocks {
+	for k := 0; k < len(blocks); k++ {
+		b := blocks[k]
 		key := hashes[b]&hashMask | uint64(id)
 		pos := nilIdx
 		if seen != nil && seen[b].id == id && int(seen[b].pos) < len(s.slots) && s.slots[seen[b].pos].key == key {
@@ -208,9 +209,24 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		case !stale:
 			continue // lazy promotion: among the newest already, it stays
 		default:
-			s.unlink(pos)
-			s.linkAfter(cursor, pos)
+			// Move it, with the run's next blocks that already follow it
+			// in the list (a prompt recorded before lies in one piece):
+			// one splice instead of a relink per entry.
+			last := pos
 			stamp(pos, false)
+			for k+1 < len(blocks) {
+				nk := hashes[blocks[k+1]]&hashMask | uint64(id)
+				n := s.slots[last].next
+				if n == nilIdx || s.slots[n].key != nk || base+placed-s.stamps[n] < window {
+					break
+				}
+				last = n
+				stamp(n, false)
+				k++
+			}
+			s.splice(cursor, pos, last)
+			cursor = last
+			continue
 		}
 		cursor = pos
 	}
@@ -287,6 +303,37 @@ func (s *prefixShard) unlink(pos uint32) {
 		l.tail = e.prev
 	}
 	l.n--
+}
+
+// splice moves the linked run first…last of one endpoint's list to right
+// after slot after (to the head when after is nilIdx); after is not in
+// the run.
+func (s *prefixShard) splice(after, first, last uint32) {
+	f, t := &s.slots[first], &s.slots[last]
+	l := &s.lists[f.id()]
+	if f.prev != nilIdx {
+		s.slots[f.prev].next = t.next
+	} else {
+		l.head = t.next
+	}
+	if t.next != nilIdx {
+		s.slots[t.next].prev = f.prev
+	} else {
+		l.tail = f.prev
+	}
+	var next uint32
+	if after == nilIdx {
+		next, l.head = l.head, first
+	} else {
+		a := &s.slots[after]
+		next, a.next = a.next, first
+	}
+	f.prev, t.next = after, next
+	if next != nilIdx {
+		s.slots[next].prev = last
+	} else {
+		l.tail = last
+	}
 }
 
 // remove deletes the entry in slot pos (backward-shift deletion: later

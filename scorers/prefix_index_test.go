@@ -195,3 +195,39 @@ func TestPrefixOptimisticReadsSeeWholeStates(t *testing.T) {
 	}
 	checkIndex(t, p)
 }
+
+// TestPrefixShardSplicesRuns records prompts whose blocks already lie in
+// one piece further down the list (moved by one splice) or in pieces,
+// and checks the list against inserting one at a time, last first.
+func TestPrefixShardSplicesRuns(t *testing.T) {
+	var sh prefixShard
+	sh.ensureIDs(2)
+	h := func(i int) uint64 { return uint64(i) << 20 } // distinct, in hashMask
+	model := map[uint32][]uint64{}
+	run := func(ids ...int) {
+		hs := make([]uint64, len(ids))
+		blocks := make([]uint16, len(ids))
+		for i, v := range ids {
+			hs[i], blocks[i] = h(v), uint16(i)
+		}
+		sh.record(1, 12, blocks, hs, nil)
+		l := model[1]
+		for i := len(hs) - 1; i >= 0; i-- {
+			if j := slices.Index(l, hs[i]); j >= 0 {
+				l = slices.Delete(l, j, j+1)
+			}
+			l = append([]uint64{hs[i]}, l...)
+		}
+		model[1] = l[:min(len(l), 12)]
+		if err := shardMatches(&sh, model); err != nil {
+			t.Fatalf("after %v: %v", ids, err)
+		}
+	}
+	run(1, 2, 3, 4)
+	run(5, 6)
+	run(2, 3, 4)       // one piece, two below the head
+	run(1, 5, 6)       // 1 at the tail, then 5 6 in one piece
+	run(3, 4, 7, 2, 1) // pieces, a new block, out of order
+	run(9, 8, 7, 6, 5, 4, 3, 2, 1, 10, 11, 12, 13)
+	run(2, 3, 4, 5)
+}
