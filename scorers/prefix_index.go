@@ -259,56 +259,28 @@ func (s *prefixShard) probe(key uint64) (uint32, bool) {
 // linkAfter links the unlinked entry pos into its endpoint's list right
 // after slot after (at the head when after is nilIdx).
 func (s *prefixShard) linkAfter(after, pos uint32) {
-	if after == nilIdx {
-		s.linkFront(pos)
-		return
-	}
-	e := &s.slots[pos]
-	l := &s.lists[e.id()]
-	a := &s.slots[after]
-	e.prev, e.next = after, a.next
-	if a.next != nilIdx {
-		s.slots[a.next].prev = pos
-	} else {
-		l.tail = pos
-	}
-	a.next = pos
-	l.n++
+	s.attach(after, pos, pos)
+	s.lists[s.slots[pos].id()].n++
 }
 
-func (s *prefixShard) linkFront(pos uint32) {
-	e := &s.slots[pos]
-	l := &s.lists[e.id()]
-	e.prev, e.next = nilIdx, l.head
-	if l.head != nilIdx {
-		s.slots[l.head].prev = pos
-	} else {
-		l.tail = pos
-	}
-	l.head = pos
-	l.n++
-}
+func (s *prefixShard) linkFront(pos uint32) { s.linkAfter(nilIdx, pos) }
 
 func (s *prefixShard) unlink(pos uint32) {
-	e := &s.slots[pos]
-	l := &s.lists[e.id()]
-	if e.prev != nilIdx {
-		s.slots[e.prev].next = e.next
-	} else {
-		l.head = e.next
-	}
-	if e.next != nilIdx {
-		s.slots[e.next].prev = e.prev
-	} else {
-		l.tail = e.prev
-	}
-	l.n--
+	s.detach(pos, pos)
+	s.lists[s.slots[pos].id()].n--
 }
 
 // splice moves the linked run first…last of one endpoint's list to right
 // after slot after (to the head when after is nilIdx); after is not in
 // the run.
 func (s *prefixShard) splice(after, first, last uint32) {
+	s.detach(first, last)
+	s.attach(after, first, last)
+}
+
+// detach unlinks the run first…last (linked, in order) from its list,
+// leaving the run's own links and the list's count as they are.
+func (s *prefixShard) detach(first, last uint32) {
 	f, t := &s.slots[first], &s.slots[last]
 	l := &s.lists[f.id()]
 	if f.prev != nilIdx {
@@ -321,6 +293,13 @@ func (s *prefixShard) splice(after, first, last uint32) {
 	} else {
 		l.tail = f.prev
 	}
+}
+
+// attach links the detached run first…last into its list right after
+// slot after (at the head when after is nilIdx), leaving the count.
+func (s *prefixShard) attach(after, first, last uint32) {
+	f, t := &s.slots[first], &s.slots[last]
+	l := &s.lists[f.id()]
 	var next uint32
 	if after == nilIdx {
 		next, l.head = l.head, first
