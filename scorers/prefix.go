@@ -56,8 +56,9 @@ import (
 //
 // Approximation: capacity is enforced per shard (capacity / Shards per
 // endpoint per shard, at least 1), with LRU order inside a shard whose
-// promotion is lazy once that is 64 or more: a block recorded again while
-// it is among the endpoint's newest half stays where it is (prefixShard).
+// promotion is lazy while the endpoint's list there has room and holds 64
+// or more: a block recorded again while still among its newest stays
+// where it is (prefixShard).
 // Hashes spread blocks evenly over shards, so an endpoint's shards fill at
 // the same rate and the global order is close to LRU; an endpoint never
 // holds more than its capacity. The index also never learns about server
@@ -348,12 +349,22 @@ func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*sche
 	sc.idsFor = append(sc.idsFor[:0], eps...)
 }
 
+// hashed returns the scratch in which Score hashed req's blocks, nil when
+// there is none (another scorer's slot, another request, no full block).
+func (p *Prefix) hashed(cs *scheduler.CycleState, req *scheduler.Request) *prefixScratch {
+	sc, ok := (*cs.Slot()).(*prefixScratch)
+	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
+		return nil
+	}
+	return sc
+}
+
 // Picked implements scheduler.PickObserver: it counts the request's blocks
 // and the chosen endpoint's hits and, with learn: pick, records the blocks
 // on it, reusing the hashes Score computed.
 func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
-	sc, ok := (*cs.Slot()).(*prefixScratch)
-	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
+	sc := p.hashed(cs, req)
+	if sc == nil {
 		return
 	}
 	tab := p.tab.Load()
@@ -383,8 +394,8 @@ func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	if p.cfg.Learn == LearnPick {
 		return
 	}
-	sc, ok := (*cs.Slot()).(*prefixScratch)
-	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
+	sc := p.hashed(cs, req)
+	if sc == nil {
 		return
 	}
 	tab := p.tab.Load()

@@ -51,9 +51,9 @@ func (e *slot) store(key uint64) { atomic.StoreUint64(&e.key, key) }
 const bytesPerSlot = int(unsafe.Sizeof(slot{})) + 4
 
 // lruList is one endpoint's LRU list within a shard: head is the most
-// recently used slot, tail the least. tick counts the entries ever placed
-// at (or in a run from) the head: an entry stamped with tick t has at most
-// tick − t entries ahead of it.
+// recently used slot, tail the least. tick counts the entries record has
+// placed; stamps are ticks, and tick − stamp bounds how far back an entry
+// may sit (record says how exactly).
 type lruList struct {
 	head, tail, n uint32
 	tick          uint32
@@ -128,15 +128,6 @@ func (s *prefixShard) ensureIDs(n int) {
 		s.lists = append(s.lists, lruList{head: nilIdx, tail: nilIdx})
 	}
 	s.publish()
-}
-
-// insert records that endpoint id holds block h and makes it the id's most
-// recently used entry, evicting the id's least recently used entries while
-// it holds more than capacity. Caller holds the write lock; id <
-// len(s.lists).
-func (s *prefixShard) insert(h uint64, id uint32, capacity uint32) {
-	one, first := [1]uint64{h}, [1]uint16{0}
-	s.record(id, capacity, first[:], one[:], nil)
 }
 
 // record makes blocks (indexes into hashes) the endpoint id's most

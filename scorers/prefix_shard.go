@@ -101,7 +101,10 @@ func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (blo
 func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chosen *scheduler.Endpoint) {
 	perShard := tab.perShard[id]
 	later := sc.later[:0]
-	first := int(sc.hashes[sc.n-1] & p.shardMask) // in turn from there, as Score
+	// Shards in turn from one picked by the prompt, as in Score (there by
+	// block 0; here by the last block, which differs between prompts of a
+	// family).
+	first := int(sc.hashes[sc.n-1] & p.shardMask)
 	for i := range p.shards {
 		s := (first + i) & int(p.shardMask)
 		if sc.start[s] < sc.start[s+1] && !p.recordShard(sc, s, id, perShard, true) {
