@@ -191,6 +191,8 @@ type prefixScratch struct {
 	seen []seenAt
 	// later lists the shards record left for its second pass.
 	later []int32
+	// touch keeps touchHomes' result, so its loads are not dead code.
+	touch uint64
 }
 
 type seenAt struct{ pos, id uint32 }

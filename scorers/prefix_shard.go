@@ -63,6 +63,9 @@ const optimisticTries = 64
 func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (block0 bool) {
 	held, candOf, seen := sc.held, sc.candOf, sc.seen
 	size := len(table)
+	if size > 0 {
+		sc.touch = touchHomes(sc.hashes, table, blocks)
+	}
 	for _, b := range blocks {
 		if size == 0 {
 			break
@@ -93,6 +96,20 @@ func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (blo
 		block0 = block0 || (b == 0 && at.pos != nilIdx)
 	}
 	return block0
+}
+
+// touchHomes loads the home slot of every block in turn and returns the
+// keys' sum (kept by the caller so the loads stay). The loads depend on
+// nothing but the hashes, so the core keeps many cache misses in flight at
+// once; the probe loop after it, whose branches depend on what it reads,
+// would take them one by one. Measured with BenchmarkPick's x-xxhash64 at
+// 256 endpoints / 32k tokens: 5.1–5.7 with it, 5.7–6.1 without.
+func touchHomes(hashes []uint64, table []slot, blocks []uint16) (sum uint64) {
+	size := len(table)
+	for _, b := range blocks {
+		sum += atomic.LoadUint64(&table[home(hashes[b], size)].key)
+	}
+	return sum
 }
 
 // record makes the request's blocks id's most recently used entries.
