@@ -19,13 +19,7 @@ func spreadOf(vs []float64) spread {
 	if len(vs) == 0 {
 		return spread{math.NaN(), math.NaN(), math.NaN()}
 	}
-	slices.Sort(vs)
-	n := len(vs)
-	med := vs[n/2]
-	if n%2 == 0 {
-		med = (vs[n/2-1] + vs[n/2]) / 2
-	}
-	return spread{med, vs[0], vs[n-1]}
+	return spread{sim.MedianOf(vs), slices.Min(vs), slices.Max(vs)}
 }
 
 func (s spread) ms() string {

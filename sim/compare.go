@@ -9,9 +9,9 @@ import (
 )
 
 // CompareRow is policy A against policy B at one (scenario, level): the
-// relative change of the seed means (A ÷ B − 1; for TTFT and E2E negative
-// is better, for tok/s positive is better), and A's control-loop record
-// summed over its seeds.
+// relative change of the runs' aggregate (A ÷ B − 1; for TTFT and E2E
+// negative is better, for tok/s positive is better), and A's control-loop
+// record summed over its runs.
 type CompareRow struct {
 	Scenario                   string
 	Level                      float64
@@ -28,22 +28,73 @@ type CompareRow struct {
 // Comparison is A against B over every (scenario, level) both ran.
 type Comparison struct {
 	A, B string
+	// Agg is how each side's runs at one (scenario, level) were combined.
+	Agg  Aggregate
 	Rows []CompareRow
 }
 
+// Aggregate combines a policy's runs at one (scenario, level).
+type Aggregate int
+
+const (
+	// Mean averages the runs: the simulator's seeds, each a different
+	// workload run without noise.
+	Mean Aggregate = iota
+	// Median takes the middle run: trimtab bench's repeats of one
+	// workload in wall-clock time, where one run's stall (a p99 that
+	// doubles) would otherwise decide the comparison, and what its
+	// tables show.
+	Median
+)
+
+func (a Aggregate) String() string {
+	if a == Median {
+		return "medians over repeats"
+	}
+	return "seed means"
+}
+
+func (a Aggregate) of(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	if a == Median {
+		return MedianOf(v)
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v))
+}
+
+// MedianOf returns the middle of v (the mean of the two middle values when
+// len(v) is even; NaN when v is empty), sorting a copy.
+func MedianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
 // Compare pairs policies a and b in runs (summary.json's entries) by
-// scenario and level, averaging each over its seeds.
-func Compare(runs []RunSummary, a, b string) Comparison {
+// scenario and level, combining each side's runs with agg.
+func Compare(runs []RunSummary, a, b string, agg Aggregate) Comparison {
 	type key struct {
 		sc string
 		l  float64
 	}
 	type acc struct {
 		n              int
-		ttft, e2e, tok float64
+		ttft, e2e, tok []float64
 		calm, fz       int
 		onset          float64
-		ttftN, e2eN    int
 	}
 	accs := map[string]map[key]*acc{a: {}, b: {}}
 	var keys []key
@@ -63,14 +114,12 @@ func Compare(runs []RunSummary, a, b string) Comparison {
 		}
 		x.n++
 		if r.TTFTP99 != nil {
-			x.ttft += *r.TTFTP99
-			x.ttftN++
+			x.ttft = append(x.ttft, *r.TTFTP99)
 		}
 		if r.E2EP99 != nil {
-			x.e2e += *r.E2EP99
-			x.e2eN++
+			x.e2e = append(x.e2e, *r.E2EP99)
 		}
-		x.tok += r.OutputTokensPerSec
+		x.tok = append(x.tok, r.OutputTokensPerSec)
 		x.fz += r.WatchdogFreezes
 		for i, p := range r.Phases {
 			if strings.HasPrefix(p.Name, "calm") {
@@ -81,13 +130,7 @@ func Compare(runs []RunSummary, a, b string) Comparison {
 			}
 		}
 	}
-	mean := func(sum float64, n int) float64 {
-		if n == 0 {
-			return math.NaN()
-		}
-		return sum / float64(n)
-	}
-	c := Comparison{A: a, B: b}
+	c := Comparison{A: a, B: b, Agg: agg}
 	for _, k := range keys {
 		x, y := accs[a][k], accs[b][k]
 		if y == nil {
@@ -95,9 +138,9 @@ func Compare(runs []RunSummary, a, b string) Comparison {
 		}
 		c.Rows = append(c.Rows, CompareRow{
 			Scenario: k.sc, Level: k.l, Seeds: x.n,
-			TTFTP99:     mean(x.ttft, x.ttftN)/mean(y.ttft, y.ttftN) - 1,
-			E2EP99:      mean(x.e2e, x.e2eN)/mean(y.e2e, y.e2eN) - 1,
-			TokPerSec:   mean(x.tok, x.n)/mean(y.tok, y.n) - 1,
+			TTFTP99:     agg.of(x.ttft)/agg.of(y.ttft) - 1,
+			E2EP99:      agg.of(x.e2e)/agg.of(y.e2e) - 1,
+			TokPerSec:   agg.of(x.tok)/agg.of(y.tok) - 1,
 			CalmEntries: x.calm, Freezes: x.fz, MaxOnset: x.onset,
 		})
 	}

@@ -79,18 +79,20 @@ var fairBaselines = []struct {
 // its fair baselines: adaptive against adaptive-off (the same profile,
 // loop off) and against tuned-static (the best single static vector for
 // the suite), per scenario and level. It returns one verdict line per
-// baseline compared; nothing is written when there is none.
-func WriteComparisons(path, command string, runs []RunSummary) ([]string, error) {
+// baseline compared; nothing is written when there is none. agg combines
+// each policy's runs at one (scenario, level): Mean for the simulator's
+// seeds, Median for bench's repeats.
+func WriteComparisons(path, command string, runs []RunSummary, agg Aggregate) ([]string, error) {
 	var body strings.Builder
 	var lines []string
 	for _, p := range fairBaselines {
-		c := Compare(runs, PolicyAdaptive, p.policy)
+		c := Compare(runs, PolicyAdaptive, p.policy, agg)
 		if len(c.Rows) == 0 {
 			continue
 		}
 		worse, wins := c.Worse(p.tol), c.Wins(p.ttft, p.tok)
 		calm, fz := c.Loop()
-		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on seed means; ⚠ marks a row worse than %.0f %%.\n\n", p.heading, 100*p.tol)
+		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on %s; ⚠ marks a row worse than %.0f %%.\n\n", p.heading, agg, 100*p.tol)
 		if err := c.WriteMarkdown(&body, p.tol); err != nil {
 			return nil, err
 		}

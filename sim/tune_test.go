@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestCompare(t *testing.T) {
 		{Scenario: "s", Level: 2, Policy: "b", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
 		{Scenario: "t", Level: 1, Policy: "a", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
 	}
-	c := Compare(runs, "a", "b")
+	c := Compare(runs, "a", "b", Mean)
 	if len(c.Rows) != 2 {
 		t.Fatalf("rows %+v, want s@1 and s@2 (t has no b)", c.Rows)
 	}
@@ -128,6 +129,25 @@ func TestCompare(t *testing.T) {
 	}
 	if ce, fz := c.Loop(); ce != 1 || fz != 1 {
 		t.Errorf("loop %d %d", ce, fz)
+	}
+
+	// Medians: one repeat's stall does not decide the row. Three repeats
+	// of a against three of b at one level; a's middle one is 100, b's 110.
+	runs = runs[:0]
+	for i, v := range []float64{100, 400, 90} {
+		runs = append(runs, RunSummary{Scenario: "s", Level: 1, Policy: "a", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
+	}
+	for i, v := range []float64{110, 105, 120} {
+		runs = append(runs, RunSummary{Scenario: "s", Level: 1, Policy: "b", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
+	}
+	if got := Compare(runs, "a", "b", Median).Rows[0].TTFTP99; math.Abs(got-(100.0/110-1)) > 1e-9 {
+		t.Errorf("median TTFT p99 change %v, want %v", got, 100.0/110-1)
+	}
+	if got := Compare(runs, "a", "b", Mean).Rows[0].TTFTP99; math.Abs(got-(590.0/335-1)) > 1e-9 {
+		t.Errorf("mean TTFT p99 change %v, want %v", got, 590.0/335-1)
+	}
+	if MedianOf([]float64{4, 1, 3, 2}) != 2.5 || !math.IsNaN(MedianOf(nil)) {
+		t.Error("MedianOf")
 	}
 }
 

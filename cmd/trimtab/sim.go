@@ -105,7 +105,7 @@ a profile can be tuned here before it goes to production.`,
 					fmt.Fprintln(stderr, "  "+v.Line(sc.LevelUnit()))
 				}
 			}
-			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs)
+			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs, sim.Mean)
 			for _, l := range lines {
 				fmt.Fprintln(stderr, l)
 			}
