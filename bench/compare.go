@@ -38,10 +38,45 @@ func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep,
 	return sim.RunSweep(ctx, sim.SweepConfig{Scenario: &s, Policies: pols, Seed: cfg.Seed, Seeds: cfg.Repeat, TracePath: cfg.TracePath, Parallel: 1})
 }
 
-// rankRow is one policy's place in a ranking.
+// rankRow is one policy's place in a ranking: its median over runs, and
+// the runs' min and max.
 type rankRow struct {
 	policy string
 	v      float64
+	lo, hi float64
+}
+
+// orderVerdict says how the real ranking agrees with the simulator's:
+// "same order"; "order differs within noise" when every pair the two rank
+// differently is tied in the simulator (within 0.5 ms, its printed
+// precision) or has overlapping real min–max spreads (so another set of
+// repeats could order it either way); else "order differs".
+func orderVerdict(simRank, realRank []rankRow) string {
+	if len(simRank) == len(realRank) && slices.EqualFunc(simRank, realRank, func(a, b rankRow) bool { return a.policy == b.policy }) {
+		return "same order"
+	}
+	realAt := map[string]rankRow{}
+	realPos := map[string]int{}
+	for i, r := range realRank {
+		realAt[r.policy], realPos[r.policy] = r, i
+	}
+	for i, p := range simRank {
+		for _, q := range simRank[i+1:] {
+			pi, okp := realPos[p.policy]
+			qi, okq := realPos[q.policy]
+			if !okp || !okq {
+				return "order differs"
+			}
+			if pi < qi || math.Abs(p.v-q.v) < 0.5 {
+				continue
+			}
+			rp, rq := realAt[p.policy], realAt[q.policy]
+			if !(rp.lo <= rq.hi && rq.lo <= rp.hi) {
+				return "order differs"
+			}
+		}
+	}
+	return "order differs within noise"
 }
 
 // ranking orders policies by the median over runs of f (lower first).
@@ -52,7 +87,8 @@ func ranking(sums []sim.RunSummary, policies []string, level float64, f func(*si
 		if len(rs) == 0 {
 			continue
 		}
-		out = append(out, rankRow{p, col(rs, f).med})
+		c := col(rs, f)
+		out = append(out, rankRow{p, c.med, c.lo, c.hi})
 	}
 	slices.SortStableFunc(out, func(a, b rankRow) int {
 		switch {
@@ -79,7 +115,8 @@ func (rep *Report) WriteRankings(w io.Writer) error {
 		names = append(names, p.Name)
 	}
 	var b strings.Builder
-	b.WriteString("Policies ranked by median TTFT p99 (ms), best first: the simulator's prediction beside the real run.\n\n")
+	b.WriteString("Policies ranked by median TTFT p99 (ms), best first: the simulator's prediction beside the real run. " +
+		"\"Within noise\": every pair ordered differently is tied in the simulator or overlaps in the real runs' min–max.\n\n")
 	for _, level := range rep.Config.Levels {
 		metrics := []struct {
 			name string
@@ -98,14 +135,7 @@ func (rep *Report) WriteRankings(w io.Writer) error {
 		}
 		for _, m := range metrics {
 			sr, rr := ranking(simSums, names, level, m.f), ranking(real, names, level, m.f)
-			same := len(sr) == len(rr)
-			for i := range sr {
-				same = same && sr[i].policy == rr[i].policy
-			}
-			verdict := "same order"
-			if !same {
-				verdict = "order differs"
-			}
+			verdict := orderVerdict(sr, rr)
 			fmt.Fprintf(&b, "%s %g, %s (%s):\n\n| rank | sim | sim p99 | real | real p99 |\n|---|---|---|---|---|\n", rep.Scenario.LevelUnit(), level, m.name, verdict)
 			for i := 0; i < max(len(sr), len(rr)); i++ {
 				cell := func(rs []rankRow) (string, string) {
