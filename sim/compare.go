@@ -40,10 +40,9 @@ const (
 	// Mean averages the runs: the simulator's seeds, each a different
 	// workload run without noise.
 	Mean Aggregate = iota
-	// Median takes the middle run: trimtab bench's repeats of one
-	// workload in wall-clock time, where one run's stall (a p99 that
-	// doubles) would otherwise decide the comparison, and what its
-	// tables show.
+	// Median takes the middle run: trimtab bench's repeats in wall-clock
+	// time, where one run's stall (a p99 that doubles) would otherwise
+	// decide the comparison; its tables show medians too.
 	Median
 )
 
