@@ -196,7 +196,11 @@ func (c Comparison) WriteMarkdown(w io.Writer, tol float64) error {
 		}
 		return fmt.Sprintf("%+.1f %%", 100*v)
 	}
-	fmt.Fprintf(w, "| scenario | level | seeds | TTFT p99 | E2E p99 | tok/s | calm entries | freezes | max onset ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	runs := "seeds"
+	if c.Agg == Median {
+		runs = "repeats"
+	}
+	fmt.Fprintf(w, "| scenario | level | %s | TTFT p99 | E2E p99 | tok/s | calm entries | freezes | max onset ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", runs)
 	for _, r := range c.Rows {
 		mark := ""
 		if r.TTFTP99 > tol || r.E2EP99 > tol || r.TokPerSec < -tol {

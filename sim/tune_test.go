@@ -146,6 +146,10 @@ func TestCompare(t *testing.T) {
 	if got := Compare(runs, "a", "b", Mean).Rows[0].TTFTP99; math.Abs(got-(590.0/335-1)) > 1e-9 {
 		t.Errorf("mean TTFT p99 change %v, want %v", got, 590.0/335-1)
 	}
+	var md strings.Builder
+	if err := Compare(runs, "a", "b", Median).WriteMarkdown(&md, 0.02); err != nil || !strings.Contains(md.String(), "| level | repeats |") {
+		t.Errorf("median comparison's table should count repeats: %v\n%s", err, md.String())
+	}
 	if MedianOf([]float64{4, 1, 3, 2}) != 2.5 || !math.IsNaN(MedianOf(nil)) {
 		t.Error("MedianOf")
 	}
