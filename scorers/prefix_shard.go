@@ -63,13 +63,11 @@ const optimisticTries = 64
 func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (block0 bool) {
 	held, candOf, seen := sc.held, sc.candOf, sc.seen
 	size := len(table)
-	if size > 0 {
-		sc.touch = touchHomes(sc.hashes, table, blocks)
+	if size == 0 {
+		return false
 	}
+	sc.touch = touchHomes(sc.hashes, table, blocks)
 	for _, b := range blocks {
-		if size == 0 {
-			break
-		}
 		h := sc.hashes[b]
 		hm := h & hashMask
 		at := seenAt{pos: nilIdx}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // CompareRow is policy A against policy B at one (scenario, level): the
@@ -60,11 +62,7 @@ func (a Aggregate) of(v []float64) float64 {
 	if a == Median {
 		return MedianOf(v)
 	}
-	sum := 0.0
-	for _, x := range v {
-		sum += x
-	}
-	return sum / float64(len(v))
+	return stat.Mean(v, nil)
 }
 
 // MedianOf returns the middle of v (the mean of the two middle values when
