@@ -44,10 +44,17 @@ type Config struct {
 	// in [0, ThetaOn). Default 0.05.
 	ThetaOff float64 `mapstructure:"theta_off"`
 	// MinDwell is the least time spent in calm or rebalance before a
-	// switch to the other, ≥ 0. Default 10s: long enough for a rebalance to
+	// switch to the other, ≥ 0. Default 15s: long enough for a rebalance to
 	// copy a hot prefix to the pods that relieve its holders, so the calm
 	// weights that follow find it spread.
 	MinDwell time.Duration `mapstructure:"min_dwell"`
+	// OnHold is how long the signal must stay at or above ThetaOn, step
+	// after step, before calm switches to rebalance, ≥ 0 (0: at the first
+	// such step). Default 1s: a herd lasts while its cause does, while
+	// chance — a cluster of random arrivals that opens the detector's
+	// min_picks gate for a step or two — reads above ThetaOn only for an
+	// instant.
+	OnHold time.Duration `mapstructure:"on_hold"`
 
 	// SlewRate caps how fast the distribution budget D moves, in budget
 	// units per second, > 0. Default 2.0: a full swing of 0.6 in 0.3 s.
@@ -106,6 +113,7 @@ func DefaultConfig() Config {
 		ThetaOn:            0.2,
 		ThetaOff:           0.05,
 		MinDwell:           15 * time.Second,
+		OnHold:             time.Second,
 		SlewRate:           2,
 		MinChange:          0.01,
 		GuardFactor:        2.5,
@@ -148,6 +156,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf(p+"theta_off: must be < theta_on (%v), got %v", c.ThetaOn, c.ThetaOff)
 	case c.MinDwell < 0:
 		return fmt.Errorf(p+"min_dwell: must be ≥ 0, got %v", c.MinDwell)
+	case c.OnHold < 0:
+		return fmt.Errorf(p+"on_hold: must be ≥ 0, got %v", c.OnHold)
 	case !(c.SlewRate > 0) || !finite(c.SlewRate):
 		return fmt.Errorf(p+"slew_rate: must be a finite number > 0, got %v", c.SlewRate)
 	case !(c.MinChange >= 0 && c.MinChange < c.DMax-dmin):

@@ -53,6 +53,7 @@ type Configurator struct {
 	started     bool
 	mode        string
 	lastSwitch  time.Time   // last mode transition; zero: none yet
+	above       time.Time   // calm: first step of the current run of r ≥ ThetaOn; zero: none
 	last        time.Time   // latest now seen by Step
 	d           float64     // distribution budget after the latest step
 	dPub        float64     // distribution budget of cur
@@ -249,9 +250,10 @@ func (c *Configurator) values(d float64) []float64 {
 //  1. The first Step enters calm (a new version with mode "calm") and
 //     keeps D where Deps.Start put it (capped at 1 − AffinityFloor);
 //     later steps move D from there.
-//  2. Mode machine. calm → rebalance when r ≥ ThetaOn; rebalance → calm
-//     when r ≤ ThetaOff; both only once MinDwell has passed since the last
-//     transition (the first transition needs no dwell). Such a transition
+//  2. Mode machine. calm → rebalance when r ≥ ThetaOn at every step for
+//     OnHold (from the first step of the run at or above it); rebalance →
+//     calm when r ≤ ThetaOff; both only once MinDwell has passed since the
+//     last transition (the first transition needs no dwell). Such a transition
 //     that would be the (FlapMaxTransitions+1)-th within FlapWindow
 //     (counting itself) goes to frozen instead: D's target is then the
 //     profile's share (the operator's weights, the safe state) for
@@ -300,8 +302,19 @@ func (c *Configurator) Step(now time.Time, in Input) *scheduler.Weights {
 
 	switch c.mode {
 	case ModeCalm:
-		if r >= c.cfg.ThetaOn && c.dwelled(now) {
-			reason = c.transition(now, ModeRebalance, fmt.Sprintf("signal %.3f ≥ theta_on %.3f", r, c.cfg.ThetaOn))
+		if r < c.cfg.ThetaOn {
+			c.above = time.Time{}
+			break
+		}
+		if c.above.IsZero() {
+			c.above = now
+		}
+		if held := now.Sub(c.above); held >= c.cfg.OnHold && c.dwelled(now) {
+			why := fmt.Sprintf("signal %.3f ≥ theta_on %.3f", r, c.cfg.ThetaOn)
+			if c.cfg.OnHold > 0 {
+				why += fmt.Sprintf(" for %v", held)
+			}
+			reason = c.transition(now, ModeRebalance, why)
 		}
 	case ModeRebalance:
 		if r <= c.cfg.ThetaOff && c.dwelled(now) {
@@ -376,6 +389,7 @@ func (c *Configurator) transition(now time.Time, to, why string) string {
 func (c *Configurator) setMode(now time.Time, to string) {
 	c.mode = to
 	c.lastSwitch = now
+	c.above = time.Time{}
 }
 
 // publish makes a new version with budget d.

@@ -39,13 +39,14 @@ func profile() []scheduler.ScorerEntry {
 
 // adaptive is adaptive mode with the parameters the tests' arithmetic is
 // written for: D 0.3 … 0.9, k 25, s0 0.15, theta 0.2/0.1, dwell 2 s, slew
-// 1.0/s (the package defaults differ; TestDefaults covers them).
+// 1.0/s, entry at the first step at or above theta_on (the package
+// defaults differ; TestDefaults covers them, TestOnHold the hold).
 func adaptive() Config {
 	c := DefaultConfig()
 	c.Enabled = true
 	c.DMin = ptr(0.3)
 	c.K, c.S0, c.ThetaOff = 25, 0.15, 0.1
-	c.MinDwell, c.SlewRate = 2*time.Second, 1
+	c.MinDwell, c.SlewRate, c.OnHold = 2*time.Second, 1, 0
 	return c
 }
 
@@ -196,6 +197,66 @@ func TestStartAndSlew(t *testing.T) {
 
 // TestHysteresis walks the mode machine through a table of signals, one
 // per second (dwell 2 s; the slew reaches any target within a second).
+// TestOnHold: calm → rebalance needs the signal at or above theta_on at
+// every step for on_hold. A spike of a few steps (chance opening the
+// detector's gate) and a run broken by one step below theta_on both stay
+// calm; a run that holds enters at the step on_hold after its first, with
+// the hold in the reason. After a return to calm the hold starts afresh.
+func TestOnHold(t *testing.T) {
+	cfg := adaptive()
+	cfg.OnHold = time.Second
+	cfg.FlapMaxTransitions = 0
+	c := mustNew(t, cfg, nil)
+	now := t0
+	step := func(r float64) *scheduler.Weights {
+		now = now.Add(tick)
+		return c.Step(now, sig(r))
+	}
+	c.Step(now, sig(0))
+	for range 5 { // a 250 ms spike
+		if w := step(0.9); w.Mode != ModeCalm {
+			t.Fatalf("spike: %s at %v", w.Mode, now.Sub(t0))
+		}
+	}
+	step(0)
+	for range 20 { // the run's first step and 950 ms more at r ≥ theta_on …
+		step(0.5)
+	}
+	if w := step(0.1); w.Mode != ModeCalm { // … broken by one step below
+		t.Fatalf("broken run: %s", w.Mode)
+	}
+	start := now.Add(tick)
+	for i := 0; ; i++ {
+		w := step(0.3)
+		if held := now.Sub(start); w.Mode == ModeRebalance {
+			if held != cfg.OnHold {
+				t.Fatalf("entered rebalance after %v at r ≥ theta_on, want %v", held, cfg.OnHold)
+			}
+			if !strings.Contains(w.Reason, "≥ theta_on 0.200 for 1s") {
+				t.Errorf("reason %q does not give the hold", w.Reason)
+			}
+			break
+		}
+		if i > 40 {
+			t.Fatal("never entered rebalance")
+		}
+	}
+	for range 100 { // back to calm, and min_dwell past that
+		step(0)
+	}
+	if c.Step(now, sig(0)).Mode != ModeCalm {
+		t.Fatal("did not return to calm")
+	}
+	for range 20 { // the run's first step and 950 ms more
+		if w := step(0.9); w.Mode != ModeCalm {
+			t.Fatalf("after calm again: %s %v into a new run", w.Mode, now.Sub(t0))
+		}
+	}
+	if w := step(0.9); w.Mode != ModeRebalance {
+		t.Errorf("after calm again: %s after the hold", w.Mode)
+	}
+}
+
 func TestHysteresis(t *testing.T) {
 	cfg := adaptive()
 	cfg.FlapMaxTransitions = 0

@@ -26,14 +26,15 @@
 //
 // # Modes
 //
-// calm → rebalance when r ≥ ThetaOn, rebalance → calm when r ≤ ThetaOff <
-// ThetaOn, each only after MinDwell in the current mode: the asymmetric
-// thresholds give hysteresis (between them the mode does not change), the
-// dwell bounds the switching rate to one per MinDwell. D never jumps: it
-// moves toward its target at most SlewRate per second. If the mode machine
-// would make more than FlapMaxTransitions transitions within FlapWindow,
-// the flap watchdog freezes it at the more distributive weights of the
-// oscillation for FlapCooldown (mode "frozen"). With Enabled false the
+// calm → rebalance when r has stayed ≥ ThetaOn for OnHold, rebalance →
+// calm when r ≤ ThetaOff < ThetaOn, each only after MinDwell in the current
+// mode: the asymmetric thresholds give hysteresis (between them the mode
+// does not change), the hold keeps an instant of chance from starting a
+// rebalance, the dwell bounds the switching rate to one per MinDwell. D
+// never jumps: it moves toward its target at most SlewRate per second. If
+// the mode machine would make more than FlapMaxTransitions transitions
+// within FlapWindow, the flap watchdog freezes it on the profile's own
+// weights (the safe state) for FlapCooldown (mode "frozen"). With Enabled false the
 // configurator is in static mode and publishes the profile weights
 // unchanged. Step documents the exact order of these rules.
 //

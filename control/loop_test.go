@@ -51,8 +51,9 @@ func profile() []scheduler.ScorerEntry {
 
 // adaptive is adaptive mode on the CV signal (which these tests drive
 // through scraped load) with the parameters their arithmetic is written
-// for: D 0.3 … 0.9, k 25, s0 0.15, theta 0.2/0.1, dwell 2 s, slew 1.0/s.
-// TestHerdSignal covers the default herd signal.
+// for: D 0.3 … 0.9, k 25, s0 0.15, theta 0.2/0.1, dwell 2 s, slew 1.0/s,
+// entry at the first step at or above theta_on. TestHerdSignal covers the
+// default herd signal and hold.
 func adaptive() Config {
 	c := DefaultConfig()
 	c.Enabled = true
@@ -60,7 +61,7 @@ func adaptive() Config {
 	dmin := 0.3
 	c.DMin = &dmin
 	c.K, c.S0, c.ThetaOff = 25, 0.15, 0.1
-	c.MinDwell, c.SlewRate = 2*time.Second, 1
+	c.MinDwell, c.SlewRate, c.OnHold = 2*time.Second, 1, 0
 	return c
 }
 
