@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
 
@@ -97,17 +98,33 @@ var builtinVectors = []struct {
 	{"load-only", map[string]float64{scorers.TypeQueue: 2, scorers.TypeKVCache: 2, scorers.TypeInFlight: 2}},
 }
 
+// loadShares are the distribution shares of the total weight at which a
+// search also starts from the profile's own vector (shareVector): the
+// static points on the path the control loop moves the weights along.
+var loadShares = []float64{0.25, 0.5, 0.75}
+
 // Baselines returns the candidates a search starts from: the profile's own
 // weights (named profileName, "adaptive-off" for the shipped adaptive
-// profile) and every built-in static policy the profile's scorers can
+// profile), the same vector moved to each of loadShares (named
+// "load-share-25%" …; only when the profile has scorers of both
+// categories), and every built-in static policy the profile's scorers can
 // express; the others are returned as skipped. With loop set (a search of
-// calm weights) the shipped tuned-static vector is a baseline too.
+// calm weights) the shipped tuned-static vector is a baseline too, and the
+// load shares are not (calm weights that load-heavy leave the loop no room).
 func Baselines(f *configs.File, profileName string, loop bool) (out []Candidate, skipped []string) {
 	own := make([]float64, len(f.Scorers))
 	for i, s := range f.Scorers {
 		own[i] = *s.Weight
 	}
 	out = append(out, Candidate{profileName, own})
+	if !loop {
+		cats := scorerCategories(f)
+		for _, d := range loadShares {
+			if w := shareVector(own, cats, d); w != nil {
+				out = append(out, Candidate{fmt.Sprintf("load-share-%.0f%%", 100*d), w})
+			}
+		}
+	}
 	vectors := builtinVectors
 	if loop {
 		ts, err := configs.LoadShipped(PolicyTunedStatic)
@@ -137,6 +154,47 @@ next:
 		out = append(out, Candidate{b.name, w})
 	}
 	return out, skipped
+}
+
+// scorerCategories returns each of f's scorers' category; types the
+// in-tree registry does not know count as CategoryNone.
+func scorerCategories(f *configs.File) []scheduler.Category {
+	reg := scorers.InTree()
+	cats := make([]scheduler.Category, len(f.Scorers))
+	for i, s := range f.Scorers {
+		if build, ok := reg[s.Type]; ok {
+			if sc, err := build(s.Type, nil, scorers.Deps{}); err == nil {
+				cats[i] = sc.Category()
+			}
+		}
+	}
+	return cats
+}
+
+// shareVector returns w with its distribution weights scaled so that they
+// carry share d of the affinity and distribution weight together; the
+// affinity weights (and uncategorised ones) stay. It returns nil when w has
+// no weight in one of the two categories.
+func shareVector(w []float64, cats []scheduler.Category, d float64) []float64 {
+	var aff, dist float64
+	for i, v := range w {
+		switch cats[i] {
+		case scheduler.CategoryAffinity:
+			aff += v
+		case scheduler.CategoryDistribution:
+			dist += v
+		}
+	}
+	if aff <= 0 || dist <= 0 {
+		return nil
+	}
+	out := slices.Clone(w)
+	for i := range out {
+		if cats[i] == scheduler.CategoryDistribution {
+			out[i] *= d / (1 - d) * aff / dist
+		}
+	}
+	return out
 }
 
 // Tune evaluates the baselines, then runs a coordinate search from the
