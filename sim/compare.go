@@ -25,6 +25,13 @@ type CompareRow struct {
 	// MaxOnset is A's largest onset busiest-pod ratio over its phases
 	// after the first (whose onset is the run's cold start).
 	MaxOnset float64
+	// TTFTNoise, E2ENoise and TokNoise say, with Median (bench's
+	// repeats), that A's runs and B's overlap on that statistic (the
+	// lowest of each side at most the highest of the other): a difference
+	// the repeats' own spread covers, counted neither as worse nor as a
+	// win. Always false with Mean: each seed is a different workload, not
+	// a noisy repeat of one.
+	TTFTNoise, E2ENoise, TokNoise bool
 }
 
 // Comparison is A against B over every (scenario, level) both ran.
@@ -133,13 +140,17 @@ func Compare(runs []RunSummary, a, b string, agg Aggregate) Comparison {
 		if y == nil {
 			continue
 		}
-		c.Rows = append(c.Rows, CompareRow{
+		row := CompareRow{
 			Scenario: k.sc, Level: k.l, Seeds: x.n,
 			TTFTP99:     agg.of(x.ttft)/agg.of(y.ttft) - 1,
 			E2EP99:      agg.of(x.e2e)/agg.of(y.e2e) - 1,
 			TokPerSec:   agg.of(x.tok)/agg.of(y.tok) - 1,
 			CalmEntries: x.calm, Freezes: x.fz, MaxOnset: x.onset,
-		})
+		}
+		if agg == Median {
+			row.TTFTNoise, row.E2ENoise, row.TokNoise = overlap(x.ttft, y.ttft), overlap(x.e2e, y.e2e), overlap(x.tok, y.tok)
+		}
+		c.Rows = append(c.Rows, row)
 	}
 	slices.SortStableFunc(c.Rows, func(p, q CompareRow) int {
 		if p.Scenario != q.Scenario {
@@ -150,12 +161,23 @@ func Compare(runs []RunSummary, a, b string, agg Aggregate) Comparison {
 	return c
 }
 
+// overlap reports whether the ranges of x and y (both non-empty) meet.
+func overlap(x, y []float64) bool {
+	return len(x) > 0 && len(y) > 0 && slices.Min(x) <= slices.Max(y) && slices.Min(y) <= slices.Max(x)
+}
+
+// worse reports whether r is worse than tol on TTFT p99, E2E p99 or tok/s,
+// beyond the runs' noise.
+func (r CompareRow) worse(tol float64) bool {
+	return (r.TTFTP99 > tol && !r.TTFTNoise) || (r.E2EP99 > tol && !r.E2ENoise) || (r.TokPerSec < -tol && !r.TokNoise)
+}
+
 // Worse returns the rows where A is worse than B by more than tol on
-// TTFT p99, E2E p99 or tok/s.
+// TTFT p99, E2E p99 or tok/s, beyond the runs' noise.
 func (c Comparison) Worse(tol float64) []CompareRow {
 	var out []CompareRow
 	for _, r := range c.Rows {
-		if r.TTFTP99 > tol || r.E2EP99 > tol || r.TokPerSec < -tol {
+		if r.worse(tol) {
 			out = append(out, r)
 		}
 	}
@@ -163,11 +185,12 @@ func (c Comparison) Worse(tol float64) []CompareRow {
 }
 
 // Wins returns the scenarios where, at some level, A beats B by at least
-// ttft on TTFT p99 or tok on tok/s (0 disables that test).
+// ttft on TTFT p99 or tok on tok/s (0 disables that test), beyond the
+// runs' noise.
 func (c Comparison) Wins(ttft, tok float64) []string {
 	var out []string
 	for _, r := range c.Rows {
-		if (ttft > 0 && r.TTFTP99 <= -ttft) || (tok > 0 && r.TokPerSec >= tok) {
+		if (ttft > 0 && r.TTFTP99 <= -ttft && !r.TTFTNoise) || (tok > 0 && r.TokPerSec >= tok && !r.TokNoise) {
 			if !slices.Contains(out, r.Scenario) {
 				out = append(out, r.Scenario)
 			}
@@ -186,11 +209,14 @@ func (c Comparison) Loop() (calmEntries, freezes int) {
 }
 
 // WriteMarkdown writes the comparison as a table, with the rows worse
-// than tol marked.
+// than tol marked ⚠ and differences within the runs' noise marked ≈.
 func (c Comparison) WriteMarkdown(w io.Writer, tol float64) error {
-	pct := func(v float64) string {
+	pct := func(v float64, noise bool) string {
 		if math.IsNaN(v) {
 			return "–"
+		}
+		if noise {
+			return fmt.Sprintf("%+.1f %% ≈", 100*v)
 		}
 		return fmt.Sprintf("%+.1f %%", 100*v)
 	}
@@ -201,10 +227,11 @@ func (c Comparison) WriteMarkdown(w io.Writer, tol float64) error {
 	fmt.Fprintf(w, "| scenario | level | %s | TTFT p99 | E2E p99 | tok/s | calm entries | freezes | max onset ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", runs)
 	for _, r := range c.Rows {
 		mark := ""
-		if r.TTFTP99 > tol || r.E2EP99 > tol || r.TokPerSec < -tol {
+		if r.worse(tol) {
 			mark = " ⚠"
 		}
-		fmt.Fprintf(w, "| %s%s | %g | %d | %s | %s | %s | %d | %d | %.2f |\n", r.Scenario, mark, r.Level, r.Seeds, pct(r.TTFTP99), pct(r.E2EP99), pct(r.TokPerSec), r.CalmEntries, r.Freezes, r.MaxOnset)
+		fmt.Fprintf(w, "| %s%s | %g | %d | %s | %s | %s | %d | %d | %.2f |\n", r.Scenario, mark, r.Level, r.Seeds,
+			pct(r.TTFTP99, r.TTFTNoise), pct(r.E2EP99, r.E2ENoise), pct(r.TokPerSec, r.TokNoise), r.CalmEntries, r.Freezes, r.MaxOnset)
 	}
 	_, err := fmt.Fprintln(w)
 	return err

@@ -92,7 +92,11 @@ func WriteComparisons(path, command string, runs []RunSummary, agg Aggregate) ([
 		}
 		worse, wins := c.Worse(p.tol), c.Wins(p.ttft, p.tok)
 		calm, fz := c.Loop()
-		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on %s; ⚠ marks a row worse than %.0f %%.\n\n", p.heading, agg, 100*p.tol)
+		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on %s; ⚠ marks a row worse than %.0f %%", p.heading, agg, 100*p.tol)
+		if agg == Median {
+			body.WriteString(" beyond noise; ≈ marks a difference the repeats' min–max ranges cover (they overlap), counted neither as worse nor as a win")
+		}
+		body.WriteString(".\n\n")
 		if err := c.WriteMarkdown(&body, p.tol); err != nil {
 			return nil, err
 		}

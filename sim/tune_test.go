@@ -160,6 +160,40 @@ func TestCompare(t *testing.T) {
 	if MedianOf([]float64{4, 1, 3, 2}) != 2.5 || !math.IsNaN(MedianOf(nil)) {
 		t.Error("MedianOf")
 	}
+	// Noise: with medians, a difference the repeats' ranges cover is
+	// neither worse nor a win and is marked ≈; one they do not cover
+	// counts. Seed means never call a difference noise.
+	setB := func(e2e, tok float64) {
+		for i := range runs {
+			if runs[i].Policy == "b" {
+				runs[i].E2EP99, runs[i].OutputTokensPerSec = f(e2e), tok
+			}
+		}
+	}
+	setB(50, 80) // a's E2E p99 twice b's and a's tok/s 25 % above, in every repeat
+	med := Compare(runs, "a", "b", Median)
+	if r := med.Rows[0]; !r.TTFTNoise || r.E2ENoise || r.TokNoise {
+		t.Errorf("noise flags %+v: want TTFT's only (a 90–400 against b 105–120)", r)
+	}
+	if w := med.Worse(0.02); len(w) != 1 {
+		t.Errorf("E2E p99 +100 %% beyond noise not counted worse: %+v", w)
+	}
+	if w := med.Wins(0, 0.1); len(w) != 1 {
+		t.Errorf("tok/s +25 %% beyond noise not counted a win: %v", w)
+	}
+	setB(100, 100)
+	runs[0].TTFTP99 = f(130) // a: 130, 400, 90; median 130, +18 % against b's 110: the ranges still overlap
+	med = Compare(runs, "a", "b", Median)
+	if w := med.Worse(0.02); len(w) != 0 {
+		t.Errorf("TTFT p99 +18 %% inside the repeats' spread counted worse: %+v", w)
+	}
+	md.Reset()
+	if err := med.WriteMarkdown(&md, 0.02); err != nil || !strings.Contains(md.String(), "+18.2 % ≈") || strings.Contains(md.String(), "⚠") {
+		t.Errorf("noise should be marked ≈ and not ⚠: %v\n%s", err, md.String())
+	}
+	if mean := Compare(runs, "a", "b", Mean); mean.Rows[0].TTFTNoise || len(mean.Worse(0.02)) != 1 {
+		t.Errorf("seed means: noise %v, worse %d; want no noise and the row worse", mean.Rows[0].TTFTNoise, len(mean.Worse(0.02)))
+	}
 }
 
 // TestTuneLoop searches calm weights with the loop on: the baselines the
