@@ -321,6 +321,20 @@ func (f *File) buildScorers(reg map[string]scorers.Factory, deps scorers.Deps) (
 	return entries, nil
 }
 
+// ScorerCategories returns the category of each of the profile's scorers
+// (in-tree types), in profile order, building them as Validate does.
+func (f *File) ScorerCategories() ([]scheduler.Category, error) {
+	entries, err := f.buildScorers(scorers.InTree(), scorers.Deps{})
+	if err != nil {
+		return nil, err
+	}
+	cats := make([]scheduler.Category, len(entries))
+	for i, e := range entries {
+		cats[i] = e.Scorer.Category()
+	}
+	return cats, nil
+}
+
 // BuildScheduler builds the profile's scorers from reg (scorers.InTree()
 // plus any out-of-tree factories) and a scheduler around them.
 func (f *File) BuildScheduler(reg map[string]scorers.Factory, deps scheduler.Deps) (*scheduler.Scheduler, error) {

@@ -102,7 +102,7 @@ var loadShares = []float64{0.25, 0.5, 0.75}
 // Baselines returns the candidates a search starts from: the profile's own
 // weights (named profileName, "adaptive-off" for the shipped adaptive
 // profile), the same vector moved to each of loadShares (named
-// "load-share-25%" …; only when the profile has scorers of both
+// "load-share-25%" …; only when the profile builds and has scorers of both
 // categories), and every built-in static policy the profile's scorers can
 // express; the others are returned as skipped. With loop set (a search of
 // calm weights) the shipped tuned-static vector is a baseline too, and the
@@ -113,8 +113,7 @@ func Baselines(f *configs.File, profileName string, loop bool) (out []Candidate,
 		own[i] = *s.Weight
 	}
 	out = append(out, Candidate{profileName, own})
-	if !loop {
-		cats := scorerCategories(f)
+	if cats, err := f.ScorerCategories(); !loop && err == nil {
 		for _, d := range loadShares {
 			if w := shareVector(own, cats, d); w != nil {
 				out = append(out, Candidate{fmt.Sprintf("load-share-%.0f%%", 100*d), w})
@@ -150,21 +149,6 @@ next:
 		out = append(out, Candidate{b.name, w})
 	}
 	return out, skipped
-}
-
-// scorerCategories returns each of f's scorers' category; types the
-// in-tree registry does not know count as CategoryNone.
-func scorerCategories(f *configs.File) []scheduler.Category {
-	reg := scorers.InTree()
-	cats := make([]scheduler.Category, len(f.Scorers))
-	for i, s := range f.Scorers {
-		if build, ok := reg[s.Type]; ok {
-			if sc, err := build(s.Type, nil, scorers.Deps{}); err == nil {
-				cats[i] = sc.Category()
-			}
-		}
-	}
-	return cats
 }
 
 // shareVector returns w with its distribution weights scaled so that they
