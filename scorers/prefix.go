@@ -10,6 +10,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zeebo/xxh3"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -21,15 +22,17 @@ import (
 //
 // Blocks: the prompt is cut into blocks of BlockSize tokens × BytesPerToken
 // bytes (default 64 × 4 = 256 bytes); a trailing partial block is not
-// indexed, and at most MaxBlocks blocks are. Block i's hash is the
-// xxhash64, seeded, of the whole prefix up to and including it,
+// indexed, and at most MaxBlocks blocks are. Block i's hash chains the
+// block's own XXH3 digest onto its predecessor's,
 //
-//	h_i = xxhash64_seed(block_0 ‖ block_1 ‖ … ‖ block_i),
+//	h_i = link(h_{i−1}, d_i),  h_{−1} = seed,
 //
-// computed in one streaming pass (each h_i is the digest read out after
-// block i), so a block's hash stands for the whole prefix up to it. The
-// seed is derived from the model name and, when set, the request's cache
-// salt, so different models and tenants never share blocks.
+// where link is a bijection in h_{i−1} (see chainHashes), so a block's
+// hash stands for the whole prefix up to it: two prompts whose first
+// blocks differ never share a later block's hash unless by a 2^-64
+// accident. The seed is derived from the model name and, when set, the
+// request's cache salt, so different models and tenants never share
+// blocks.
 //
 // Formula: score_e = (leading blocks of the request found on e, stopping
 // at the first miss) / (blocks in the request). 1 means the index believes
@@ -234,22 +237,53 @@ func mix64(z uint64) uint64 {
 }
 
 // hashBlocks fills sc.hashes with the prefix hashes of the first n blocks
-// of req.Prompt and groups the block indexes by shard. Streaming the prompt
-// through one digest is ≈ 10 % cheaper than hashing each block afresh with
-// its predecessor's hash prepended (BenchmarkPrefixHash), and copies
-// nothing when a block is a multiple of 32 bytes (the default 256 is).
+// of req.Prompt and groups the block indexes by shard.
 func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
-	bb := p.blockBytes
 	sc.hashes = sc.hashes[:n]
-	// One pass over the prompt: the digest's state after block i is the
-	// hash of everything up to it, read out without copying a byte.
-	var d xxhash.Digest
-	d.ResetWithSeed(seed(req.Model, req.CacheSalt))
-	for i := range n {
-		_, _ = d.Write(req.Prompt[i*bb : (i+1)*bb]) // never fails
-		sc.hashes[i] = d.Sum64()
-	}
+	chainHashes(sc.hashes, req.Prompt, p.blockBytes, seed(req.Model, req.CacheSalt))
 	byShard(sc.hashes, p.shardMask, sc.start, sc.byShard)
+}
+
+// xxh3MidMax is the longest input XXH3 hashes on its short path; longer
+// inputs take its striped path, whose set-up and merge cost ≈ 20 ns a call
+// and pay off only from about 1 KiB.
+const xxh3MidMax = 240
+
+// chainHashes sets out[i] to the hash of the prompt's blocks 0…i (blocks of
+// bb bytes): out[i] = link(out[i−1], d_i) from h, where d_i is block i's own
+// XXH3 digest. A block of at most 2 × xxh3MidMax bytes (the default 256 is)
+// is digested as two halves, each on XXH3's short path, combined
+// asymmetrically so swapping them changes the digest. The digests do not
+// depend on one another, so the core overlaps them; only link, a multiply
+// and a shift, runs in sequence. One pass over a 32 KB prompt costs about
+// 1.1 × one xxhash64 call over the same bytes (BenchmarkPrefixHash); a
+// streaming xxhash64 read out after every block cost 1.7 ×.
+func chainHashes(out []uint64, prompt []byte, bb int, h uint64) {
+	half := 0
+	if bb <= 2*xxh3MidMax {
+		half = bb / 2
+	}
+	for i := range out {
+		b := prompt[i*bb : (i+1)*bb]
+		var d uint64
+		if half > 0 {
+			d = xxh3.Hash(b[:half]) + bits.RotateLeft64(xxh3.Hash(b[half:]), 31)
+		} else {
+			d = xxh3.Hash(b)
+		}
+		h = link(h, d)
+		out[i] = h
+	}
+}
+
+// link chains digest d onto prefix hash h. For a fixed d it is a bijection
+// of h (xor, a multiply by an odd constant, an xorshift), so prompts that
+// differ before a block still differ at it; the multiply carries every bit
+// of h ^ d into the high half the index's home slot and stored key use,
+// and the xorshift folds them into the low bits that pick the shard.
+func link(h, d uint64) uint64 {
+	h = (h ^ d) * 0x9e3779b97f4a7c15
+	return h ^ h>>32
 }
 
 // byShard groups the indexes of hashes by shard (h & mask), a counting

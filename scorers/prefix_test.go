@@ -682,3 +682,56 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 		}
 	})
 }
+
+// TestChainHashes checks the block-hash chain's prefix semantics on the
+// block sizes that take each of chainHashes' paths (halves of the short
+// path, one short call, one striped call): changing one byte of block k
+// changes every hash from k on and none before it; swapping a block's
+// halves, or changing the seed, changes the hashes; the same input gives
+// the same chain.
+func TestChainHashes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	for _, bb := range []int{16, 100, 256, 480, 481, 1024} {
+		t.Run(fmt.Sprint(bb), func(t *testing.T) {
+			const n = 12
+			pr := make([]byte, n*bb)
+			fill(rng, pr)
+			base := make([]uint64, n)
+			chainHashes(base, pr, bb, 7)
+			again := make([]uint64, n)
+			chainHashes(again, pr, bb, 7)
+			if !slices.Equal(base, again) {
+				t.Fatal("same prompt, different chains")
+			}
+			got := make([]uint64, n)
+			for _, k := range []int{0, 5, n - 1} {
+				for _, at := range []int{0, bb / 2, bb - 1} {
+					mod := slices.Clone(pr)
+					mod[k*bb+at] ^= 0x20
+					chainHashes(got, mod, bb, 7)
+					for i := range n {
+						if same := got[i] == base[i]; same != (i < k) {
+							t.Fatalf("byte %d of block %d changed: hash %d equal=%v, want %v", at, k, i, same, i < k)
+						}
+					}
+				}
+			}
+			swapped := slices.Clone(pr)
+			half := bb / 2
+			b := swapped[3*bb : 4*bb]
+			copy(b, append(slices.Clone(pr[3*bb+half:4*bb]), pr[3*bb:3*bb+half]...))
+			if !slices.Equal(b, pr[3*bb:4*bb]) {
+				chainHashes(got, swapped, bb, 7)
+				if got[3] == base[3] {
+					t.Fatal("swapping block 3's halves kept its hash")
+				}
+			}
+			chainHashes(got, pr, bb, 8)
+			for i := range n {
+				if got[i] == base[i] {
+					t.Fatalf("another seed, same hash at block %d", i)
+				}
+			}
+		})
+	}
+}

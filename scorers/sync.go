@@ -119,10 +119,12 @@ func (l *PickLog) Appended() uint64 { return l.appended.Load() }
 func (p *Prefix) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
 
 // SyncKey identifies what must match between replicas for their indexes to
-// be interchangeable: the block length in bytes and the shard count (a
-// snapshot keeps only a block hash's high 48 bits and its shard).
+// be interchangeable: the block-hash scheme (chainHashes; a replica of
+// another release that hashes differently is refused, not silently
+// mismatched), the block length in bytes and the shard count (a snapshot
+// keeps only a block hash's high 48 bits and its shard).
 func (p *Prefix) SyncKey() string {
-	return fmt.Sprintf("block_bytes=%d,shards=%d", p.blockBytes, p.cfg.Shards)
+	return fmt.Sprintf("hash=xxh3-link,block_bytes=%d,shards=%d", p.blockBytes, p.cfg.Shards)
 }
 
 // peerScratch groups a peer's hashes by shard; guarded by Prefix.peerMu.

@@ -103,7 +103,7 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	// two peers, one of them lost.
 	admin.Handle("GET /debug/peers", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"enabled": true, "id": "trimtab-0", "listen": ":9003", "sync_key": "prefix:block_bytes=256,shards=16",
+		_, _ = io.WriteString(w, `{"enabled": true, "id": "trimtab-0", "listen": ":9003", "sync_key": "prefix:hash=xxh3-link,block_bytes=256,shards=16",
   "picks_logged": 1200, "picks_dropped": 0,
   "peers": [{"address": "trimtab-1.trimtab-peers:9003", "id": "trimtab-1", "connected": true, "since": "2026-01-01T00:00:00Z", "queued": 0, "batches_sent": 900, "batches_dropped": 0, "snapshots_received": 1},
             {"address": "trimtab-2.trimtab-peers:9003", "connected": false, "since": "2026-01-01T00:01:00Z", "last_error": "rpc error: code = Unavailable desc = connection refused", "queued": 256, "batches_sent": 400, "batches_dropped": 31, "snapshots_received": 1}],
