@@ -79,6 +79,12 @@ func fill(rng *rand.Rand, b []byte) {
 // default-ish weights (prefix 3, queue 2, kvcache 2, inflight 1, session 1,
 // lora 1), the model and health filters and the max-score picker.
 func benchScheduler(tb testing.TB, eps []scheduler.Endpoint) (*scheduler.Scheduler, *Prefix) {
+	return benchSchedulerWith(tb, eps, nil)
+}
+
+// benchSchedulerWith is benchScheduler with the prefix scorer passed
+// through wrap (nil: used as is).
+func benchSchedulerWith(tb testing.TB, eps []scheduler.Endpoint, wrap func(*Prefix) scheduler.Scorer) (*scheduler.Scheduler, *Prefix) {
 	tb.Helper()
 	reg := InTree()
 	weights := []struct {
@@ -92,10 +98,14 @@ func benchScheduler(tb testing.TB, eps []scheduler.Endpoint) (*scheduler.Schedul
 		if err != nil {
 			tb.Fatal(err)
 		}
+		var scorer scheduler.Scorer = sc
 		if p, ok := sc.(*Prefix); ok {
 			prefix = p
+			if wrap != nil {
+				scorer = wrap(p)
+			}
 		}
-		entries = append(entries, scheduler.ScorerEntry{Name: w.typ, Type: w.typ, Scorer: sc, Weight: w.w})
+		entries = append(entries, scheduler.ScorerEntry{Name: w.typ, Type: w.typ, Scorer: scorer, Weight: w.w})
 	}
 	s, err := scheduler.New(scheduler.DefaultConfig(), entries,
 		[]scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
@@ -133,6 +143,48 @@ func BenchmarkPick(b *testing.B) {
 		for _, tok := range benchSizes.tokens {
 			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
 				s, p := benchScheduler(b, benchEndpoints(n, 1))
+				reqs := benchWorkload(tok, 16, 8, 1024, 1)
+				warm(b, s, reqs)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				for i := range b.N {
+					pickDone(b, s, &reqs[i%len(reqs)])
+				}
+				reportCPU(b, cpu)
+				b.StopTimer()
+				reportFloorRatio(b, s, p, reqs)
+			})
+		}
+	}
+}
+
+// hashOnly is the prefix scorer without its index: it hashes the request's
+// blocks as Prefix.Score does, then scores every candidate 0 and records
+// nothing. BenchmarkPickWithoutIndex uses it to measure what a pick costs
+// before the index does any work.
+type hashOnly struct{ p *Prefix }
+
+func (hashOnly) Category() scheduler.Category { return scheduler.CategoryAffinity }
+
+func (h hashOnly) Score(cs *scheduler.CycleState, req *scheduler.Request, _ []*scheduler.Endpoint, out []float64) {
+	if n := h.p.blocks(req.Prompt); n > 0 {
+		h.p.hashBlocks(h.p.scratch(cs), req, n)
+	}
+	clear(out)
+}
+
+// BenchmarkPickWithoutIndex is BenchmarkPick with the prefix index taken
+// out: the prompt's blocks are still hashed, every other scorer, filter and
+// the picker run as there, but no block is looked up or recorded. Its
+// x-xxhash64 is the part of BenchmarkPick's that no index layout, probe
+// order or prefetching can remove (scorers/README.md § Where a Pick's time
+// goes).
+func BenchmarkPickWithoutIndex(b *testing.B) {
+	for _, n := range benchSizes.endpoints {
+		for _, tok := range benchSizes.tokens {
+			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
+				s, p := benchSchedulerWith(b, benchEndpoints(n, 1), func(p *Prefix) scheduler.Scorer { return hashOnly{p} })
 				reqs := benchWorkload(tok, 16, 8, 1024, 1)
 				warm(b, s, reqs)
 				b.ReportAllocs()
