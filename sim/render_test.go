@@ -57,3 +57,47 @@ func TestRendererSalt(t *testing.T) {
 		t.Fatal("no two requests share a system prompt; the test checks nothing")
 	}
 }
+
+// TestTraceSeedsSampleBytes: a trace scenario's seeds render the same
+// trace — prompt lengths and which requests share which leading bytes —
+// in other bytes, so its seeds are samples of hash-dependent router state
+// rather than one replay.
+func TestTraceSeedsSampleBytes(t *testing.T) {
+	sc := loadShipped(t, "mooncake-trace", 0)
+	render := func(seed uint64) []Rendered {
+		r, err := NewRenderer(sc, seed, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []Rendered
+		for range 80 {
+			out = append(out, r.Next(0, -1))
+		}
+		return out
+	}
+	one, two, again := render(1), render(2), render(1)
+	shared := 0
+	for i := range one {
+		if len(one[i].Prompt) != len(two[i].Prompt) || one[i].Arrival != two[i].Arrival {
+			t.Fatalf("request %d: lengths %d/%d, arrivals %v/%v", i, len(one[i].Prompt), len(two[i].Prompt), one[i].Arrival, two[i].Arrival)
+		}
+		if !bytes.Equal(one[i].Prompt, again[i].Prompt) {
+			t.Fatalf("request %d: the same seed rendered different bytes", i)
+		}
+		if cp := commonPrefix(one[i].Prompt, two[i].Prompt); cp > 16 {
+			t.Errorf("request %d: seeds 1 and 2 share %d leading bytes", i, cp)
+		}
+		for j := range i {
+			a, b := commonPrefix(one[i].Prompt, one[j].Prompt), commonPrefix(two[i].Prompt, two[j].Prompt)
+			if a-b > 16 || b-a > 16 {
+				t.Errorf("requests %d and %d share %d bytes with seed 1, %d with seed 2", i, j, a, b)
+			}
+			if a > 1000 {
+				shared++
+			}
+		}
+	}
+	if shared == 0 {
+		t.Fatal("no two trace requests share a prefix; the test checks nothing")
+	}
+}

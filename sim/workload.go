@@ -234,8 +234,13 @@ func trimSpace(b []byte) []byte {
 }
 
 // traceGen replays trace entries in order; the i-th call returns entry i.
-// Hash id h becomes a segment keyed by h (so equal ids mean equal bytes);
-// the last block is partial when input_length is not a multiple.
+// Hash id h becomes a segment keyed by the run seed and h: within a run
+// equal ids mean equal bytes, and another seed gives the same sharing
+// structure in other bytes, so the seeds of a trace scenario sample the
+// routers' hash-dependent state (which index shard and slot a block
+// lands in, and so which entries a full shard evicts) instead of
+// replaying one draw of it. The last block is partial when input_length
+// is not a multiple.
 type traceGen struct {
 	w       *Workload
 	seed    uint64
@@ -254,7 +259,7 @@ func (g *traceGen) next(_ *rand.Rand, _ int, r *reqSpec) {
 			break
 		}
 		n := min(per, left)
-		r.segs = append(r.segs, segment{mixKey(31, h), n})
+		r.segs = append(r.segs, segment{mixKey(g.seed, 31, h), n})
 		left -= n
 	}
 	if left > 0 { // more tokens than ids cover: a unique tail
