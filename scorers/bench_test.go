@@ -226,11 +226,21 @@ func BenchmarkPickGuarded(b *testing.B) {
 	}
 }
 
-func BenchmarkPickParallel(b *testing.B) {
+func BenchmarkPickParallel(b *testing.B) { benchPickParallel(b, nil) }
+
+// BenchmarkPickParallelWithoutIndex is BenchmarkPickParallel with the
+// prefix index taken out, as in BenchmarkPickWithoutIndex: its x-serial is
+// what the scheduler, the other scorers and the machine allow two cores,
+// measured beside the full pick's.
+func BenchmarkPickParallelWithoutIndex(b *testing.B) {
+	benchPickParallel(b, func(p *Prefix) scheduler.Scorer { return hashOnly{p} })
+}
+
+func benchPickParallel(b *testing.B, wrap func(*Prefix) scheduler.Scorer) {
 	for _, n := range benchSizes.endpoints {
 		for _, tok := range benchSizes.tokens {
 			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-				s, _ := benchScheduler(b, benchEndpoints(n, 1))
+				s, _ := benchSchedulerWith(b, benchEndpoints(n, 1), wrap)
 				reqs := benchWorkload(tok, 16, 8, 1024, 1)
 				warm(b, s, reqs)
 				var next atomic.Uint64
