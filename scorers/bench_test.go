@@ -138,11 +138,15 @@ var benchSizes = struct {
 	endpoints, tokens []int
 }{[]int{8, 64, 256}, []int{1 << 10, 8 << 10, 32 << 10}}
 
-func BenchmarkPick(b *testing.B) {
+func BenchmarkPick(b *testing.B) { benchPick(b, nil) }
+
+// benchPick runs BenchmarkPick's cells with the prefix scorer passed
+// through wrap (nil: as is).
+func benchPick(b *testing.B, wrap func(*Prefix) scheduler.Scorer) {
 	for _, n := range benchSizes.endpoints {
 		for _, tok := range benchSizes.tokens {
 			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-				s, p := benchScheduler(b, benchEndpoints(n, 1))
+				s, p := benchSchedulerWith(b, benchEndpoints(n, 1), wrap)
 				reqs := benchWorkload(tok, 16, 8, 1024, 1)
 				warm(b, s, reqs)
 				b.ReportAllocs()
@@ -181,24 +185,7 @@ func (h hashOnly) Score(cs *scheduler.CycleState, req *scheduler.Request, _ []*s
 // order or prefetching can remove (scorers/README.md § Where a Pick's time
 // goes).
 func BenchmarkPickWithoutIndex(b *testing.B) {
-	for _, n := range benchSizes.endpoints {
-		for _, tok := range benchSizes.tokens {
-			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-				s, p := benchSchedulerWith(b, benchEndpoints(n, 1), func(p *Prefix) scheduler.Scorer { return hashOnly{p} })
-				reqs := benchWorkload(tok, 16, 8, 1024, 1)
-				warm(b, s, reqs)
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu := processCPU()
-				for i := range b.N {
-					pickDone(b, s, &reqs[i%len(reqs)])
-				}
-				reportCPU(b, cpu)
-				b.StopTimer()
-				reportFloorRatio(b, s, p, reqs)
-			})
-		}
-	}
+	benchPick(b, func(p *Prefix) scheduler.Scorer { return hashOnly{p} })
 }
 
 // BenchmarkPickGuarded is BenchmarkPick in adaptive mode: the weights

@@ -32,30 +32,7 @@ func TestRendererSalt(t *testing.T) {
 		return out
 	}
 	plain, salted, again := render(0), render(7), render(7)
-	shared := 0
-	for i := range plain {
-		if len(plain[i].Prompt) != len(salted[i].Prompt) || plain[i].OutputTokens != salted[i].OutputTokens {
-			t.Fatalf("request %d: lengths %d/%d, outputs %d/%d", i, len(plain[i].Prompt), len(salted[i].Prompt), plain[i].OutputTokens, salted[i].OutputTokens)
-		}
-		if !bytes.Equal(salted[i].Prompt, again[i].Prompt) {
-			t.Fatalf("request %d: the same salt rendered different bytes", i)
-		}
-		if cp := commonPrefix(plain[i].Prompt, salted[i].Prompt); cp > 16 {
-			t.Errorf("request %d: salted prompt shares %d leading bytes with the unsalted one", i, cp)
-		}
-		for j := range i {
-			a, b := commonPrefix(plain[i].Prompt, plain[j].Prompt), commonPrefix(salted[i].Prompt, salted[j].Prompt)
-			if a-b > 16 || b-a > 16 {
-				t.Errorf("requests %d and %d share %d bytes unsalted, %d salted", i, j, a, b)
-			}
-			if a > 1000 {
-				shared++
-			}
-		}
-	}
-	if shared == 0 {
-		t.Fatal("no two requests share a system prompt; the test checks nothing")
-	}
+	checkSameSharing(t, "unsalted", "salted", plain, salted, again)
 }
 
 // TestTraceSeedsSampleBytes: a trace scenario's seeds render the same
@@ -75,29 +52,40 @@ func TestTraceSeedsSampleBytes(t *testing.T) {
 		}
 		return out
 	}
-	one, two, again := render(1), render(2), render(1)
+	one, two, again := render(1), render(2), render(2)
+	checkSameSharing(t, "seed 1", "seed 2", one, two, again)
+}
+
+// checkSameSharing checks that b renders a's requests in other bytes:
+// the same prompt lengths, output lengths and arrivals, no common leading
+// bytes between a request and its counterpart, and the same common
+// prefixes between any two requests (within 16 bytes: random letters may
+// extend a shared prefix by chance by a few bytes); again must equal b
+// byte for byte, and some pair must share a long prefix.
+func checkSameSharing(t *testing.T, an, bn string, a, b, again []Rendered) {
+	t.Helper()
 	shared := 0
-	for i := range one {
-		if len(one[i].Prompt) != len(two[i].Prompt) || one[i].Arrival != two[i].Arrival {
-			t.Fatalf("request %d: lengths %d/%d, arrivals %v/%v", i, len(one[i].Prompt), len(two[i].Prompt), one[i].Arrival, two[i].Arrival)
+	for i := range a {
+		if len(a[i].Prompt) != len(b[i].Prompt) || a[i].OutputTokens != b[i].OutputTokens || a[i].Arrival != b[i].Arrival {
+			t.Fatalf("request %d: lengths %d/%d, outputs %d/%d, arrivals %v/%v", i, len(a[i].Prompt), len(b[i].Prompt), a[i].OutputTokens, b[i].OutputTokens, a[i].Arrival, b[i].Arrival)
 		}
-		if !bytes.Equal(one[i].Prompt, again[i].Prompt) {
-			t.Fatalf("request %d: the same seed rendered different bytes", i)
+		if !bytes.Equal(b[i].Prompt, again[i].Prompt) {
+			t.Fatalf("request %d: %s rendered different bytes twice", i, bn)
 		}
-		if cp := commonPrefix(one[i].Prompt, two[i].Prompt); cp > 16 {
-			t.Errorf("request %d: seeds 1 and 2 share %d leading bytes", i, cp)
+		if cp := commonPrefix(a[i].Prompt, b[i].Prompt); cp > 16 {
+			t.Errorf("request %d: %s and %s share %d leading bytes", i, an, bn, cp)
 		}
 		for j := range i {
-			a, b := commonPrefix(one[i].Prompt, one[j].Prompt), commonPrefix(two[i].Prompt, two[j].Prompt)
-			if a-b > 16 || b-a > 16 {
-				t.Errorf("requests %d and %d share %d bytes with seed 1, %d with seed 2", i, j, a, b)
+			x, y := commonPrefix(a[i].Prompt, a[j].Prompt), commonPrefix(b[i].Prompt, b[j].Prompt)
+			if x-y > 16 || y-x > 16 {
+				t.Errorf("requests %d and %d share %d bytes %s, %d %s", i, j, x, an, y, bn)
 			}
-			if a > 1000 {
+			if x > 1000 {
 				shared++
 			}
 		}
 	}
 	if shared == 0 {
-		t.Fatal("no two trace requests share a prefix; the test checks nothing")
+		t.Fatal("no two requests share a long prefix; the test checks nothing")
 	}
 }
