@@ -257,7 +257,7 @@ const xxh3MidMax = 240
 // depend on one another, so the core overlaps them; only link, a multiply
 // and a shift, runs in sequence. One pass over a 32 KB prompt costs about
 // 1.1 × one xxhash64 call over the same bytes (BenchmarkPrefixHash); a
-// streaming xxhash64 read out after every block cost 1.7 ×.
+// streaming xxhash64 read out after every block costs 1.7 ×.
 func chainHashes(out []uint64, prompt []byte, bb int, h uint64) {
 	half := 0
 	if bb <= 2*xxh3MidMax {
