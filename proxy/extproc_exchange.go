@@ -44,6 +44,7 @@ type exchange struct {
 	gotFirst    bool
 	headersOut  bool // request headers answered
 	headersSeen bool
+	servedMD    bool   // Envoy reported the served endpoint in metadata: the header is ignored
 	traceparent string // W3C trace context from Envoy, read when tracing is on
 	tracestate  string
 	span        trace.Span // nil when tracing is off
@@ -98,10 +99,13 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		x.servedFromMetadata(req)
 		return false, x.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		x.servedFromMetadata(req)
 		return false, x.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.servedFromMetadata(req)
 		x.finish()
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
