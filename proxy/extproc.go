@@ -70,7 +70,13 @@ const (
 // Such a stream is served as BUFFERED (headers answered at once, the pick
 // made on the body message) and response messages are acknowledged
 // without a streamed body; Config.ExtProc's modes apply only when they
-// are not full-duplex-streamed.
+// are not full-duplex-streamed. A body that then arrives in parts (a
+// message without end_of_stream) is refused at once with a 500
+// ImmediateResponse (protocol_config_missing): BUFFERED sends the body in
+// one message, so Envoy streams it and would wait for it to come back.
+// With a configured or announced BUFFERED mode the body message is the
+// whole body even without end_of_stream (trailers follow), and the pick
+// is made on it.
 // observability_mode is not supported (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
