@@ -24,10 +24,14 @@ import (
 const (
 	// DestinationHeader carries "ip:port[,fallback,…]" to Envoy.
 	DestinationHeader = "x-gateway-destination-endpoint"
-	// ServedHeader is the response header in which Envoy reports the
-	// endpoint that actually served the request ("ip:port"), which differs
-	// from the pick after Envoy retried along the fallbacks.
-	ServedHeader = DestinationHeader + "-served"
+	// ServedKey is the key under DestinationNamespace in the ext_proc
+	// request's metadata_context where Envoy reports the endpoint that
+	// actually served the request ("ip:port"), which differs from the pick
+	// after Envoy retried along the fallbacks.
+	ServedKey = DestinationHeader + "-served"
+	// ServedHeader is the response header of the same name, read as a
+	// fallback when the metadata does not carry ServedKey.
+	ServedHeader = ServedKey
 	// DestinationNamespace is the dynamic-metadata namespace of the pick.
 	DestinationNamespace = "envoy.lb"
 	// SubsetNamespace and SubsetKey locate the gateway's subset hint in
@@ -51,8 +55,9 @@ const (
 // headers are answered at once and the destination travels in the body
 // answer. The response is observed (status, first byte, end of stream,
 // trailers) to finish the decision, which is credited to the endpoint
-// Envoy names in ServedHeader when that is one of its candidates; a stream
-// that ends early finishes it as cancelled. Errors end the stream with an
+// Envoy names as served (metadata_context DestinationNamespace/ServedKey,
+// else the ServedHeader response header) when that is one of its
+// candidates; a stream that ends early finishes it as cancelled. Errors end the stream with an
 // ImmediateResponse (400, 404, 413, 429, 503) carrying an OpenAI-style
 // JSON body. A protocol_config announcing request_body_mode STREAMED or
 // BUFFERED_PARTIAL is refused with a 500 ImmediateResponse naming the
@@ -65,7 +70,13 @@ const (
 // Such a stream is served as BUFFERED (headers answered at once, the pick
 // made on the body message) and response messages are acknowledged
 // without a streamed body; Config.ExtProc's modes apply only when they
-// are not full-duplex-streamed.
+// are not full-duplex-streamed. A body that then arrives in parts (a
+// message without end_of_stream) is refused at once with a 500
+// ImmediateResponse (protocol_config_missing): BUFFERED sends the body in
+// one message, so Envoy streams it and would wait for it to come back.
+// With a configured or announced BUFFERED mode the body message is the
+// whole body even without end_of_stream (trailers follow), and the pick
+// is made on it.
 // observability_mode is not supported (answers are always sent).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer

@@ -44,6 +44,8 @@ type exchange struct {
 	gotFirst    bool
 	headersOut  bool // request headers answered
 	headersSeen bool
+	servedMD    bool   // Envoy reported the served endpoint in metadata: the header is ignored
+	guessed     bool   // no protocol_config: the configured full duplex is served as BUFFERED
 	traceparent string // W3C trace context from Envoy, read when tracing is on
 	tracestate  string
 	span        trace.Span // nil when tracing is off
@@ -80,6 +82,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 				return x.immediate(unsupportedBodyMode(pc.GetRequestBodyMode()))
 			}
 		} else {
+			x.guessed = x.reqMode == modeDuplex
 			x.reqMode, x.respMode = withoutProtocolConfig(x.reqMode), withoutProtocolConfig(x.respMode)
 		}
 	}
@@ -98,10 +101,13 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (end bool, err error
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		x.servedFromMetadata(req)
 		return false, x.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		x.servedFromMetadata(req)
 		return false, x.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.servedFromMetadata(req)
 		x.finish()
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -204,10 +210,35 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		x.body = x.st.body
 	}
 	if !b.GetEndOfStream() {
+		switch {
+		case x.guessed:
+			// BUFFERED sends the body in one message, FULL_DUPLEX_STREAMED
+			// in parts: this stream may be either, and neither can be
+			// served right once the headers were answered without a
+			// destination.
+			return x.immediate(errBodyInPartsWithoutProtocolConfig)
+		case x.reqMode == modeBuffered:
+			// The whole body, trailers follow: Envoy holds them until
+			// this message is answered.
+			return x.pick(false, false)
+		}
 		return false, nil
 	}
 	return x.pick(true, false)
 }
+
+// errBodyInPartsWithoutProtocolConfig refuses a request whose body
+// arrives in parts on a stream without protocol_config while trimtab's
+// request_body_mode is full-duplex-streamed: such a stream is served as
+// BUFFERED (an Envoy that buffers waits for the headers answer), so the
+// headers went on without a destination, and a FULL_DUPLEX_STREAMED Envoy
+// would then wait for a streamed body it never gets back.
+var errBodyInPartsWithoutProtocolConfig = &Error{Status: http.StatusInternalServerError, Type: "server_error",
+	Code: "protocol_config_missing",
+	Message: "the request body arrived in parts but Envoy sent no protocol_config, so trimtab cannot tell " +
+		"FULL_DUPLEX_STREAMED from BUFFERED and serves the stream as BUFFERED, where the body is one message; " +
+		"use an Envoy that sends protocol_config for FULL_DUPLEX_STREAMED, or, if Envoy's processing_mode.request_body_mode " +
+		"is BUFFERED (a body followed by trailers), set trimtab's server.ext_proc.request_body_mode: buffered"}
 
 // pick parses the buffered body, schedules and answers with the
 // destination. eos says whether the body ended (false when trailers

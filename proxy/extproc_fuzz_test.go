@@ -6,9 +6,11 @@ import (
 	"io"
 	"testing"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // fakeStream is a hand-written stand-in for grpc's server stream (an
@@ -85,6 +87,25 @@ func FuzzExtProcMessages(f *testing.F) {
 		rb(`{"model":"m","instructions":"s","tools":[],"input":[{"role":"user","content":"x"},{"type":"function_call_output","output":"y"}]}`, true), respH, respB))
 	f.Add(encodeMessages(requestHeaders(false, nil, nil, ":path", PathMessages+"?beta=true"),
 		rb(`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"u"}}`, true), respH))
+	// the served endpoint in metadata_context: on response headers, on
+	// the body only, of the wrong kind, naming a stranger, beside a header
+	served := func(m proto.Message, v *structpb.Value) *extprocv3.ProcessingRequest {
+		r := proto.Clone(m).(*extprocv3.ProcessingRequest)
+		r.MetadataContext = servedMD(epA+","+epB, v)
+		return r
+	}
+	respHServed := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", "200", ServedHeader, epC)}}}
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m","prompt":"x"}`, true), served(respH, structpb.NewStringValue(epB)), respB))
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m","prompt":"x"}`, true), respH, served(respB, structpb.NewStringValue(" "+epC+" "))))
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m","prompt":"x"}`, true), served(respHServed, structpb.NewNumberValue(1)), respB))
+	f.Add(encodeMessages(requestHeaders(false, nil, duplex), rb(`{"model":"m","prompt":"x"}`, true), served(respHServed, structpb.NewStringValue("10.9.9.9:1")),
+		served(respB, structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue(epB)}}))))
+	f.Add(encodeMessages(served(respH, structpb.NewStringValue(epB)), requestHeaders(true, nil, nil), served(respB, structpb.NewStringValue(epB))))
+	// bodies in parts without protocol_config; BUFFERED with trailers
+	f.Add(encodeMessages(requestHeaders(false, nil, nil), rb(`{"model":"m",`, false), rb(`"prompt":"x"}`, true), respH))
+	f.Add(encodeMessages(requestHeaders(false, nil, &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED}),
+		rb(`{"model":"m","prompt":"x"}`, false), trailers, rb(`x`, true), respH, respB))
 	fx := newFixture(f, preferOrder(epA, epB, epC), epA, epB, epC)
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 1 << 16

@@ -8,9 +8,11 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -21,7 +23,9 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
 		case ServedHeader:
-			x.served(hv)
+			if !x.servedMD {
+				x.servedHeader(hv)
+			}
 		}
 	}
 	var set []*corev3.HeaderValueOption
@@ -54,13 +58,45 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 	return nil
 }
 
-// served credits the decision to the endpoint Envoy reports in
-// ServedHeader when it is one of the decision's candidates (an Envoy retry
-// along the fallbacks), so in-flight counts, pending prefill, learning
-// scorers and this path's per-endpoint metrics follow the endpoint that
-// did the work. Any other value is ignored: the destination is only ever
-// an endpoint trimtab chose from.
-func (x *exchange) served(hv *corev3.HeaderValue) {
+// served credits the decision to addr, the endpoint Envoy reports as the
+// one that served, when it is one of the decision's candidates (an Envoy
+// retry along the fallbacks), so in-flight counts, pending prefill,
+// learning scorers and this path's per-endpoint metrics follow the
+// endpoint that did the work. Any other value is ignored: the destination
+// is only ever an endpoint trimtab chose from.
+func (x *exchange) served(addr string) {
+	if x.d == nil || addr == "" || addr == x.addr {
+		return
+	}
+	if x.d.MoveTo(addr) {
+		x.addr = x.d.Endpoint.Address
+	}
+}
+
+// servedFromMetadata reads the served endpoint from the message's
+// metadata_context (DestinationNamespace / ServedKey, a string "ip:port"),
+// where the Inference Extension protocol puts it and Envoy's override_host
+// policy writes it (selected_host_key). Envoy forwards the namespace on
+// every response message it sends; each report is applied, and once one
+// is seen the ServedHeader response header, which the upstream itself
+// could set, is no longer consulted. A value of another kind is no report.
+func (x *exchange) servedFromMetadata(req *extprocv3.ProcessingRequest) {
+	ns := req.GetMetadataContext().GetFilterMetadata()[DestinationNamespace]
+	if ns == nil {
+		return
+	}
+	s, ok := ns.GetFields()[ServedKey].GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return
+	}
+	x.servedMD = true
+	x.served(strings.TrimSpace(s.StringValue))
+}
+
+// servedHeader applies the ServedHeader response header: the fallback for
+// an Envoy that reports the served endpoint as a header rather than in
+// metadata.
+func (x *exchange) servedHeader(hv *corev3.HeaderValue) {
 	if x.d == nil {
 		return
 	}
@@ -72,9 +108,7 @@ func (x *exchange) served(hv *corev3.HeaderValue) {
 	if len(raw) == 0 || string(raw) == x.addr {
 		return
 	}
-	if x.d.MoveTo(string(raw)) {
-		x.addr = x.d.Endpoint.Address
-	}
+	x.served(string(raw))
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {

@@ -104,20 +104,98 @@ func TestEnvoyConfigExtProc(t *testing.T) {
 	}
 }
 
-func TestEnvoyConfigOriginalDstUsesDestinationHeader(t *testing.T) {
+const overrideHostType = "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost"
+
+// metadataKey renders an Envoy MetadataKey ({key, path: [{key}…]}) as
+// "key/path/…".
+func metadataKey(v any) string {
+	m, _ := v.(map[string]any)
+	s, _ := m["key"].(string)
+	path, _ := m["path"].([]any)
+	for _, p := range path {
+		p, _ := p.(map[string]any)
+		k, _ := p["key"].(string)
+		s += "/" + k
+	}
+	return s
+}
+
+// routes returns every route action in the listeners' route configs.
+func routes(doc map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, hcm := range find(doc, "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager") {
+		rc, _ := hcm["route_config"].(map[string]any)
+		vhs, _ := rc["virtual_hosts"].([]any)
+		for _, vh := range vhs {
+			vh, _ := vh.(map[string]any)
+			rs, _ := vh["routes"].([]any)
+			for _, r := range rs {
+				r, _ := r.(map[string]any)
+				if a, ok := r["route"].(map[string]any); ok {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Every route's cluster reads trimtab's destination list from the
+// envoy.lb metadata, the route retries along it, the cluster records the
+// endpoint it connected to in envoy.lb / x-gateway-destination-endpoint-served
+// (override_host's selected_host_key), and the ext_proc filter forwards
+// envoy.lb back to trimtab on the response messages: without all of these
+// the served endpoint never reaches trimtab.
+func TestEnvoyConfigReportsServedEndpoint(t *testing.T) {
+	ep := extProcFilter(t)
+	if fwd := ep.GetMetadataOptions().GetForwardingNamespaces().GetUntyped(); !slices.Contains(fwd, proxy.DestinationNamespace) {
+		t.Errorf("ext_proc metadata_options.forwarding_namespaces.untyped %v: want %q, or trimtab never sees %s",
+			fwd, proxy.DestinationNamespace, proxy.ServedKey)
+	}
 	doc := load(t)
 	sr, _ := doc["static_resources"].(map[string]any)
 	clusters, _ := sr["clusters"].([]any)
-	for _, c := range clusters {
-		c, _ := c.(map[string]any)
-		if c["type"] != "ORIGINAL_DST" {
-			continue
-		}
-		od, _ := c["original_dst_lb_config"].(map[string]any)
-		if od["use_http_header"] != true || od["http_header_name"] != proxy.DestinationHeader {
-			t.Errorf("cluster %v: original_dst_lb_config %v, want use_http_header: true, http_header_name: %s", c["name"], od, proxy.DestinationHeader)
-		}
-		return
+	rs := routes(doc)
+	if len(rs) == 0 {
+		t.Fatal("envoy.yaml has no route")
 	}
-	t.Fatal("envoy.yaml has no ORIGINAL_DST cluster")
+	for _, r := range rs {
+		name, _ := r["cluster"].(string)
+		rp, _ := r["retry_policy"].(map[string]any)
+		if n, _ := rp["num_retries"].(float64); n < 1 {
+			t.Errorf("route to %q: retry_policy.num_retries %v, want at least 1, or Envoy never tries trimtab's fallbacks", name, rp["num_retries"])
+		}
+		var cluster map[string]any
+		for _, c := range clusters {
+			if c, _ := c.(map[string]any); c["name"] == name {
+				cluster = c
+			}
+		}
+		if cluster == nil {
+			t.Fatalf("route to %q: no such cluster", name)
+		}
+		oh := find(cluster["load_balancing_policy"], overrideHostType)
+		if len(oh) != 1 {
+			t.Fatalf("cluster %q has %d override_host policies, want 1", name, len(oh))
+		}
+		if _, ok := oh[0]["fallback_policy"]; !ok {
+			t.Errorf("cluster %q: override_host has no fallback_policy (Envoy requires one)", name)
+		}
+		var sources []string
+		srcs, _ := oh[0]["override_host_sources"].([]any)
+		for _, s := range srcs {
+			s, _ := s.(map[string]any)
+			if h, ok := s["header"]; ok {
+				// trimtab overwrites the header, but metadata cannot come from a client at all
+				t.Errorf("cluster %q: override_host source header %v: read trimtab's pick from metadata only", name, h)
+			}
+			sources = append(sources, metadataKey(s["metadata"]))
+		}
+		if want := proxy.DestinationNamespace + "/" + proxy.DestinationHeader; !slices.Equal(sources, []string{want}) {
+			t.Errorf("cluster %q: override_host_sources %v, want [%s]", name, sources, want)
+		}
+		if got, want := metadataKey(oh[0]["selected_host_key"]), proxy.DestinationNamespace+"/"+proxy.ServedKey; got != want {
+			t.Errorf("cluster %q: override_host selected_host_key %q, want %q", name, got, want)
+		}
+	}
 }
