@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -194,6 +195,11 @@ func TestHostileUnauthenticated(t *testing.T) {
 // outside the configured and discovered peers is refused and counted; once
 // discovery (SetPeers) lists its address, it is accepted.
 func TestHostileUnknownAddress(t *testing.T) {
+	if l, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
+		t.Skipf("127.0.0.2 is not a local address here (on macOS: sudo ifconfig lo0 alias 127.0.0.2): %v", err)
+	} else {
+		l.Close()
+	}
 	v := victim(t, nil)
 	addr := v.lis.Addr().String()
 	_, err := hello(t.Context(), dialFrom(t, addr, "127.0.0.2"), testToken, v.hello("stranger"))
@@ -511,3 +517,45 @@ func TestHostileStalledSnapshot(t *testing.T) {
 		return counter(t, a.reg, "trimtab_replica_snapshots_dropped_total", "reason", "too_slow") == 1
 	})
 }
+
+// TestTokenRotation: a changed token file is read at the next check (every
+// 10 s on the clock); the previous token stays accepted until the one
+// after.
+func TestTokenRotation(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+	path := writeToken(t, testToken)
+	ts, err := newTokenSource(path, clk, slogDiscard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := func(tok string) metadata.MD { return metadata.Pairs("authorization", "Bearer "+tok) }
+	second, third := testToken+"-second", testToken+"-third-one"
+	if !ts.accepts(md(testToken)) || ts.accepts(md(second)) || ts.accepts(metadata.MD{}) || ts.accepts(metadata.Pairs("authorization", testToken)) {
+		t.Fatal("the first token: want it alone accepted, as a Bearer token")
+	}
+	for _, next := range []string{second, third} {
+		if err := os.WriteFile(path, []byte(next+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ts.accepts(md(next)) {
+			t.Errorf("%s accepted before the next check", next)
+		}
+		clk.Step(tokenRecheck)
+		if !ts.accepts(md(next)) || ts.current() != next {
+			t.Errorf("%s not taken up %v later", next, tokenRecheck)
+		}
+	}
+	// Accepted: third (current) and second (previous), not the first.
+	if ts.accepts(md(testToken)) || !ts.accepts(md(second)) {
+		t.Error("after two rotations: want the current and the previous token accepted, not the first")
+	}
+	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(tokenRecheck)
+	if !ts.accepts(md(third)) {
+		t.Error("an unusable new token file replaced the working token")
+	}
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
