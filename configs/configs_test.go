@@ -187,13 +187,16 @@ scheduler:
 }
 
 func TestReplicasSection(t *testing.T) {
-	f, err := Parse([]byte("scorers:\n  - type: prefix\n    weight: 1\nreplicas:\n  enabled: true\n  peers: [trimtab-0.trimtab-peers:9003, trimtab-1.trimtab-peers:9003]\n  flush_interval: 20ms\n"))
+	f, err := Parse([]byte("scorers:\n  - type: prefix\n    weight: 1\nreplicas:\n  enabled: true\n  token_file: /run/secrets/replica-token\n  peers: [trimtab-0.trimtab-peers:9003, trimtab-1.trimtab-peers:9003]\n  flush_interval: 20ms\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := f.Replicas
 	if !r.Enabled || len(r.Peers) != 2 || r.FlushInterval != 20*time.Millisecond || r.Listen != ":9003" || r.QueueSize != 256 {
 		t.Errorf("replicas %+v; want enabled, two peers, 20ms flush, the other defaults", r)
+	}
+	if r.TokenFile != "/run/secrets/replica-token" || r.MaxPeerInFlight != 4096 || r.MaxSnapshotBytes != 256<<20 {
+		t.Errorf("replicas %+v; want the token file and the default bounds", r)
 	}
 }
 
@@ -211,6 +214,8 @@ func TestSectionErrors(t *testing.T) {
 		{"replicas:\n  enabled: true\n  peers: [a:9003]\n  tls: {ca_file: ca.pem}\n", "replicas.tls: set cert_file, key_file and ca_file together"},
 		{"replicas:\n  peer: [a:9003]\n", "replicas: unknown field: peer"},
 		{"replicas:\n  enabled: true\n  discovery: {selector: app=trimtab}\n", "replicas.discovery.namespace: required with discovery.selector"},
+		{"replicas:\n  enabled: true\n  peers: [a:9003]\n", "replicas.tls, replicas.token_file or replicas.insecure"},
+		{"replicas:\n  enabled: true\n  peers: [a:9003]\n  insecure: true\n  max_peer_in_flight: -5\n", "replicas.max_peer_in_flight: -5"},
 	} {
 		_, err := Parse([]byte(base + tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

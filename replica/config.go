@@ -46,6 +46,39 @@ type Config struct {
 	PickLogHashes int `mapstructure:"pick_log_hashes" json:"pick_log_hashes"`
 	// TLS, when its files are set, is mutual TLS between replicas.
 	TLS TLSConfig `mapstructure:"tls" json:"tls"`
+	// TokenFile names a file holding a shared secret (printable ASCII,
+	// 32…4096 bytes after trimming white space; e.g. a mounted Kubernetes
+	// Secret): a dialling replica sends it with every stream and a replica
+	// accepts only streams that carry it. The file is read again when it
+	// changes (checked at most every 10 s); the previous token stays
+	// accepted until the next change, so a rotation does not cut the sync.
+	TokenFile string `mapstructure:"token_file" json:"token_file"`
+	// Insecure runs sync without authentication: any client that reaches
+	// listen from a peer's address can feed this replica picks and loads.
+	// Sync refuses to start unless tls, token_file or this is set; with
+	// it, the replica logs a warning at start and shows it in /debug/peers
+	// and trimtab_replica_auth_info.
+	Insecure bool `mapstructure:"insecure" json:"insecure"`
+	// MaxPeers bounds the replica ids a replica keeps for the peers that
+	// stream to it (default 64); a new id beyond it is refused while the
+	// others are live.
+	MaxPeers int `mapstructure:"max_peers" json:"max_peers"`
+	// MaxPeerInFlight and MaxPeerPendingPrefillBytes clamp what one peer
+	// may report for one endpoint (defaults 4096 requests, the proxy's
+	// default concurrency limit, and 512 MiB, the default body memory of
+	// its HTTP and ext_proc servers together); negative reports count 0.
+	MaxPeerInFlight            int64 `mapstructure:"max_peer_in_flight" json:"max_peer_in_flight"`
+	MaxPeerPendingPrefillBytes int64 `mapstructure:"max_peer_pending_prefill_bytes" json:"max_peer_pending_prefill_bytes"`
+	// MaxPeerPicksPerSecond bounds the picks a peer may send (a token
+	// bucket holding one second of them; default 10000); picks beyond it
+	// are dropped and counted.
+	MaxPeerPicksPerSecond int `mapstructure:"max_peer_picks_per_second" json:"max_peer_picks_per_second"`
+	// MaxSnapshotBytes and SnapshotTimeout bound the prefix index snapshot
+	// a replica takes from a peer (defaults 256 MiB of block hashes, 8
+	// bytes each, and 1m); a peer whose snapshot goes beyond either is
+	// dropped and redialled.
+	MaxSnapshotBytes int64         `mapstructure:"max_snapshot_bytes" json:"max_snapshot_bytes"`
+	SnapshotTimeout  time.Duration `mapstructure:"snapshot_timeout" json:"snapshot_timeout"`
 }
 
 // TLSConfig is mutual TLS between replicas: each presents CertFile/KeyFile
@@ -101,6 +134,13 @@ func DefaultConfig() Config {
 		RetryInterval: time.Second,
 		PickLogPicks:  8192,
 		PickLogHashes: 1 << 20,
+
+		MaxPeers:                   64,
+		MaxPeerInFlight:            4096,
+		MaxPeerPendingPrefillBytes: 512 << 20,
+		MaxPeerPicksPerSecond:      10000,
+		MaxSnapshotBytes:           256 << 20,
+		SnapshotTimeout:            time.Minute,
 	}
 }
 
@@ -157,6 +197,30 @@ func (c Config) Validate() error {
 	}
 	if t := c.TLS; t.Enabled() && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
 		bad("tls: set cert_file, key_file and ca_file together (mutual TLS), or none")
+	}
+	switch {
+	case !c.TLS.Enabled() && c.TokenFile == "" && !c.Insecure:
+		bad("tls, replicas.token_file or replicas.insecure: replica sync takes routing hints from the network, so it needs authentication: set tls (mutual TLS) or token_file (a shared secret, e.g. a mounted Kubernetes Secret), or insecure: true to run it without")
+	case c.Insecure && (c.TLS.Enabled() || c.TokenFile != ""):
+		bad("insecure: true together with tls or token_file; remove one")
+	}
+	if c.MaxPeers < 1 || c.MaxPeers > 1024 {
+		bad("max_peers: %d, want 1…1024", c.MaxPeers)
+	}
+	if c.MaxPeerInFlight < 1 || c.MaxPeerInFlight > 1<<20 {
+		bad("max_peer_in_flight: %d, want 1…1048576", c.MaxPeerInFlight)
+	}
+	if c.MaxPeerPendingPrefillBytes < 1 || c.MaxPeerPendingPrefillBytes > 1<<40 {
+		bad("max_peer_pending_prefill_bytes: %d, want 1…1099511627776 (1 TiB)", c.MaxPeerPendingPrefillBytes)
+	}
+	if c.MaxPeerPicksPerSecond < 1 || c.MaxPeerPicksPerSecond > 1000000 {
+		bad("max_peer_picks_per_second: %d, want 1…1000000", c.MaxPeerPicksPerSecond)
+	}
+	if c.MaxSnapshotBytes < 1<<20 || c.MaxSnapshotBytes > 16<<30 {
+		bad("max_snapshot_bytes: %d, want 1048576 (1 MiB)…17179869184 (16 GiB)", c.MaxSnapshotBytes)
+	}
+	if c.SnapshotTimeout < time.Second || c.SnapshotTimeout > time.Hour {
+		bad("snapshot_timeout: %v, want 1s…1h", c.SnapshotTimeout)
 	}
 	return errors.Join(errs...)
 }

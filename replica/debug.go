@@ -18,6 +18,9 @@ type Status struct {
 	ID      string `json:"id"`
 	Listen  string `json:"listen"`
 	SyncKey string `json:"sync_key"`
+	// Auth is how sync streams are authenticated: mtls, token,
+	// mtls+token, or insecure (replicas.insecure: true).
+	Auth string `json:"auth"`
 	// PicksLogged and PicksDropped count this replica's picks put in (or
 	// dropped from) the log its peers are fed from.
 	PicksLogged  uint64          `json:"picks_logged"`
@@ -57,9 +60,10 @@ type InboundStatus struct {
 	InFlight int64 `json:"in_flight"`
 }
 
-// Status returns the replica's view of its peers.
+// Status returns the replica's view of its peers: as many as are
+// configured or discovered, and at most max_peers inbound ones.
 func (r *Replica) Status() Status {
-	st := Status{Enabled: true, ID: r.cfg.ID, Listen: r.cfg.Listen, SyncKey: r.syncKey, PicksLogged: r.picks.Appended(), PicksDropped: r.picks.Dropped()}
+	st := Status{Enabled: true, ID: r.cfg.ID, Listen: r.cfg.Listen, SyncKey: r.syncKey, Auth: r.auth, PicksLogged: r.picks.Appended(), PicksDropped: r.picks.Dropped()}
 	if a := r.Addr(); a != nil {
 		st.Listen = a.String()
 	}

@@ -19,6 +19,16 @@
 // what it sends changes scores, never the candidates, which come from
 // discovery alone.
 //
+// A peer's stream is authenticated (a shared token checked by a stream
+// interceptor, or mutual TLS; Config.Insecure is the explicit, logged way
+// out), must come from a configured or discovered peer's address (without
+// mutual TLS), and everything it sends is bounded: replica ids
+// (max_peers), endpoints (only the pool's, once per batch), loads (clamped
+// to [0, max_peer_in_flight] and [0, max_peer_pending_prefill_bytes]),
+// picks (a token bucket per peer on the injected clock) and the snapshot a
+// dialler takes (max_snapshot_bytes, snapshot_timeout; restored endpoint
+// by endpoint as it arrives). Each refusal or drop is counted.
+//
 // Consistency is eventual with bounded lag: a peer's pick reaches this
 // replica's index at most flush_interval plus the network later, and a
 // lost batch loses its picks (the loads come back with the next batch).
@@ -26,8 +36,9 @@
 // peer_timeout, expire at once.
 //
 // Concurrency: Run starts and waits for the gRPC server, the flush loop,
-// one dialler per peer (each with its own receive goroutine, waited for)
-// and the expiry loop. The request path only appends to the PickLog,
+// one dialler per peer (each with its own receive goroutine and Hello
+// watchdog, both waited for; each stream on a new connection, so a redial
+// is never delayed by gRPC's connection backoff) and the expiry loop. The request path only appends to the PickLog,
 // which never blocks or allocates; everything else happens on these
 // goroutines. Sends to a slow peer queue in a bounded channel; when it is
 // full a batch is dropped and counted, never waited for.

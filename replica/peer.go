@@ -3,13 +3,17 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/trimtab/trimtab/replica/replicapb"
@@ -33,6 +37,11 @@ type peer struct {
 	// resync asks for a snapshot at the next connection: at first, and
 	// after batches were dropped.
 	resync atomic.Bool
+	// snapshotHashesMax is the most hashes one stream's snapshot brought.
+	snapshotHashesMax atomic.Int64
+
+	// logs holds back repeated "stream ended" lines.
+	logs limiter
 
 	mu        sync.Mutex
 	peerID    string // the peer's replica id, from its Hello
@@ -69,28 +78,43 @@ func (p *peer) setState(connected bool, err error) {
 	defer p.mu.Unlock()
 	p.since = p.r.clk.Now()
 	if err != nil {
-		p.lastErr = err.Error()
+		p.lastErr = truncate(err.Error(), maxErrBytes)
 	} else if connected {
 		p.lastErr = ""
 	}
 }
 
+// dial returns a new connection to the peer. Each stream gets its own, so
+// a redial resolves the peer's name again and never waits out backoff
+// that gRPC accumulated while the peer was away.
+func (p *peer) dial() (*grpc.ClientConn, error) {
+	retry := p.r.cfg.RetryInterval
+	return grpc.NewClient(p.addr,
+		grpc.WithTransportCredentials(p.r.clientCreds(p.addr)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: retry, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retry},
+			MinConnectTimeout: max(p.r.cfg.PeerTimeout, time.Second),
+		}),
+		// A peer that vanished without closing the connection (its host
+		// gone, a network cut) is found within 10 s + peer_timeout.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: max(p.r.cfg.PeerTimeout, time.Second)}))
+}
+
 // run dials the peer and streams batches until ctx is done, redialling
-// after RetryInterval when the stream breaks.
+// RetryInterval after the stream breaks.
 func (p *peer) run(ctx context.Context) {
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(p.r.clientCreds(p.addr)))
-	if err != nil {
-		// Only a malformed target fails here; Validate checked host:port.
-		p.setState(false, err)
-		p.r.log.Error("replica peer address unusable", "peer", p.addr, "error", err)
-		return
-	}
-	defer conn.Close()
-	client := replicapb.NewReplicaClient(conn)
 	for {
 		// A snapshot is only useful once the pool (its addresses) is known.
 		if len(p.r.sched.Pool().Pointers()) > 0 {
-			err := p.stream(ctx, client)
+			conn, err := p.dial()
+			if err != nil {
+				// Only a malformed target fails here; Validate checked host:port.
+				p.setState(false, err)
+				p.r.log.Error("replica peer address unusable", "peer", p.addr, "error", err)
+				return
+			}
+			err = p.stream(ctx, replicapb.NewReplicaClient(conn))
+			conn.Close()
 			if ctx.Err() != nil {
 				return
 			}
@@ -101,7 +125,10 @@ func (p *peer) run(ctx context.Context) {
 				return
 			}
 			p.setState(false, err)
-			p.r.log.Warn("replica peer stream ended; redialling", "peer", p.addr, "error", err, "after", p.r.cfg.RetryInterval)
+			if held, ok := p.logs.allow(p.r.clk.Now()); ok {
+				p.r.log.Warn("replica peer stream ended; redialling", "peer", p.addr, "error", truncate(err.Error(), maxErrBytes),
+					"after", p.r.cfg.RetryInterval, "ends_not_logged", held)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -117,38 +144,76 @@ func (p *peer) run(ctx context.Context) {
 func (p *peer) stream(ctx context.Context, client replicapb.ReplicaClient) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if p.r.tokens != nil {
+		sctx = metadata.AppendToOutgoingContext(sctx, tokenHeader, "Bearer "+p.r.tokens.current())
+	}
+	// The peer has peer_timeout to accept the stream.
+	acked, ackWatch := make(chan struct{}), make(chan struct{})
+	ack := sync.OnceFunc(func() { close(acked) })
+	ackTimer := p.r.clk.NewTimer(max(p.r.cfg.PeerTimeout, time.Second))
+	go func() {
+		defer close(ackWatch)
+		select {
+		case <-ackTimer.C():
+			cancel()
+		case <-acked:
+		}
+	}()
+	defer func() { ack(); ackTimer.Stop(); <-ackWatch }()
 	st, err := client.Sync(sctx)
 	if err != nil {
 		return err
 	}
 	want, before := p.resync.Swap(false), p.snapshotsTaken()
 	hello := &replicapb.Hello{ReplicaId: p.r.cfg.ID, SyncKey: p.r.syncKey, WantSnapshot: want}
-	if err := st.Send(&replicapb.Message{Body: &replicapb.Message_Hello{Hello: hello}}); err != nil {
+	if err := st.Send(&replicapb.Message{Body: &replicapb.Message_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		p.resync.Store(want || p.resync.Load())
 		return err
 	}
 	// The peer's Hello says it accepted the stream (a refusal is an error
 	// status here).
-	ack, err := st.Recv()
-	if err == nil && ack.GetHello() == nil {
+	answer, err := st.Recv()
+	ack()
+	if err == nil && answer.GetHello() == nil {
 		err = status.Error(codes.Internal, "replica sync: the peer's first message is not a Hello")
 	}
 	if err != nil {
 		p.resync.Store(want || p.resync.Load())
+		if status.Code(err) == codes.FailedPrecondition {
+			err = fmt.Errorf("%w (this replica's layout: %s)", err, p.r.syncKey)
+		}
+		if sctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("replica sync: the peer did not answer the Hello within %v", max(p.r.cfg.PeerTimeout, time.Second))
+		}
 		return err
 	}
 	p.mu.Lock()
-	p.peerID = ack.GetHello().ReplicaId
+	p.peerID = truncate(answer.GetHello().ReplicaId, maxIDBytes)
 	p.mu.Unlock()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- p.receive(st, cancel) }()
+	snapDone := make(chan struct{})
+	go func() { recvErr <- p.receive(st, cancel, want, snapDone) }()
 	p.setState(true, nil)
-	p.r.log.Info("replica peer stream open", "peer", p.addr, "peer_id", ack.GetHello().ReplicaId, "snapshot", want)
-	var sendErr error
+	p.r.log.Info("replica peer stream open", "peer", p.addr, "peer_id", p.peerIDNow(), "snapshot", want)
+	var (
+		sendErr  error
+		deadline <-chan time.Time // the snapshot's
+	)
+	if want {
+		t := p.r.clk.NewTimer(p.r.cfg.SnapshotTimeout)
+		defer t.Stop()
+		deadline = t.C()
+	}
 loop:
 	for {
 		select {
 		case <-sctx.Done():
+			break loop
+		case <-snapDone:
+			snapDone, deadline = nil, nil
+		case <-deadline:
+			p.r.m.snapshotSlow.Inc()
+			sendErr = fmt.Errorf("replica sync: the peer's snapshot did not finish within replicas.snapshot_timeout (%v); dropped", p.r.cfg.SnapshotTimeout)
 			break loop
 		case m := <-p.queue:
 			if sendErr = st.Send(m); sendErr != nil {
@@ -172,19 +237,34 @@ loop:
 	return rerr
 }
 
+func (p *peer) peerIDNow() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.peerID
+}
+
 func (p *peer) snapshotsTaken() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.snapshots
 }
 
-// receive reads the peer's messages until the stream ends: snapshot parts,
-// restored once the last part is in (parts of one endpoint are restored
-// together, so its LRU order survives the split). It cancels the stream
-// when it fails.
-func (p *peer) receive(st grpc.BidiStreamingClient[replicapb.Message, replicapb.Message], cancel context.CancelFunc) error {
+// receive reads the peer's messages until the stream ends. With want, the
+// peer's snapshot comes in parts; each endpoint's entries are restored as
+// soon as the next endpoint starts (an endpoint's parts are restored
+// together, so its LRU order survives the split), so at most one
+// endpoint's entries wait here. A snapshot beyond max_snapshot_bytes, or a
+// part not asked for, ends the stream. It closes snapDone once the last
+// part is in, and cancels the stream when it fails.
+func (p *peer) receive(st grpc.BidiStreamingClient[replicapb.Message, replicapb.Message], cancel context.CancelFunc, want bool, snapDone chan<- struct{}) error {
 	defer cancel()
-	var parts map[string][]uint64
+	var (
+		limit    = p.r.cfg.MaxSnapshotBytes / 8
+		total    int64
+		cur      string
+		buf      []uint64
+		restored int
+	)
 	for {
 		m, err := st.Recv()
 		if err != nil {
@@ -194,29 +274,38 @@ func (p *peer) receive(st grpc.BidiStreamingClient[replicapb.Message, replicapb.
 		if s == nil {
 			continue
 		}
-		if parts == nil {
-			parts = map[string][]uint64{}
+		if !want {
+			p.r.m.snapshotUnexpected.Inc()
+			return status.Error(codes.FailedPrecondition, "replica sync: the peer sent a snapshot part that was not asked for; dropped")
 		}
+		known := p.r.endpoints()
 		for _, c := range s.Chains {
-			parts[c.Endpoint] = append(parts[c.Endpoint], c.Hashes...)
+			if total += int64(len(c.Hashes)); total > limit {
+				p.snapshotHashesMax.Store(max(p.snapshotHashesMax.Load(), total-int64(len(c.Hashes))))
+				p.r.m.snapshotTooLarge.Inc()
+				return status.Errorf(codes.ResourceExhausted, "replica sync: the peer's snapshot is larger than replicas.max_snapshot_bytes (%d); dropped", p.r.cfg.MaxSnapshotBytes)
+			}
+			if c.Endpoint != cur {
+				restored += p.r.restore(cur, buf)
+				cur, buf = c.Endpoint, buf[:0]
+			}
+			if _, ok := known[c.Endpoint]; ok {
+				buf = append(buf, c.Hashes...)
+			} else if len(c.Hashes) > 0 {
+				p.r.m.unknownEndpoint.Inc()
+			}
 		}
+		p.snapshotHashesMax.Store(max(p.snapshotHashesMax.Load(), total))
 		if !s.Last {
 			continue
 		}
-		n := p.r.restore(&replicapb.Snapshot{Chains: chainsOf(parts)})
-		parts = nil
+		restored += p.r.restore(cur, buf)
+		cur, buf, want = "", nil, false
 		p.mu.Lock()
 		p.snapshots++
 		p.mu.Unlock()
+		close(snapDone)
 		p.r.m.snapshotsReceived.Inc()
-		p.r.log.Info("replica caught up from a peer's prefix index", "peer", p.addr, "blocks", n)
+		p.r.log.Info("replica caught up from a peer's prefix index", "peer", p.addr, "blocks", restored)
 	}
-}
-
-func chainsOf(parts map[string][]uint64) []*replicapb.Chain {
-	out := make([]*replicapb.Chain, 0, len(parts))
-	for ep, h := range parts {
-		out = append(out, &replicapb.Chain{Endpoint: ep, Hashes: h})
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/replica/replicapb"
@@ -56,7 +58,12 @@ type Replica struct {
 	lis     net.Listener
 
 	serverCreds credentials.TransportCredentials
-	tlsClient   *tls.Config // nil without TLS
+	tlsClient   *tls.Config  // nil without TLS
+	tokens      *tokenSource // nil without token_file
+	auth        string       // authMTLS, authToken, authMTLSToken or authInsecure
+	allowed     peerSet
+	refusalLogs map[string]*limiter // by refusal reason
+	eps         atomic.Pointer[endpointSet]
 
 	// peers are the addresses this replica streams to (SetPeers changes
 	// them); runCtx and running are Run's, so SetPeers can start a new
@@ -79,6 +86,29 @@ type inbound struct {
 	batches  uint64
 	lag      time.Duration // of the last batch
 	expired  bool          // its loads were taken back
+	// tokens and refilled are its picks' token bucket.
+	tokens   float64
+	refilled time.Time
+}
+
+// endpointSet is the pool's addresses, for checking what peers name.
+type endpointSet struct {
+	pool *scheduler.Pool
+	set  map[string]struct{}
+}
+
+// endpoints returns the current pool's addresses; shared, do not modify.
+func (r *Replica) endpoints() map[string]struct{} {
+	pool := r.sched.Pool()
+	if s := r.eps.Load(); s != nil && s.pool == pool {
+		return s.set
+	}
+	s := &endpointSet{pool: pool, set: make(map[string]struct{}, len(pool.Pointers()))}
+	for _, e := range pool.Pointers() {
+		s.set[e.Address] = struct{}{}
+	}
+	r.eps.Store(s)
+	return s.set
 }
 
 // New builds a replica for sched. It attaches a pick log to the profile's
@@ -100,6 +130,11 @@ func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 		lis:     deps.Listener,
 		inbound: map[string]*inbound{},
 		syncKey: "no-prefix",
+
+		refusalLogs: map[string]*limiter{},
+	}
+	for _, reason := range refusalReasons {
+		r.refusalLogs[reason] = &limiter{}
 	}
 	if r.clk == nil {
 		r.clk = clock.RealClock{}
@@ -122,6 +157,21 @@ func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 		if err := r.loadTLS(); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.TokenFile != "" {
+		if r.tokens, err = newTokenSource(cfg.TokenFile, r.clk, r.log); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case r.tlsClient != nil && r.tokens != nil:
+		r.auth = authMTLSToken
+	case r.tlsClient != nil:
+		r.auth = authMTLS
+	case r.tokens != nil:
+		r.auth = authToken
+	default:
+		r.auth = authInsecure
 	}
 	for _, addr := range cfg.Peers {
 		r.peers = append(r.peers, newPeer(r, addr))
@@ -206,7 +256,18 @@ func (r *Replica) Run(ctx context.Context) error {
 	if _, err := r.Listen(); err != nil {
 		return err
 	}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(16 << 20)}
+	if r.auth == authInsecure {
+		r.log.Warn("REPLICA SYNC IS NOT AUTHENTICATED (replicas.insecure: true): any client that reaches replicas.listen from a peer's address can feed this replica picks and loads and steer its routing; set replicas.tls or replicas.token_file",
+			"listen", r.lis.Addr().String())
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(16 << 20),
+		grpc.MaxHeaderListSize(16 << 10),
+		grpc.StreamInterceptor(r.streamAuth),
+		// Dead dialers are found by keepalive; diallers ping every 10 s.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: max(r.cfg.PeerTimeout, time.Second)}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
 	if r.serverCreds != nil {
 		opts = append(opts, grpc.Creds(r.serverCreds))
 	}
@@ -355,8 +416,13 @@ func batchMessage(chains []scorers.Chain, loads []scorers.EndpointLoad, now time
 	return &replicapb.Message{Body: &replicapb.Message_Batch{Batch: b}}
 }
 
+// forgetAfter × PeerTimeout after its last message, an inbound peer
+// without a stream is forgotten (it leaves /debug/peers).
+const forgetAfter = 10
+
 // expireLoop takes back the counts of inbound peers silent for PeerTimeout
-// (a stream that hangs without closing).
+// (a stream that hangs without closing), and forgets the ones gone for
+// forgetAfter × PeerTimeout.
 func (r *Replica) expireLoop(ctx context.Context) {
 	t := r.clk.NewTicker(r.cfg.PeerTimeout / 3)
 	defer t.Stop()
@@ -369,6 +435,11 @@ func (r *Replica) expireLoop(ctx context.Context) {
 		now := r.clk.Now()
 		r.mu.Lock()
 		for id, in := range r.inbound {
+			if in.streams == 0 && now.Sub(in.lastSeen) > forgetAfter*r.cfg.PeerTimeout {
+				delete(r.inbound, id)
+				r.m.forgotten.Inc()
+				continue
+			}
 			if !in.expired && now.Sub(in.lastSeen) > r.cfg.PeerTimeout {
 				r.loads.Expire(id)
 				in.expired = true
@@ -380,20 +451,17 @@ func (r *Replica) expireLoop(ctx context.Context) {
 	}
 }
 
-// restore records a snapshot message's chains in the prefix index.
-func (r *Replica) restore(s *replicapb.Snapshot) int {
-	if r.prefix == nil {
+// restore records a snapshot's entries of the endpoint at addr in the
+// prefix index and returns how many.
+func (r *Replica) restore(addr string, hashes []uint64) int {
+	if r.prefix == nil || len(hashes) == 0 {
 		return 0
 	}
-	n := 0
-	for _, c := range s.Chains {
-		if r.prefix.Restore(c.Endpoint, c.Hashes) {
-			n += len(c.Hashes)
-		} else {
-			r.m.unknownEndpoint.Inc()
-		}
+	if !r.prefix.Restore(addr, hashes) {
+		r.m.unknownEndpoint.Inc()
+		return 0
 	}
-	return n
+	return len(hashes)
 }
 
 // snapshot sends this replica's prefix index on stream in chunks.

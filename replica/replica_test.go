@@ -64,16 +64,24 @@ func testConfig(id string, peers ...string) Config {
 	cfg.FlushInterval = 5 * time.Millisecond
 	cfg.PeerTimeout = 300 * time.Millisecond
 	cfg.RetryInterval = 20 * time.Millisecond
+	cfg.Insecure = true // the tests of authentication set it back
 	return cfg
 }
 
 // start runs a replica with cfg on lis until the test ends (or stop).
 func start(t testing.TB, cfg Config, lis net.Listener, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) *node {
 	t.Helper()
-	n := &node{reg: prometheus.NewRegistry(), lis: lis}
+	return startDeps(t, cfg, Deps{Listener: lis}, prefixCfg, eps...)
+}
+
+// startDeps is start with more Deps (a clock); the registry is the node's.
+func startDeps(t testing.TB, cfg Config, deps Deps, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) *node {
+	t.Helper()
+	n := &node{reg: prometheus.NewRegistry(), lis: deps.Listener}
 	n.sched, n.prefix = newScheduler(t, prefixCfg, eps...)
+	deps.Registerer = n.reg
 	var err error
-	n.rep, err = New(cfg, n.sched, Deps{Listener: lis, Registerer: n.reg})
+	n.rep, err = New(cfg, n.sched, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +248,11 @@ func TestSelfAndMismatch(t *testing.T) {
 	start(t, testConfig("b", la.Addr().String()), lb, other)
 	eventually(t, "a to find itself and be refused by b", func() bool {
 		st := a.rep.Status()
-		return st.Peers[0].Self && strings.Contains(st.Peers[1].LastError, "prefix index layout")
+		return st.Peers[0].Self && strings.Contains(st.Peers[1].LastError, "prefix index layout differs")
 	})
-	if err := a.rep.Status().Peers[1].LastError; !strings.Contains(err, "shards=8") {
-		t.Errorf("mismatch error %q does not name the layouts", err)
+	// a's error names a's layout; b's refusal does not tell its own.
+	if err := a.rep.Status().Peers[1].LastError; !strings.Contains(err, "shards=16") || strings.Contains(err, "shards=8") {
+		t.Errorf("mismatch error %q: want a's layout (shards=16), not b's (shards=8)", err)
 	}
 }
 
@@ -266,6 +275,15 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.QueueSize = 0 }, "replicas.queue_size: 0, want 1…65536"},
 		{func(c *Config) { c.PeerTimeout = 10 * time.Millisecond }, "replicas.peer_timeout: 10ms, want at least 3 × flush_interval (15ms)"},
 		{func(c *Config) { c.TLS.CertFile = "c.pem" }, "replicas.tls: set cert_file, key_file and ca_file together"},
+		{func(c *Config) { c.Insecure = false }, "replicas.tls, replicas.token_file or replicas.insecure: replica sync takes routing hints"},
+		{func(c *Config) { c.Insecure, c.TokenFile = false, "/run/token" }, ""},
+		{func(c *Config) { c.TokenFile = "/run/token" }, "replicas.insecure: true together with tls or token_file"},
+		{func(c *Config) { c.MaxPeers = 0 }, "replicas.max_peers: 0, want 1…1024"},
+		{func(c *Config) { c.MaxPeerInFlight = -1 }, "replicas.max_peer_in_flight: -1, want 1…1048576"},
+		{func(c *Config) { c.MaxPeerPendingPrefillBytes = 0 }, "replicas.max_peer_pending_prefill_bytes: 0"},
+		{func(c *Config) { c.MaxPeerPicksPerSecond = 0 }, "replicas.max_peer_picks_per_second: 0"},
+		{func(c *Config) { c.MaxSnapshotBytes = 1000 }, "replicas.max_snapshot_bytes: 1000, want 1048576 (1 MiB)"},
+		{func(c *Config) { c.SnapshotTimeout = 0 }, "replicas.snapshot_timeout: 0s, want 1s…1h"},
 	}
 	for i, tt := range tests {
 		c := ok
@@ -280,7 +298,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("New without an id: %v", err)
 	}
 	c := testConfig("a", "a:1")
-	c.TLS = TLSConfig{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem", CAFile: "/nonexistent/ca.pem"}
+	c.Insecure, c.TLS = false, TLSConfig{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem", CAFile: "/nonexistent/ca.pem"}
 	if _, err := New(c, s, Deps{}); err == nil || !strings.Contains(err.Error(), "replicas.tls") {
 		t.Errorf("New with missing TLS files: %v", err)
 	}
@@ -312,5 +330,37 @@ func TestSetPeers(t *testing.T) {
 	eventually(t, "b to drop a's count once a stops streaming", func() bool { return onB() == 0 })
 	if err := a.rep.SetPeers([]string{"no-port"}); err == nil || !strings.Contains(err.Error(), `"no-port" is not host:port`) {
 		t.Errorf("SetPeers with a bad address: %v", err)
+	}
+}
+
+// TestRedialAfterPeerRestart: a peer stopped for 10 s and started again on
+// the same port is streamed to again within a few retry intervals, not
+// after gRPC's connection backoff grew while it was away (1 s, 1.6 s,
+// 2.6 s, … after each failed connection: at 10 s down, the next attempt
+// comes 5–8 s after the restart).
+func TestRedialAfterPeerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a peer down for 10 s")
+	}
+	la, lb := listen(t), listen(t)
+	addrB := lb.Addr().String()
+	cfg := scorers.DefaultPrefixConfig()
+	a := start(t, testConfig("a", addrB), la, cfg)
+	b := start(t, testConfig("b", la.Addr().String()), lb, cfg)
+	eventually(t, "a to stream to b", func() bool { return a.rep.Status().Peers[0].Connected })
+	b.stop()
+	eventually(t, "a to see b gone", func() bool { return !a.rep.Status().Peers[0].Connected })
+	time.Sleep(10 * time.Second) // b is down: a keeps failing to connect
+	lb2, err := net.Listen("tcp", addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	start(t, testConfig("b", la.Addr().String()), lb2, cfg)
+	for !a.rep.Status().Peers[0].Connected {
+		if time.Since(restarted) > 3*time.Second {
+			t.Fatalf("a has not streamed to b again %v after b restarted (retry_interval %v)", time.Since(restarted), testConfig("a").RetryInterval)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

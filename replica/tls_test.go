@@ -66,12 +66,12 @@ func TestMutualTLS(t *testing.T) {
 	good, other := writeCA(t, t.TempDir()), writeCA(t, t.TempDir())
 	la, lb, lc, ld := listen(t), listen(t), listen(t), listen(t)
 	cfgA := testConfig("a", lb.Addr().String())
-	cfgA.TLS = good
+	cfgA.Insecure, cfgA.TLS = false, good
 	cfgB := testConfig("b", la.Addr().String())
-	cfgB.TLS = good
+	cfgB.Insecure, cfgB.TLS = false, good
 	cfgC := testConfig("c", la.Addr().String()) // no TLS at all
 	cfgD := testConfig("d", la.Addr().String())
-	cfgD.TLS = other // a certificate a's CA did not sign
+	cfgD.Insecure, cfgD.TLS = false, other // a certificate a's CA did not sign
 	prefix := scorers.DefaultPrefixConfig()
 	a := start(t, cfgA, la, prefix)
 	b := start(t, cfgB, lb, prefix)

@@ -116,7 +116,7 @@ func TestMetricsReference(t *testing.T) {
 	// the profile here has it off, so register a replica of the same
 	// scheduler on the same registry.
 	rc := replica.DefaultConfig()
-	rc.Enabled, rc.ID, rc.Peers = true, "metrics-doc", []string{"127.0.0.1:1"}
+	rc.Enabled, rc.ID, rc.Peers, rc.Insecure = true, "metrics-doc", []string{"127.0.0.1:1"}, true
 	if _, err := replica.New(rc, ts.svc.sched, replica.Deps{Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}

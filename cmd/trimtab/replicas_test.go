@@ -83,8 +83,14 @@ func (rs *replicaSet) startReplica(i int, sync bool) *testService {
 		if rs.discover {
 			list = "  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: test}\n"
 		}
-		body += fmt.Sprintf("replicas:\n  enabled: true\n  id: replica-%d\n  listen: %s\n%s  flush_interval: 5ms\n  peer_timeout: 600ms\n  retry_interval: 50ms\n",
-			i, rs.syncLns[i].Addr(), list)
+		// The replicas share a token (replicas.token_file), as from one
+		// Kubernetes Secret.
+		tokenFile := filepath.Join(dir, "replica-token")
+		if err := os.WriteFile(tokenFile, []byte("replica-set-test-token-0123456789abcdef\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		body += fmt.Sprintf("replicas:\n  enabled: true\n  id: replica-%d\n  listen: %s\n%s  flush_interval: 5ms\n  peer_timeout: 600ms\n  retry_interval: 50ms\n  token_file: %s\n",
+			i, rs.syncLns[i].Addr(), list, tokenFile)
 		if rs.queue > 0 {
 			body += fmt.Sprintf("  queue_size: %d\n", rs.queue)
 		}
@@ -447,7 +453,7 @@ func TestPeerDiscovererFindsPods(t *testing.T) {
 		pod("trimtab-x", "other", "10.9.0.1", true, "trimtab"),
 		pod("vllm-0", "gw", "10.2.0.1", true, "vllm"),
 	)
-	f, err := configs.Parse([]byte("scorers:\n  - {type: prefix, weight: 1}\nreplicas:\n  enabled: true\n  listen: \":9003\"\n  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: gw}\n"))
+	f, err := configs.Parse([]byte("scorers:\n  - {type: prefix, weight: 1}\nreplicas:\n  enabled: true\n  token_file: /run/secrets/replica-token\n  listen: \":9003\"\n  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: gw}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

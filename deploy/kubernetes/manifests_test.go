@@ -582,7 +582,7 @@ func TestKustomization(t *testing.T) {
 	if err := sigsyaml.UnmarshalStrict(data, &k); err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range keys("kustomization.yaml", k, "apiVersion", "kind", "labels", "resources", "namespace", "images", "configMapGenerator", "patches") {
+	for _, err := range keys("kustomization.yaml", k, "apiVersion", "kind", "labels", "resources", "namespace", "images", "configMapGenerator", "secretGenerator", "patches") {
 		t.Error(err)
 	}
 	if k["apiVersion"] != "kustomize.config.k8s.io/v1beta1" || k["kind"] != "Kustomization" {
@@ -838,5 +838,71 @@ func TestReplicaSync(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("Service %s does not publish the sync port", hs.Name)
+	}
+}
+
+// TestReplicaSyncAuthenticated: the replicas authenticate each other with
+// a token from a Secret that the kustomization generates, mounted where
+// the profile's replicas.token_file reads it, and the profile does not
+// switch authentication off.
+func TestReplicaSyncAuthenticated(t *testing.T) {
+	objs := load(t)
+	f, err := configs.Parse(profile(t, objs))
+	if err != nil {
+		t.Fatalf("ConfigMap trimtab-profile, profile.yaml: %v", err)
+	}
+	r := f.Replicas
+	if r.Insecure || r.TokenFile == "" {
+		t.Fatalf("replicas.insecure %v, token_file %q: want sync authenticated by a token file", r.Insecure, r.TokenFile)
+	}
+	data, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		SecretGenerator []struct {
+			Name  string   `json:"name"`
+			Files []string `json:"files"`
+		} `json:"secretGenerator"`
+	}
+	if err := sigsyaml.Unmarshal(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	generated := map[string][]string{} // Secret → keys
+	for _, g := range k.SecretGenerator {
+		for _, f := range g.Files {
+			key, _, _ := strings.Cut(f, "=")
+			generated[g.Name] = append(generated[g.Name], key)
+		}
+	}
+	sts, ok := find[*appsv1.StatefulSet](objs, "trimtab")
+	if !ok {
+		t.Fatal("no StatefulSet trimtab")
+	}
+	pod := sts.Spec.Template.Spec
+	mounted := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Dir(r.TokenFile) {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			if !slices.Contains(generated[v.Secret.SecretName], filepath.Base(r.TokenFile)) {
+				t.Errorf("volume %s mounts Secret %s, which kustomization.yaml does not generate with key %s", v.Name, v.Secret.SecretName, filepath.Base(r.TokenFile))
+			}
+			if v.Secret.Optional != nil && *v.Secret.Optional {
+				t.Errorf("Secret volume %s is optional: a pod without the token would not start sync", v.Name)
+			}
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("replicas.token_file %s: no Secret volume mounted at %s", r.TokenFile, filepath.Dir(r.TokenFile))
+	}
+	ignore, err := os.ReadFile(".gitignore")
+	if err != nil || !strings.Contains(string(ignore), "replica-token") {
+		t.Errorf(".gitignore does not keep replica-token (the generated Secret's file) out of version control: %v", err)
 	}
 }
