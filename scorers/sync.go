@@ -310,7 +310,10 @@ func (pl *PeerLoads) Apply(peer string, loads []EndpointLoad) {
 		if l.InFlight == 0 && l.PendingPrefill == 0 {
 			continue
 		}
-		old := prev[l.Endpoint]
+		old, dup := next[l.Endpoint] // a repeated endpoint: its last entry counts, once
+		if !dup {
+			old = prev[l.Endpoint]
+		}
 		pl.s.AddPeerLoad(l.Endpoint, l.InFlight-old.InFlight, l.PendingPrefill-old.PendingPrefill)
 		next[l.Endpoint] = l
 	}

@@ -180,6 +180,16 @@ func TestPeerLoads(t *testing.T) {
 	if a.InFlight() != 0 || b.InFlight() != 0 || len(pl.Peer("p1")) != 0 {
 		t.Errorf("after expiry: a:1 %d, b:1 %d, p1 %v; want 0, 0, none", a.InFlight(), b.InFlight(), pl.Peer("p1"))
 	}
+	// A report naming an endpoint twice counts its last entry once: a:1
+	// 2 then 5 → 5; expiring the peer takes back exactly 5.
+	pl.Apply("p3", []EndpointLoad{{"a:1", 2, 10}, {"a:1", 5, 20}})
+	if a.InFlight() != 5 || a.PendingPrefill() != 20 {
+		t.Errorf("after a repeated endpoint: a:1 %d/%d, want 5/20", a.InFlight(), a.PendingPrefill())
+	}
+	pl.Expire("p3")
+	if a.InFlight() != 0 || a.PendingPrefill() != 0 {
+		t.Errorf("after p3 expired: a:1 %d/%d, want 0/0 (no phantom load)", a.InFlight(), a.PendingPrefill())
+	}
 	// LocalLoads reports only this router's own counts.
 	pl.Apply("p1", []EndpointLoad{{"b:1", 4, 0}})
 	d := pickOn(t, h, "a:1")
