@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -126,6 +127,9 @@ func TestConfigValidate(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "server.idle_timeout"},
 		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "server.http.max_connections"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "server.http.connect_timeout"},
+		{"stream idle timeout", func(c *Config) { c.HTTP.StreamIdleTimeout = 0 }, "server.http.stream_idle_timeout"},
+		{"stream idle timeout bare number", func(c *Config) { c.HTTP.StreamIdleTimeout = 15 }, "server.http.stream_idle_timeout: 15ns"},
+		{"stream idle timeout too long", func(c *Config) { c.HTTP.StreamIdleTimeout = 25 * time.Hour }, "server.http.stream_idle_timeout"},
 		{"emit scores top", func(c *Config) { c.ExtProc.EmitScoresTop = 0 }, "server.ext_proc.emit_scores_top: 0, want 1…64"},
 	}
 	for _, tt := range tests {

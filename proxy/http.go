@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -31,6 +33,8 @@ type HTTP struct {
 	parser    *Parser
 	deps      Deps
 	m         *pathMetrics
+	hm        *httpMetrics
+	timers    clock.WithDelayedExecution // times the stream idle timeout
 	transport *http.Transport
 	inflight  atomic.Int64
 	budget    bodyBudget
@@ -56,6 +60,8 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		deps:   deps,
 		tr:     newTracer(deps.Tracer, deps.Scheduler),
 		m:      newPathMetrics("proxy", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
+		hm:     newHTTPMetrics(deps.Registerer),
+		timers: clock.RealClock{},
 		transport: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: cfg.HTTP.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   cfg.HTTP.MaxIdleConnsPerHost,
@@ -69,6 +75,9 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
 	h.budget.limit = cfg.BodyMemoryBytes
+	if c, ok := deps.Clock.(clock.WithDelayedExecution); ok {
+		h.timers = c
+	}
 	return h, nil
 }
 

@@ -86,6 +86,17 @@ type HTTPConfig struct {
 	// headers; 0 (default) waits as long as the client does, since prefill
 	// of a long prompt can take a while.
 	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
+	// StreamIdleTimeout bounds how long the proxy waits for an endpoint's
+	// next response body bytes: from its response headers to the first
+	// body byte, and between reads after that. An endpoint that goes
+	// silent for longer has its connection cut; the attempt counts as a
+	// failure towards its outlier ejection. When nothing has reached the
+	// client yet the request is retried on the next fallback (within
+	// retries); otherwise the stream ends with an error in the API's
+	// format. A streamed answer's first byte follows the engine's queue
+	// and the prompt's prefill, so keep it above the longest those take.
+	// Default 60s, nginx's proxy_read_timeout; 1ms…24h.
+	StreamIdleTimeout time.Duration `mapstructure:"stream_idle_timeout"`
 	// MaxIdleConnsPerHost is the keep-alive pool size per endpoint.
 	// Default 256.
 	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
@@ -162,6 +173,14 @@ func (c ExtProcConfig) MessageLimit(maxBody int64) int64 {
 // list.
 const MaxEmitScoresTop = 64
 
+// DefaultStreamIdleTimeout is HTTPConfig.StreamIdleTimeout's default:
+// nginx's proxy_read_timeout, the wait "between two successive read
+// operations" of a proxied response.
+const DefaultStreamIdleTimeout = 60 * time.Second
+
+// MaxStreamIdleTimeout is the longest HTTPConfig.StreamIdleTimeout.
+const MaxStreamIdleTimeout = 24 * time.Hour
+
 // DefaultMaxInFlight is the default concurrency limit of each request
 // path: a pool of 16 pods running 256 sequences each.
 const DefaultMaxInFlight = 4096
@@ -206,6 +225,7 @@ func DefaultConfig() Config {
 			Addr:                ":8080",
 			Retries:             2,
 			ConnectTimeout:      5 * time.Second,
+			StreamIdleTimeout:   DefaultStreamIdleTimeout,
 			MaxIdleConnsPerHost: 256,
 			MaxInFlight:         DefaultMaxInFlight,
 			MaxConnections:      DefaultMaxInFlight,
@@ -276,6 +296,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.ResponseHeaderTimeout < 0 {
 		bad("http.response_header_timeout", "%v, must be ≥ 0", c.HTTP.ResponseHeaderTimeout)
+	}
+	if d := c.HTTP.StreamIdleTimeout; d < time.Millisecond || d > MaxStreamIdleTimeout {
+		bad("http.stream_idle_timeout", "%v, want 1ms…%v (write e.g. 60s)", d, MaxStreamIdleTimeout)
 	}
 	if c.HTTP.MaxIdleConnsPerHost < 0 {
 		bad("http.max_idle_conns_per_host", "%d, must be ≥ 0", c.HTTP.MaxIdleConnsPerHost)
