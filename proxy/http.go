@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type HTTP struct {
 	m         *pathMetrics
 	hm        *httpMetrics
 	timers    clock.WithDelayedExecution // times the stream idle timeout
+	trusted   []netip.Prefix             // HTTPConfig.TrustedProxies
 	transport *http.Transport
 	inflight  atomic.Int64
 	budget    bodyBudget
@@ -53,6 +55,10 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		return nil, errors.New("proxy: NewHTTP needs Deps.Scheduler")
 	}
 	deps.defaults()
+	trusted, err := cfg.HTTP.ParsePrefixes()
+	if err != nil {
+		return nil, err
+	}
 	h := &HTTP{
 		cfg:    cfg,
 		sched:  deps.Scheduler,
@@ -75,6 +81,7 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
 	h.budget.limit = cfg.BodyMemoryBytes
+	h.trusted = trusted
 	if c, ok := deps.Clock.(clock.WithDelayedExecution); ok {
 		h.timers = c
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -43,8 +44,47 @@ func (h *HTTP) outbound(ctx context.Context, r *http.Request, addr string, body 
 		return nil, err
 	}
 	copyHeader(out.Header, r.Header, dropRequestHeader)
+	h.forwardedFor(out.Header, r.RemoteAddr)
 	h.tr.inject(ctx, out.Header)
 	return out, nil
+}
+
+// forwardedHeaders are the headers by which proxies tell an endpoint who
+// the client was; only a trusted peer's are forwarded.
+var forwardedHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"}
+
+// forwardedFor records the peer at remote ("ip:port") in hdr's
+// X-Forwarded-For: appended to the list when the peer is a trusted proxy
+// (HTTPConfig.TrustedProxies), the list's only entry otherwise, after the
+// untrusted peer's forwarding headers are dropped. A remote address that is
+// not ip:port (not TCP) is recorded nowhere, and trusted by no one.
+func (h *HTTP) forwardedFor(hdr http.Header, remote string) {
+	ap, err := netip.ParseAddrPort(remote)
+	peer := ap.Addr().Unmap().WithZone("")
+	trusted := err == nil && h.isTrusted(peer)
+	if !trusted {
+		for _, k := range forwardedHeaders {
+			delete(hdr, k)
+		}
+	}
+	if err != nil {
+		return
+	}
+	ip := peer.String()
+	if prior := hdr["X-Forwarded-For"]; len(prior) > 0 {
+		ip = strings.Join(prior, ", ") + ", " + ip
+	}
+	hdr["X-Forwarded-For"] = []string{ip}
+}
+
+// isTrusted reports whether a is in one of the trusted proxies' prefixes.
+func (h *HTTP) isTrusted(a netip.Addr) bool {
+	for _, p := range h.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 func retryableStatus(code int) bool {

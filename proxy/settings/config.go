@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode"
@@ -109,6 +110,48 @@ type HTTPConfig struct {
 	// carries one request at a time, so max_in_flight requests need as
 	// many connections.
 	MaxConnections int `mapstructure:"max_connections"`
+	// TrustedProxies lists the addresses (CIDR prefixes such as
+	// "10.0.0.0/8", or single IPs) of proxies in front of trimtab whose
+	// X-Forwarded-For is believed. A request from a trusted peer is
+	// forwarded with the peer's address appended to its X-Forwarded-For
+	// (net/http/httputil.ReverseProxy's practice); one from any other peer
+	// has its X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and
+	// Forwarded headers dropped and X-Forwarded-For set to the peer's
+	// address alone, so a client cannot forge the address an endpoint
+	// sees. At most 1024 entries. Default none: no peer is trusted.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+}
+
+// MaxTrustedProxies bounds HTTPConfig.TrustedProxies.
+const MaxTrustedProxies = 1024
+
+// ParsePrefixes parses TrustedProxies: a CIDR prefix, or a single IP as
+// its one-address prefix. IPv4-mapped IPv6 addresses are read as IPv4.
+func (c HTTPConfig) ParsePrefixes() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(c.TrustedProxies))
+	for i, s := range c.TrustedProxies {
+		s = strings.TrimSpace(s)
+		var p netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			p, err = netip.ParsePrefix(s)
+			if err == nil && p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(s)
+			if err == nil && a.Zone() == "" {
+				a = a.Unmap()
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil || !p.IsValid() {
+			return nil, fmt.Errorf("server.http.trusted_proxies[%d]: %q is not a CIDR prefix (10.0.0.0/8) or an IP address", i, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // ExtProcConfig configures the Envoy ext_proc server.
@@ -308,6 +351,11 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.MaxConnections < 0 {
 		bad("http.max_connections", "%d, must be ≥ 0", c.HTTP.MaxConnections)
+	}
+	if n := len(c.HTTP.TrustedProxies); n > MaxTrustedProxies {
+		bad("http.trusted_proxies", "%d entries, want at most %d", n, MaxTrustedProxies)
+	} else if _, err := c.HTTP.ParsePrefixes(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
 		bad("ext_proc.addr", "must be set when ext_proc.enabled")
