@@ -58,6 +58,8 @@ var (
 		Code: "overloaded", Message: "too many requests in flight; retry later"}
 	ErrConnections = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
 		Code: "too_many_connections", Message: "too many open connections; retry later"}
+	ErrClientConnections = &Error{Status: http.StatusTooManyRequests, Type: "server_error",
+		Code: "too_many_client_connections", Message: "too many open connections from your address; close idle ones or retry later"}
 	ErrUpstream = &Error{Status: http.StatusBadGateway, Type: "server_error",
 		Code: "upstream_unreachable", Message: "the chosen endpoint could not be reached"}
 	ErrUpstreamBroken = &Error{Status: http.StatusBadGateway, Type: "server_error",

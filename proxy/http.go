@@ -78,10 +78,12 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			ReadBufferSize:        64 << 10,
 		},
 		srv: httpServer{name: "http", drain: cfg.DrainTimeout, idle: cfg.IdleTimeout, maxConns: cfg.HTTP.MaxConnections,
+			perClient: cfg.HTTP.MaxConnectionsPerClient, exempt: trusted,
 			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
 	h.budget.limit = cfg.BodyMemoryBytes
 	h.trusted = trusted
+	h.srv.refused = h.hm.connRefused
 	if c, ok := deps.Clock.(clock.WithDelayedExecution); ok {
 		h.timers = c
 	}

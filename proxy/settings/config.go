@@ -110,6 +110,13 @@ type HTTPConfig struct {
 	// carries one request at a time, so max_in_flight requests need as
 	// many connections.
 	MaxConnections int `mapstructure:"max_connections"`
+	// MaxConnectionsPerClient caps the open connections from one client
+	// address, so one client cannot hold all max_connections; a connection
+	// over it is answered 429 too_many_client_connections and closed at
+	// once. Peers in TrustedProxies are exempt: they carry many clients. 0
+	// turns the cap off. Default 1024, a quarter of the default
+	// max_connections; at most max_connections when that is set.
+	MaxConnectionsPerClient int `mapstructure:"max_connections_per_client"`
 	// TrustedProxies lists the addresses (CIDR prefixes such as
 	// "10.0.0.0/8", or single IPs) of proxies in front of trimtab whose
 	// X-Forwarded-For is believed. A request from a trusted peer is
@@ -272,6 +279,8 @@ func DefaultConfig() Config {
 			MaxIdleConnsPerHost: 256,
 			MaxInFlight:         DefaultMaxInFlight,
 			MaxConnections:      DefaultMaxInFlight,
+			// A quarter: one client address leaves room for three others.
+			MaxConnectionsPerClient: DefaultMaxInFlight / 4,
 		},
 		ExtProc: ExtProcConfig{
 			Enabled:          true,
@@ -351,6 +360,11 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.MaxConnections < 0 {
 		bad("http.max_connections", "%d, must be ≥ 0", c.HTTP.MaxConnections)
+	}
+	if n := c.HTTP.MaxConnectionsPerClient; n < 0 {
+		bad("http.max_connections_per_client", "%d, must be ≥ 0 (0 turns the per-client cap off)", n)
+	} else if m := c.HTTP.MaxConnections; m > 0 && n > m {
+		bad("http.max_connections_per_client", "%d is more than http.max_connections (%d): set it at most that (a quarter of it leaves room for other clients), or 0 to turn the per-client cap off", n, m)
 	}
 	if n := len(c.HTTP.TrustedProxies); n > MaxTrustedProxies {
 		bad("http.trusted_proxies", "%d entries, want at most %d", n, MaxTrustedProxies)
