@@ -55,7 +55,7 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		return nil, errors.New("proxy: NewHTTP needs Deps.Scheduler")
 	}
 	deps.defaults()
-	trusted, err := cfg.HTTP.ParsePrefixes()
+	trusted, err := cfg.HTTP.TrustedPrefixes()
 	if err != nil {
 		return nil, err
 	}

@@ -132,9 +132,9 @@ type HTTPConfig struct {
 // MaxTrustedProxies bounds HTTPConfig.TrustedProxies.
 const MaxTrustedProxies = 1024
 
-// ParsePrefixes parses TrustedProxies: a CIDR prefix, or a single IP as
+// TrustedPrefixes parses TrustedProxies: a CIDR prefix, or a single IP as
 // its one-address prefix. IPv4-mapped IPv6 addresses are read as IPv4.
-func (c HTTPConfig) ParsePrefixes() ([]netip.Prefix, error) {
+func (c HTTPConfig) TrustedPrefixes() ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(c.TrustedProxies))
 	for i, s := range c.TrustedProxies {
 		s = strings.TrimSpace(s)
@@ -368,7 +368,7 @@ func (c Config) Validate() error {
 	}
 	if n := len(c.HTTP.TrustedProxies); n > MaxTrustedProxies {
 		bad("http.trusted_proxies", "%d entries, want at most %d", n, MaxTrustedProxies)
-	} else if _, err := c.HTTP.ParsePrefixes(); err != nil {
+	} else if _, err := c.HTTP.TrustedPrefixes(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
