@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -125,7 +126,15 @@ func TestConfigValidate(t *testing.T) {
 		{"message size", func(c *Config) { c.ExtProc.MaxMessageBytes = c.MaxBodyBytes }, "server.ext_proc.max_message_bytes"},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "server.idle_timeout"},
 		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "server.http.max_connections"},
+		{"per-client connections", func(c *Config) { c.HTTP.MaxConnectionsPerClient = -1 }, "server.http.max_connections_per_client"},
+		{"per-client over total", func(c *Config) { c.HTTP.MaxConnections = 100 }, "server.http.max_connections_per_client: 1024 is more than http.max_connections (100)"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "server.http.connect_timeout"},
+		{"trusted proxy", func(c *Config) { c.HTTP.TrustedProxies = []string{"10.0.0.0/8", "10.0.0.300"} }, "server.http.trusted_proxies[1]"},
+		{"trusted proxy zone", func(c *Config) { c.HTTP.TrustedProxies = []string{"fe80::1%eth0"} }, "server.http.trusted_proxies[0]"},
+		{"trusted proxies", func(c *Config) { c.HTTP.TrustedProxies = make([]string, 1025) }, "server.http.trusted_proxies: 1025 entries"},
+		{"stream idle timeout", func(c *Config) { c.HTTP.StreamIdleTimeout = 0 }, "server.http.stream_idle_timeout"},
+		{"stream idle timeout bare number", func(c *Config) { c.HTTP.StreamIdleTimeout = 15 }, "server.http.stream_idle_timeout: 15ns"},
+		{"stream idle timeout too long", func(c *Config) { c.HTTP.StreamIdleTimeout = 25 * time.Hour }, "server.http.stream_idle_timeout"},
 		{"emit scores top", func(c *Config) { c.ExtProc.EmitScoresTop = 0 }, "server.ext_proc.emit_scores_top: 0, want 1…64"},
 	}
 	for _, tt := range tests {

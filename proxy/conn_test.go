@@ -6,8 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // keepAlive opens a connection to addr, makes one GET /v1/models on it
@@ -43,6 +47,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 	f := newFixture(t, nil, u.addr)
 	cfg := DefaultConfig()
 	cfg.HTTP.MaxConnections = 4
+	cfg.HTTP.MaxConnectionsPerClient = 0 // every test connection comes from 127.0.0.1
 	h, err := NewHTTP(cfg, f.deps(t))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +72,9 @@ func TestHTTPConnectionCap(t *testing.T) {
 	}
 	if u.hits.Load() != 0 {
 		t.Errorf("endpoint got %d requests, want 0", u.hits.Load())
+	}
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(refusedMetric(1, 0)), "trimtab_proxy_connections_refused_total"); err != nil {
+		t.Error(err)
 	}
 	held[0].Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -107,5 +115,108 @@ func TestHTTPIdleTimeout(t *testing.T) {
 	}
 	if DefaultConfig().HTTP.MaxConnections <= 0 {
 		t.Error("default http.max_connections is unlimited")
+	}
+}
+
+// refusedMetric renders trimtab_proxy_connections_refused_total with total
+// and perClient refusals.
+func refusedMetric(total, perClient int) string {
+	return `# HELP trimtab_proxy_connections_refused_total Client connections refused on arrival, by the cap they were over (max_connections: the proxy's; max_connections_per_client: their address's).
+# TYPE trimtab_proxy_connections_refused_total counter
+trimtab_proxy_connections_refused_total{reason="max_connections"} ` + strconv.Itoa(total) + `
+trimtab_proxy_connections_refused_total{reason="max_connections_per_client"} ` + strconv.Itoa(perClient) + "\n"
+}
+
+// served polls (bounded) until a new connection to addr gets 200 for a
+// pass-through request.
+func served(t *testing.T, addr, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + addr + "/v1/version")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no new connection served within 10s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHTTPConnectionCapPerClient: with http.max_connections_per_client 2,
+// one client address (every test connection comes from 127.0.0.1) holding
+// two idle keep-alive connections gets its third answered 429
+// too_many_client_connections with Retry-After and closed, without
+// reaching an endpoint, while the proxy's total cap (4096) is far off;
+// once one of the two closes, a new connection is served. A peer in
+// http.trusted_proxies carries many clients and is exempt.
+func TestHTTPConnectionCapPerClient(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted []string
+		refused bool
+	}{
+		{name: "capped", refused: true},
+		{name: "trusted proxy exempt", trusted: []string{"127.0.0.0/8"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newUpstream(t)
+			f := newFixture(t, nil, u.addr)
+			cfg := DefaultConfig()
+			cfg.HTTP.MaxConnectionsPerClient = 2
+			cfg.HTTP.TrustedProxies = tc.trusted
+			h, err := NewHTTP(cfg, f.deps(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, _ := start(t, h)
+			held, _ := keepAlive(t, addr)
+			keepAlive(t, addr)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if !tc.refused {
+				// A refused connection is answered on arrival; sending
+				// nothing leaves no unread bytes that would make the
+				// close a reset.
+				fmt.Fprint(c, "GET /v1/version HTTP/1.1\r\nHost: trimtab\r\n\r\n")
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("third connection: %v, want an answer", err)
+			}
+			body := readAll(t, resp.Body)
+			resp.Body.Close()
+			refusals := 0
+			if tc.refused {
+				refusals = 1
+				if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || errorCode(t, body) != "too_many_client_connections" {
+					t.Errorf("third connection from one address over a cap of 2: %d (Retry-After %q) %s; want 429 too_many_client_connections, Retry-After 1",
+						resp.StatusCode, resp.Header.Get("Retry-After"), body)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Errorf("refused connection: read %v, want closed (EOF)", err)
+				}
+				if n := u.hits.Load(); n != 0 {
+					t.Errorf("endpoint got %d requests, want 0", n)
+				}
+			} else if resp.StatusCode != 200 {
+				t.Errorf("third connection from a trusted proxy: %d %s, want 200", resp.StatusCode, body)
+			}
+			if err := testutil.GatherAndCompare(f.reg, strings.NewReader(refusedMetric(0, refusals)), "trimtab_proxy_connections_refused_total"); err != nil {
+				t.Error(err)
+			}
+			held.Close()
+			served(t, addr, "after one of the client's connections closed")
+		})
 	}
 }

@@ -7,10 +7,12 @@
 //     parses the body once (Parser), asks the scheduler for an endpoint,
 //     forwards the body byte for byte and streams the answer back, flushing
 //     every chunk so SSE events are never held. Any failure before the
-//     endpoint's response headers (refused, reset, closed, timed out) or a
-//     502/503, while no byte reached the client, is retried on the
-//     decision's next fallback; never after. Error answers name the last
-//     endpoint tried in X-Trimtab-Endpoint.
+//     endpoint's response headers (refused, reset, closed, timed out), a
+//     502/503, or headers followed by a failure or by silence longer than
+//     the stream idle timeout before the first body byte, while no byte
+//     reached the client, is retried on the decision's next fallback;
+//     never after. Error answers name the last endpoint tried in
+//     X-Trimtab-Endpoint.
 //   - ExtProc is an Envoy ext_proc gRPC server speaking the Gateway API
 //     Inference Extension endpoint-picker protocol: it buffers the request
 //     body, picks, and answers with the x-gateway-destination-endpoint

@@ -15,7 +15,8 @@ import (
 // {"error":{"message":…,"type":…,"param":null,"code":…}}, or, for a
 // request to the Anthropic Messages API, in that API's envelope (JSONFor).
 type Error struct {
-	// Status is the HTTP status (400, 404, 405, 408, 413, 429, 502, 503).
+	// Status is the HTTP status (400, 404, 405, 408, 413, 429, 502, 503,
+	// 504).
 	Status int
 	// Type is the OpenAI error type ("invalid_request_error", …).
 	Type string
@@ -57,10 +58,14 @@ var (
 		Code: "overloaded", Message: "too many requests in flight; retry later"}
 	ErrConnections = &Error{Status: http.StatusServiceUnavailable, Type: "server_error",
 		Code: "too_many_connections", Message: "too many open connections; retry later"}
+	ErrClientConnections = &Error{Status: http.StatusTooManyRequests, Type: "server_error",
+		Code: "too_many_client_connections", Message: "too many open connections from your address; close idle ones or retry later"}
 	ErrUpstream = &Error{Status: http.StatusBadGateway, Type: "server_error",
 		Code: "upstream_unreachable", Message: "the chosen endpoint could not be reached"}
 	ErrUpstreamBroken = &Error{Status: http.StatusBadGateway, Type: "server_error",
 		Code: "upstream_broken", Message: "the endpoint failed while streaming the response"}
+	ErrUpstreamTimeout = &Error{Status: http.StatusGatewayTimeout, Type: "server_error",
+		Code: "upstream_timeout", Message: "the endpoint sent no response bytes within the stream idle timeout"}
 	ErrNotFound = &Error{Status: http.StatusNotFound, Type: "invalid_request_error",
 		Code: "not_found", Message: "unknown path"}
 	ErrBadPath = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error",

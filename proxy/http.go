@@ -5,11 +5,14 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -31,6 +34,9 @@ type HTTP struct {
 	parser    *Parser
 	deps      Deps
 	m         *pathMetrics
+	hm        *httpMetrics
+	timers    clock.WithDelayedExecution // times the stream idle timeout
+	trusted   []netip.Prefix             // HTTPConfig.TrustedProxies
 	transport *http.Transport
 	inflight  atomic.Int64
 	budget    bodyBudget
@@ -49,6 +55,10 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		return nil, errors.New("proxy: NewHTTP needs Deps.Scheduler")
 	}
 	deps.defaults()
+	trusted, err := cfg.HTTP.TrustedPrefixes()
+	if err != nil {
+		return nil, err
+	}
 	h := &HTTP{
 		cfg:    cfg,
 		sched:  deps.Scheduler,
@@ -56,6 +66,8 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 		deps:   deps,
 		tr:     newTracer(deps.Tracer, deps.Scheduler),
 		m:      newPathMetrics("proxy", deps.Registerer, deps.Scheduler.Pool, deps.Clock),
+		hm:     newHTTPMetrics(deps.Registerer),
+		timers: clock.RealClock{},
 		transport: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: cfg.HTTP.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   cfg.HTTP.MaxIdleConnsPerHost,
@@ -66,9 +78,15 @@ func NewHTTP(cfg Config, deps Deps) (*HTTP, error) {
 			ReadBufferSize:        64 << 10,
 		},
 		srv: httpServer{name: "http", drain: cfg.DrainTimeout, idle: cfg.IdleTimeout, maxConns: cfg.HTTP.MaxConnections,
+			perClient: cfg.HTTP.MaxConnectionsPerClient, exempt: trusted,
 			retryAfter: cfg.RetryAfter, ln: deps.Listener, addr: cfg.HTTP.Addr},
 	}
 	h.budget.limit = cfg.BodyMemoryBytes
+	h.trusted = trusted
+	h.srv.refused = h.hm.connRefused
+	if c, ok := deps.Clock.(clock.WithDelayedExecution); ok {
+		h.timers = c
+	}
 	return h, nil
 }
 

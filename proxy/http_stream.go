@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -43,27 +44,83 @@ func (h *HTTP) outbound(ctx context.Context, r *http.Request, addr string, body 
 		return nil, err
 	}
 	copyHeader(out.Header, r.Header, dropRequestHeader)
+	h.forwardedFor(out.Header, r.RemoteAddr)
 	h.tr.inject(ctx, out.Header)
 	return out, nil
+}
+
+// forwardedHeaders are the headers by which proxies tell an endpoint who
+// the client was; only a trusted peer's are forwarded.
+var forwardedHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"}
+
+// forwardedFor records the peer at remote ("ip:port") in hdr's
+// X-Forwarded-For: appended to the list when the peer is a trusted proxy
+// (HTTPConfig.TrustedProxies), the list's only entry otherwise, after the
+// untrusted peer's forwarding headers are dropped. A remote address that is
+// not ip:port (not TCP) is recorded nowhere, and trusted by no one.
+func (h *HTTP) forwardedFor(hdr http.Header, remote string) {
+	ap, err := netip.ParseAddrPort(remote)
+	peer := ap.Addr().Unmap().WithZone("")
+	trusted := err == nil && h.isTrusted(peer)
+	if !trusted {
+		for _, k := range forwardedHeaders {
+			delete(hdr, k)
+		}
+	}
+	if err != nil {
+		return
+	}
+	ip := peer.String()
+	if prior := hdr["X-Forwarded-For"]; len(prior) > 0 {
+		ip = strings.Join(prior, ", ") + ", " + ip
+	}
+	hdr["X-Forwarded-For"] = []string{ip}
+}
+
+// isTrusted reports whether a is in one of the trusted proxies' prefixes.
+func (h *HTTP) isTrusted(a netip.Addr) bool {
+	for _, p := range h.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 func retryableStatus(code int) bool {
 	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable
 }
 
-// forward sends the request to d.Endpoint (moving to fallbacks on any
-// failure before the response headers, or a 502/503, while nothing
-// reached the client yet) and
-// streams the answer back. It finishes d exactly once.
+// forward sends the request to d.Endpoint and streams the answer back. It
+// moves to the next fallback, while nothing has reached the client, on any
+// failure before the response headers, on a 502/503, and on an endpoint
+// that sends its headers but fails or goes silent (http.stream_idle_timeout)
+// before the first body byte. It finishes d exactly once.
+//
+// While a retry is possible, and for a body of declared length, the
+// response headers are held until the first body byte, so a failure
+// before it can still be retried or answered in the API's error format.
+// With no retry left, a stream's headers go out at once, as the endpoint
+// sent them.
 func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte) {
 	clk := h.deps.Clock
 	start := clk.Now()
 	ctx := r.Context()
-	var resp *http.Response
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var (
+		resp *http.Response
+		ub   *upstreamBody
+		held bool // the first body bytes are in buf (ub.peek)
+	)
 	for attempt := 0; ; attempt++ {
 		addr := d.Endpoint.Address
-		out, err := h.outbound(ctx, r, addr, body)
+		retry := attempt < h.cfg.HTTP.Retries && d.Fallbacks() > 0
+		actx, cancel := context.WithCancel(ctx)
+		out, err := h.outbound(actx, r, addr, body)
 		if err != nil {
+			cancel()
 			h.m.count(addr, http.StatusBadGateway)
 			d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Latency: clk.Since(start)})
 			w.Header().Set(HeaderEndpoint, addr)
@@ -73,9 +130,10 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 		resp, err = h.transport.RoundTrip(out)
 		switch {
 		case err == nil && !retryableStatus(resp.StatusCode):
-		case err == nil && attempt < h.cfg.HTTP.Retries && d.Fallbacks() > 0:
+		case err == nil && retry:
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
+			cancel()
 			h.m.count(addr, resp.StatusCode)
 			h.m.retries.Inc()
 			d.Advance()
@@ -85,11 +143,13 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 			// Any failure before the first response byte (refused, reset
 			// or closed before the headers, header timeout): nothing has
 			// reached the client, so a fallback may still answer.
+			cancel()
 			h.m.count(addr, 0)
 			h.m.retries.Inc()
 			h.deps.Logger.Debug("endpoint failed before answering, retrying on fallback", "endpoint", addr, "err", err)
 			continue
 		default:
+			cancel()
 			kind := scheduler.OutcomeError
 			if ctx.Err() != nil {
 				kind = scheduler.OutcomeCanceled
@@ -104,9 +164,47 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 			}
 			return
 		}
-		break
+		ub = newUpstreamBody(resp.Body, h.timers, h.cfg.HTTP.StreamIdleTimeout, cancel)
+		held = retry || resp.ContentLength >= 0
+		if !held {
+			break
+		}
+		n, err := ub.peek(buf)
+		if n > 0 || err == nil || err == io.EOF {
+			break
+		}
+		// Headers, then a failure or silence before the first body byte:
+		// nothing has reached the client yet.
+		ub.Close()
+		h.m.count(addr, 0)
+		timedOut := ub.timedOut()
+		if timedOut {
+			h.hm.streamTimeout(0)
+		}
+		if ctx.Err() == nil && retry {
+			h.m.retries.Inc()
+			h.deps.Logger.Debug("endpoint failed before its first body byte, retrying on fallback", "endpoint", addr, "err", err)
+			d.Advance()
+			continue
+		}
+		kind := scheduler.OutcomeError
+		if ctx.Err() != nil {
+			kind = scheduler.OutcomeCanceled
+		}
+		h.recordIfSampled(d)
+		d.Done(scheduler.Outcome{Kind: kind, Status: resp.StatusCode, Latency: clk.Since(start)})
+		if kind == scheduler.OutcomeError {
+			h.deps.Logger.Warn("endpoint failed before its first body byte", "endpoint", addr, "attempts", attempt+1, "err", err)
+			e := ErrUpstreamBroken
+			if timedOut {
+				e = ErrUpstreamTimeout
+			}
+			w.Header().Set(HeaderEndpoint, addr)
+			writeError(w, api, e, h.cfg.RetryAfter)
+		}
+		return
 	}
-	defer resp.Body.Close()
+	defer ub.Close()
 	addr := d.Endpoint.Address
 	em := h.m.endpoint(addr)
 	hdr := w.Header()
@@ -124,7 +222,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 	}
 	w.WriteHeader(resp.StatusCode)
 	h.m.count(addr, resp.StatusCode)
-	res := stream(w, resp, clk, start, d)
+	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d)
 	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start)}
 	switch {
 	case res.clientGone || (res.err != nil && ctx.Err() != nil):
@@ -133,11 +231,22 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 		o.Kind = scheduler.OutcomeError
 	}
 	em.observe(res.ttfb.Seconds(), res.n > 0, o.Latency.Seconds())
+	if res.err != nil && ub.timedOut() {
+		h.hm.streamTimeout(res.n)
+	}
 	d.Done(o)
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
-		abortStream(w, resp, api)
+		abortStream(w, resp, api, streamError(ub))
 	}
+}
+
+// streamError is the error a stream cut by body's failure reports.
+func streamError(body *upstreamBody) *Error {
+	if body.timedOut() {
+		return ErrUpstreamTimeout
+	}
+	return ErrUpstreamBroken
 }
 
 func (h *HTTP) recordIfSampled(d *scheduler.Decision) {
@@ -153,27 +262,24 @@ type streamResult struct {
 	clientGone bool
 }
 
-// stream copies resp.Body to w, flushing after every read so SSE events
-// reach the client as they arrive. The first body byte (for a streamed
-// completion, the first token) is reported to the decision, which stops
-// counting the prompt as pending prefill on the endpoint (d is nil for
-// pass-through requests, which are not scheduled).
-func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision) streamResult {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
+// stream copies body to w through buf, flushing after every read so SSE
+// events reach the client as they arrive; flushFirst sends the headers
+// before the first body byte (for a stream, which may take a while to
+// produce it). The first body byte (for a streamed completion, the first
+// token) is reported to the decision, which stops counting the prompt as
+// pending prefill on the endpoint (d is nil for pass-through requests,
+// which are not scheduled).
+func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision) streamResult {
 	rc := http.NewResponseController(w)
 	var res streamResult
-	// A stream (SSE, or any body of unknown length) may take a while to
-	// produce its first byte: send the headers now, not with it.
-	if resp.ContentLength < 0 {
+	if flushFirst {
 		if err := rc.Flush(); err != nil {
 			res.clientGone = true
 			return res
 		}
 	}
 	for {
-		n, err := resp.Body.Read(buf)
+		n, err := body.Read(buf)
 		if n > 0 {
 			if res.n == 0 {
 				res.ttfb = clk.Since(start)
@@ -202,12 +308,12 @@ func stream(w http.ResponseWriter, resp *http.Response, clk interface{ Since(tim
 }
 
 // abortStream ends a response whose endpoint broke mid-way: an SSE client
-// gets an error event in its API's format first (sseError); then the
+// gets e as an error event in its API's format first (sseError); then the
 // connection is cut (no clean end of the chunked body), so no client
 // mistakes a truncated answer for a complete one.
-func abortStream(w http.ResponseWriter, resp *http.Response, api API) {
+func abortStream(w http.ResponseWriter, resp *http.Response, api API, e *Error) {
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		_, _ = w.Write(sseError(api, ErrUpstreamBroken))
+		_, _ = w.Write(sseError(api, e))
 		_ = http.NewResponseController(w).Flush()
 	}
 	panic(http.ErrAbortHandler)
@@ -303,14 +409,17 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 	first := int(h.rr.Add(1) % uint64(len(fresh)))
 	for attempt := 0; ; attempt++ {
 		addr := fresh[(first+attempt)%len(fresh)].Address
-		out, err := h.outbound(r.Context(), r, addr, body)
+		actx, cancel := context.WithCancel(r.Context())
+		out, err := h.outbound(actx, r, addr, body)
 		if err != nil {
+			cancel()
 			w.Header().Set(HeaderEndpoint, addr)
 			h.reject(w, ErrUpstream)
 			return
 		}
 		resp, err := h.transport.RoundTrip(out)
 		if err != nil {
+			cancel()
 			h.m.count(addr, 0)
 			// As on the scheduled path: any failure before the first
 			// response byte moves on to the next endpoint.
@@ -328,10 +437,16 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(HeaderEndpoint, addr)
 		w.WriteHeader(resp.StatusCode)
 		h.m.count(addr, resp.StatusCode)
-		res := stream(w, resp, clk, start, nil)
-		resp.Body.Close()
+		ub := newUpstreamBody(resp.Body, h.timers, h.cfg.HTTP.StreamIdleTimeout, cancel)
+		bp := bufPool.Get().(*[]byte)
+		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil)
+		bufPool.Put(bp)
+		ub.Close()
+		if res.err != nil && ub.timedOut() {
+			h.hm.streamTimeout(res.n)
+		}
 		if res.err != nil && r.Context().Err() == nil {
-			abortStream(w, resp, APIOpenAI)
+			abortStream(w, resp, APIOpenAI, streamError(ub))
 		}
 		return
 	}

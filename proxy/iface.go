@@ -61,7 +61,9 @@ type Deps struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Clock stamps Request.Arrival and measures latency; nil is the real
-	// clock.
+	// clock. When it also implements clock.WithDelayedExecution (as the
+	// real and fake clocks do) it times the HTTP proxy's stream idle
+	// timeout; otherwise the real clock does.
 	Clock clock.PassiveClock
 	// Recorder keeps recent decisions for /debug/decisions; nil records
 	// nothing. Share one between the servers and the admin server.

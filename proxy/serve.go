@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -32,7 +33,10 @@ type httpServer struct {
 	drain      time.Duration
 	idle       time.Duration // keep-alive idle timeout
 	maxConns   int           // open connections; 0 is unlimited
-	retryAfter time.Duration // Retry-After of the answer over maxConns
+	perClient  int           // open connections per client address; 0 is unlimited
+	exempt     []netip.Prefix
+	retryAfter time.Duration        // Retry-After of the answers over the caps
+	refused    func(perClient bool) // counts a refused connection; nil counts nothing
 	mu         sync.Mutex
 	ln         net.Listener
 	addr       string
@@ -72,8 +76,17 @@ func (s *httpServer) run(ctx context.Context, h http.Handler) error {
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	ln := s.ln
-	if s.maxConns > 0 {
-		ln = &capListener{Listener: ln, slots: make(chan struct{}, s.maxConns), full: connsFull(s.retryAfter)}
+	if s.maxConns > 0 || s.perClient > 0 {
+		cl := &capListener{Listener: ln, full: connsFull(ErrConnections, s.retryAfter), refused: s.refused}
+		if s.maxConns > 0 {
+			cl.slots = make(chan struct{}, s.maxConns)
+		}
+		if s.perClient > 0 {
+			cl.perClient, cl.exempt = s.perClient, s.exempt
+			cl.clientFull = connsFull(ErrClientConnections, s.retryAfter)
+			cl.clients = make(map[netip.Addr]int)
+		}
+		ln = cl
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -102,21 +115,33 @@ func (s *httpServer) run(ctx context.Context, h http.Handler) error {
 	return err
 }
 
-// connsFull renders the answer written to a connection over the cap
+// connsFull renders e, the answer written to a connection over a cap
 // before it is closed.
-func connsFull(retryAfter time.Duration) []byte {
-	b := ErrConnections.JSON()
-	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: " +
+func connsFull(e *Error, retryAfter time.Duration) []byte {
+	b := e.JSON()
+	return []byte("HTTP/1.1 " + strconv.Itoa(e.Status) + " " + http.StatusText(e.Status) +
+		"\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: " +
 		retryAfterValue(retryAfter) + "\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + string(b))
 }
 
-// capListener holds at most cap(slots) connections open. A connection
-// over the cap is answered 503 and closed at once rather than left
-// waiting in the accept queue behind idle keep-alive connections.
+// capListener holds at most cap(slots) connections open (none when slots
+// is nil), and at most perClient from one client address (none when 0),
+// except from exempt addresses. A connection over a cap is answered (full:
+// 503, clientFull: 429) and closed at once rather than left waiting in the
+// accept queue behind idle keep-alive connections. The per-client counts
+// hold only addresses with open connections, so they are bounded by the
+// open connections.
 type capListener struct {
 	net.Listener
-	slots chan struct{}
-	full  []byte // connsFull
+	slots      chan struct{}
+	full       []byte // connsFull(ErrConnections)
+	perClient  int
+	exempt     []netip.Prefix
+	clientFull []byte // connsFull(ErrClientConnections)
+	refused    func(perClient bool)
+
+	mu      sync.Mutex
+	clients map[netip.Addr]int // open connections per client address
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
@@ -125,26 +150,104 @@ func (l *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &capConn{Conn: c, slots: l.slots}, nil
-		default:
-			_, _ = c.Write(l.full) // a fresh socket's send buffer takes it without blocking
-			_ = c.Close()
+		cc := &capConn{Conn: c, l: l}
+		if l.slots != nil {
+			select {
+			case l.slots <- struct{}{}:
+				cc.slot = true
+			default:
+				l.refuse(c, l.full, false)
+				continue
+			}
 		}
+		if l.perClient > 0 {
+			if a, ok := clientAddr(c); ok && !inPrefixes(l.exempt, a) {
+				if !l.take(a) {
+					if cc.slot {
+						<-l.slots
+					}
+					l.refuse(c, l.clientFull, true)
+					continue
+				}
+				cc.client, cc.counted = a, true
+			}
+		}
+		return cc, nil
 	}
 }
 
-// capConn gives its slot back when closed (once, however often Close is
-// called).
+// refuse answers c with msg and closes it.
+func (l *capListener) refuse(c net.Conn, msg []byte, perClient bool) {
+	if l.refused != nil {
+		l.refused(perClient)
+	}
+	_, _ = c.Write(msg) // a fresh socket's send buffer takes it without blocking
+	_ = c.Close()
+}
+
+// take counts a connection from a, unless a is at the per-client cap.
+func (l *capListener) take(a netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.clients[a]
+	if n >= l.perClient {
+		return false
+	}
+	l.clients[a] = n + 1
+	return true
+}
+
+// give uncounts a connection from a.
+func (l *capListener) give(a netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.clients[a] - 1; n > 0 {
+		l.clients[a] = n
+	} else {
+		delete(l.clients, a)
+	}
+}
+
+// clientAddr is c's remote IP address (IPv4-mapped addresses as IPv4, no
+// zone); false when c is not a TCP connection.
+func clientAddr(c net.Conn) (netip.Addr, bool) {
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a := ta.AddrPort().Addr().Unmap().WithZone("")
+	return a, a.IsValid()
+}
+
+func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// capConn gives its slot and its client count back when closed (once,
+// however often Close is called).
 type capConn struct {
 	net.Conn
-	slots chan struct{}
-	once  sync.Once
+	l       *capListener
+	slot    bool       // holds one of l.slots
+	client  netip.Addr // counted in l.clients when counted
+	counted bool
+	once    sync.Once
 }
 
 func (c *capConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { <-c.slots })
+	c.once.Do(func() {
+		if c.slot {
+			<-c.l.slots
+		}
+		if c.counted {
+			c.l.give(c.client)
+		}
+	})
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode"
@@ -86,6 +87,17 @@ type HTTPConfig struct {
 	// headers; 0 (default) waits as long as the client does, since prefill
 	// of a long prompt can take a while.
 	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
+	// StreamIdleTimeout bounds how long the proxy waits for an endpoint's
+	// next response body bytes: from its response headers to the first
+	// body byte, and between reads after that. An endpoint that goes
+	// silent for longer has its connection cut; the attempt counts as a
+	// failure towards its outlier ejection. When nothing has reached the
+	// client yet the request is retried on the next fallback (within
+	// retries); otherwise the stream ends with an error in the API's
+	// format. A streamed answer's first byte follows the engine's queue
+	// and the prompt's prefill, so keep it above the longest those take.
+	// Default 60s, nginx's proxy_read_timeout; 1ms…24h.
+	StreamIdleTimeout time.Duration `mapstructure:"stream_idle_timeout"`
 	// MaxIdleConnsPerHost is the keep-alive pool size per endpoint.
 	// Default 256.
 	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
@@ -98,6 +110,55 @@ type HTTPConfig struct {
 	// carries one request at a time, so max_in_flight requests need as
 	// many connections.
 	MaxConnections int `mapstructure:"max_connections"`
+	// MaxConnectionsPerClient caps the open connections from one client
+	// address, so one client cannot hold all max_connections; a connection
+	// over it is answered 429 too_many_client_connections and closed at
+	// once. Peers in TrustedProxies are exempt: they carry many clients. 0
+	// turns the cap off. Default 1024, a quarter of the default
+	// max_connections; at most max_connections when that is set.
+	MaxConnectionsPerClient int `mapstructure:"max_connections_per_client"`
+	// TrustedProxies lists the addresses (CIDR prefixes such as
+	// "10.0.0.0/8", or single IPs) of proxies in front of trimtab whose
+	// X-Forwarded-For is believed. A request from a trusted peer is
+	// forwarded with the peer's address appended to its X-Forwarded-For
+	// (net/http/httputil.ReverseProxy's practice); one from any other peer
+	// has its X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and
+	// Forwarded headers dropped and X-Forwarded-For set to the peer's
+	// address alone, so a client cannot forge the address an endpoint
+	// sees. At most 1024 entries. Default none: no peer is trusted.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+}
+
+// MaxTrustedProxies bounds HTTPConfig.TrustedProxies.
+const MaxTrustedProxies = 1024
+
+// TrustedPrefixes parses TrustedProxies: a CIDR prefix, or a single IP as
+// its one-address prefix. IPv4-mapped IPv6 addresses are read as IPv4.
+func (c HTTPConfig) TrustedPrefixes() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(c.TrustedProxies))
+	for i, s := range c.TrustedProxies {
+		s = strings.TrimSpace(s)
+		var p netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			p, err = netip.ParsePrefix(s)
+			if err == nil && p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(s)
+			if err == nil && a.Zone() == "" {
+				a = a.Unmap()
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil || !p.IsValid() {
+			return nil, fmt.Errorf("server.http.trusted_proxies[%d]: %q is not a CIDR prefix (10.0.0.0/8) or an IP address", i, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // ExtProcConfig configures the Envoy ext_proc server.
@@ -162,6 +223,14 @@ func (c ExtProcConfig) MessageLimit(maxBody int64) int64 {
 // list.
 const MaxEmitScoresTop = 64
 
+// DefaultStreamIdleTimeout is HTTPConfig.StreamIdleTimeout's default:
+// nginx's proxy_read_timeout, the wait "between two successive read
+// operations" of a proxied response.
+const DefaultStreamIdleTimeout = 60 * time.Second
+
+// MaxStreamIdleTimeout is the longest HTTPConfig.StreamIdleTimeout.
+const MaxStreamIdleTimeout = 24 * time.Hour
+
 // DefaultMaxInFlight is the default concurrency limit of each request
 // path: a pool of 16 pods running 256 sequences each.
 const DefaultMaxInFlight = 4096
@@ -206,9 +275,12 @@ func DefaultConfig() Config {
 			Addr:                ":8080",
 			Retries:             2,
 			ConnectTimeout:      5 * time.Second,
+			StreamIdleTimeout:   DefaultStreamIdleTimeout,
 			MaxIdleConnsPerHost: 256,
 			MaxInFlight:         DefaultMaxInFlight,
 			MaxConnections:      DefaultMaxInFlight,
+			// A quarter: one client address leaves room for three others.
+			MaxConnectionsPerClient: DefaultMaxInFlight / 4,
 		},
 		ExtProc: ExtProcConfig{
 			Enabled:          true,
@@ -277,6 +349,9 @@ func (c Config) Validate() error {
 	if c.HTTP.ResponseHeaderTimeout < 0 {
 		bad("http.response_header_timeout", "%v, must be ≥ 0", c.HTTP.ResponseHeaderTimeout)
 	}
+	if d := c.HTTP.StreamIdleTimeout; d < time.Millisecond || d > MaxStreamIdleTimeout {
+		bad("http.stream_idle_timeout", "%v, want 1ms…%v (write e.g. 60s)", d, MaxStreamIdleTimeout)
+	}
 	if c.HTTP.MaxIdleConnsPerHost < 0 {
 		bad("http.max_idle_conns_per_host", "%d, must be ≥ 0", c.HTTP.MaxIdleConnsPerHost)
 	}
@@ -285,6 +360,16 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.MaxConnections < 0 {
 		bad("http.max_connections", "%d, must be ≥ 0", c.HTTP.MaxConnections)
+	}
+	if n := c.HTTP.MaxConnectionsPerClient; n < 0 {
+		bad("http.max_connections_per_client", "%d, must be ≥ 0 (0 turns the per-client cap off)", n)
+	} else if m := c.HTTP.MaxConnections; m > 0 && n > m {
+		bad("http.max_connections_per_client", "%d is more than http.max_connections (%d): set it at most that (a quarter of it leaves room for other clients), or 0 to turn the per-client cap off", n, m)
+	}
+	if n := len(c.HTTP.TrustedProxies); n > MaxTrustedProxies {
+		bad("http.trusted_proxies", "%d entries, want at most %d", n, MaxTrustedProxies)
+	} else if _, err := c.HTTP.TrustedPrefixes(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ExtProc.Enabled && c.ExtProc.Addr == "" {
 		bad("ext_proc.addr", "must be set when ext_proc.enabled")
