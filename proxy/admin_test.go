@@ -109,6 +109,13 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
+	// Lowering only max_connections keeps the profile valid: the per-client
+	// default (1024) then never binds before the total (100) does.
+	lowered := DefaultConfig()
+	lowered.HTTP.MaxConnections = 100
+	if err := lowered.Validate(); err != nil {
+		t.Errorf("max_connections 100 with the default per-client cap: %v, want valid", err)
+	}
 	tests := []struct {
 		name string
 		mod  func(*Config)
@@ -127,7 +134,6 @@ func TestConfigValidate(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "server.idle_timeout"},
 		{"max connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "server.http.max_connections"},
 		{"per-client connections", func(c *Config) { c.HTTP.MaxConnectionsPerClient = -1 }, "server.http.max_connections_per_client"},
-		{"per-client over total", func(c *Config) { c.HTTP.MaxConnections = 100 }, "server.http.max_connections_per_client: 1024 is more than http.max_connections (100)"},
 		{"connect timeout", func(c *Config) { c.HTTP.ConnectTimeout = 0 }, "server.http.connect_timeout"},
 		{"trusted proxy", func(c *Config) { c.HTTP.TrustedProxies = []string{"10.0.0.0/8", "10.0.0.300"} }, "server.http.trusted_proxies[1]"},
 		{"trusted proxy zone", func(c *Config) { c.HTTP.TrustedProxies = []string{"fe80::1%eth0"} }, "server.http.trusted_proxies[0]"},

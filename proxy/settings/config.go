@@ -115,7 +115,9 @@ type HTTPConfig struct {
 	// over it is answered 429 too_many_client_connections and closed at
 	// once. Peers in TrustedProxies are exempt: they carry many clients. 0
 	// turns the cap off. Default 1024, a quarter of the default
-	// max_connections; at most max_connections when that is set.
+	// max_connections. A value above max_connections is allowed and then
+	// never binds before max_connections does (a profile that lowers only
+	// max_connections stays valid).
 	MaxConnectionsPerClient int `mapstructure:"max_connections_per_client"`
 	// TrustedProxies lists the addresses (CIDR prefixes such as
 	// "10.0.0.0/8", or single IPs) of proxies in front of trimtab whose
@@ -363,8 +365,6 @@ func (c Config) Validate() error {
 	}
 	if n := c.HTTP.MaxConnectionsPerClient; n < 0 {
 		bad("http.max_connections_per_client", "%d, must be ≥ 0 (0 turns the per-client cap off)", n)
-	} else if m := c.HTTP.MaxConnections; m > 0 && n > m {
-		bad("http.max_connections_per_client", "%d is more than http.max_connections (%d): set it at most that (a quarter of it leaves room for other clients), or 0 to turn the per-client cap off", n, m)
 	}
 	if n := len(c.HTTP.TrustedProxies); n > MaxTrustedProxies {
 		bad("http.trusted_proxies", "%d entries, want at most %d", n, MaxTrustedProxies)
