@@ -182,8 +182,9 @@ type ExtProcConfig struct {
 	// DestinationFallbacks appends the decision's fallback endpoints to
 	// the destination header and metadata ("ip:port,ip:port,…"), for
 	// gateways whose load balancer retries along the list (Envoy's
-	// override_host policy). Default false: Envoy's ORIGINAL_DST cluster
-	// accepts a single address.
+	// override_host policy, as deploy/envoy/envoy.yaml ships it: set it
+	// true there). Default false, because an Envoy routing with an
+	// ORIGINAL_DST cluster accepts a single address.
 	DestinationFallbacks bool `mapstructure:"destination_fallbacks"`
 	// ScoresHeader adds x-trimtab-scores to responses (via a response
 	// header mutation). Default false.
