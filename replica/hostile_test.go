@@ -559,3 +559,24 @@ func TestTokenRotation(t *testing.T) {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestHostileSilentStream: an authenticated stream from a peer's address
+// that never sends its Hello is closed after peer_timeout (300 ms here),
+// not held open for ever, and counted as a bad Hello.
+func TestHostileSilentStream(t *testing.T) {
+	v := victim(t, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer time.AfterFunc(20*time.Second, cancel).Stop() // the test's own bound: Canceled, not DeadlineExceeded
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
+	st, err := dialFrom(t, v.lis.Addr().String(), "127.0.0.1").Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a silent stream ended with %v, want DeadlineExceeded from the replica (the test gives up after 20 s with Canceled)", err)
+	}
+	if got := counter(t, v.reg, "trimtab_replica_peers_refused_total", "reason", "bad_hello"); got != 1 {
+		t.Errorf("refused bad_hello: %v, want 1", got)
+	}
+}

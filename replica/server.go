@@ -45,7 +45,7 @@ func (r *Replica) Sync(stream grpc.BidiStreamingServer[replicapb.Message, replic
 		r.refused(reasonUnknownAddr, addr, "")
 		return status.Error(codes.PermissionDenied, "replica sync: this address is not one of the replica's peers")
 	}
-	first, err := stream.Recv()
+	first, err := r.recvHello(stream)
 	if err != nil {
 		return err
 	}
@@ -242,4 +242,32 @@ func (in *inbound) take(now time.Time, n int, rate float64) int {
 	k := min(n, int(in.tokens))
 	in.tokens -= float64(k)
 	return k
+}
+
+// recvHello receives a stream's first message, waiting at most
+// peer_timeout (at least a second) for it: a stream that passed the
+// address and token checks but never speaks is closed and counted as a bad
+// Hello instead of being held open. The receiving goroutine ends when
+// Recv returns, which it does at once when this handler returns (gRPC
+// cancels the stream then); its channel is buffered, so it never blocks.
+func (r *Replica) recvHello(stream grpc.BidiStreamingServer[replicapb.Message, replicapb.Message]) (*replicapb.Message, error) {
+	type recv struct {
+		m   *replicapb.Message
+		err error
+	}
+	got := make(chan recv, 1)
+	go func() {
+		m, err := stream.Recv()
+		got <- recv{m, err}
+	}()
+	wait := max(r.cfg.PeerTimeout, time.Second)
+	t := r.clk.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case g := <-got:
+		return g.m, g.err
+	case <-t.C():
+		r.refused(reasonBadHello, remoteAddr(stream.Context()), "no Hello within "+wait.String())
+		return nil, status.Errorf(codes.DeadlineExceeded, "replica sync: no Hello within %v", wait)
+	}
 }
