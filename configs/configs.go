@@ -132,6 +132,9 @@ func Parse(data []byte) (*File, error) {
 		return nil, cleanDecodeError(err)
 	}
 	f.HasEndpoints = v.IsSet("endpoints")
+	if err := f.resolveGuard(v.IsSet); err != nil {
+		return nil, err
+	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,6 +142,54 @@ func Parse(data []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// guardKeys pairs each scheduler.guard key with the adaptive section's
+// older spelling of the same setting.
+var guardKeys = []struct {
+	sched, adaptive string
+	s               func(*scheduler.GuardConfig) *float64
+	a               func(*control.Config) *float64
+}{
+	{"factor", "guard_factor", func(g *scheduler.GuardConfig) *float64 { return &g.Factor }, func(c *control.Config) *float64 { return &c.GuardFactor }},
+	{"slack", "guard_slack", func(g *scheduler.GuardConfig) *float64 { return &g.Slack }, func(c *control.Config) *float64 { return &c.GuardSlack }},
+	{"crowd_factor", "crowd_factor", func(g *scheduler.GuardConfig) *float64 { return &g.CrowdFactor }, func(c *control.Config) *float64 { return &c.CrowdFactor }},
+	{"crowd_slack", "crowd_slack", func(g *scheduler.GuardConfig) *float64 { return &g.CrowdSlack }, func(c *control.Config) *float64 { return &c.CrowdSlack }},
+}
+
+// resolveGuard makes scheduler.guard and the adaptive section's guard keys
+// one setting. scheduler.guard is the guard's home: a key written there
+// is the guard of both modes. The adaptive section's guard_factor,
+// guard_slack, crowd_factor and crowd_slack still work: written without
+// its scheduler.guard twin, such a key sets scheduler.guard too, so
+// adaptive.enabled: false keeps the guard it configures. Both written
+// with different values is an error naming both keys. A profile that
+// writes neither keeps the defaults: no guard in static mode, the adaptive
+// loop's guard (factor 2.5) in adaptive mode.
+func (f *File) resolveGuard(isSet func(key string) bool) error {
+	for _, k := range guardKeys {
+		sk, ak := "scheduler::guard::"+k.sched, "adaptive::"+k.adaptive
+		sv, av := k.s(&f.Scheduler.Guard), k.a(&f.Adaptive)
+		switch sSet, aSet := isSet(sk), isSet(ak); {
+		case sSet && aSet && *sv != *av:
+			return fmt.Errorf("scheduler.guard.%s (%v) and adaptive.%s (%v) disagree: they are one setting; write it once, under scheduler.guard", k.sched, *sv, k.adaptive, *av)
+		case sSet:
+			*av = *sv
+		case aSet:
+			*sv = *av
+		}
+	}
+	// A guard configured by its factor alone takes the adaptive loop's
+	// slack and crowd bound when those were not written either, so both
+	// modes run the same bound.
+	if f.Scheduler.Guard.Factor > 0 {
+		for _, k := range guardKeys[1:] {
+			if !isSet("scheduler::guard::"+k.sched) && !isSet("adaptive::"+k.adaptive) {
+				*k.s(&f.Scheduler.Guard) = *k.a(&f.Adaptive)
+			}
+		}
+	}
+	return nil
 }
 
 // readTokenFile reads server.admin.token_file into server.admin.token

@@ -23,6 +23,9 @@ type Decision struct {
 	order  []int     // candidate indexes, best first; order[0] chosen
 	at     int       // index in order of the current endpoint
 	rnd    Rand      // per-decision random source (here so it does not escape per call)
+	// guarded says the pick ran under a guard (the weights' or the
+	// scheduler's); keys then hold the ranking keys.
+	guarded bool
 	// prefill is the prompt bytes counted as pending prefill on Endpoint
 	// until the first byte; firstByte says they were released.
 	prefill   int64
@@ -36,6 +39,7 @@ func (s *Scheduler) newDecision() *Decision {
 
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
+	d.guarded = false
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
@@ -62,7 +66,7 @@ func (d *Decision) Total(i int) float64 { return d.totals[i] }
 // OverBound reports whether candidate i was over the guard's bound (and so
 // ranked after the candidates within it); always false without a guard.
 func (d *Decision) OverBound(i int) bool {
-	return d.Weights.Guard.Factor > 0 && i < len(d.keys) && d.keys[i] != d.totals[i]
+	return d.guarded && i < len(d.keys) && d.keys[i] != d.totals[i]
 }
 
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
