@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/viper"
 
 	"github.com/trimtab/trimtab/control"
@@ -36,8 +37,12 @@ type File struct {
 	Scheduler scheduler.Config `mapstructure:"scheduler" json:"scheduler"`
 	// Picker chooses among scored candidates.
 	Picker PickerConfig `mapstructure:"picker" json:"picker"`
-	// Filters run before scoring, in order: "model", "healthy".
+	// Filters run before scoring, in order: "model", "healthy",
+	// "prefix-affinity".
 	Filters []string `mapstructure:"filters" json:"filters"`
+	// PrefixAffinity configures the prefix-affinity filter (used when
+	// Filters lists it).
+	PrefixAffinity scorers.PrefixAffinityConfig `mapstructure:"prefix_affinity" json:"prefix_affinity"`
 	// Scorers with their weights; weights are index-aligned with this list.
 	Scorers []ScorerConfig `mapstructure:"scorers" json:"scorers"`
 	// Adaptive is the control loop: detector and configurator.
@@ -95,10 +100,12 @@ func Default() *File {
 		Picker:    PickerConfig{Type: scheduler.PickerMaxScore, Temperature: 0.1},
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
 		Adaptive:  control.DefaultConfig(),
-		Fleet:     fleet.DefaultConfig(),
-		Server:    settings.DefaultConfig(),
-		Tracing:   DefaultTracingConfig(),
-		Replicas:  replica.DefaultConfig(),
+
+		PrefixAffinity: scorers.DefaultPrefixAffinityConfig(),
+		Fleet:          fleet.DefaultConfig(),
+		Server:         settings.DefaultConfig(),
+		Tracing:        DefaultTracingConfig(),
+		Replicas:       replica.DefaultConfig(),
 	}
 }
 
@@ -275,13 +282,16 @@ func (f *File) Validate() error {
 		return err
 	}
 	for i, name := range f.Filters {
-		if _, err := buildFilter(name); err != nil {
+		if _, err := f.buildFilter(name, nil); err != nil {
 			return fmt.Errorf("filters[%d]: %w", i, err)
 		}
 	}
 	entries, err := f.buildScorers(scorers.InTree(), scorers.Deps{})
 	if err != nil {
 		return err
+	}
+	if slices.Contains(f.Filters, scorers.FilterPrefixAffinity) && !slices.ContainsFunc(f.Scorers, func(sc ScorerConfig) bool { return sc.Type == scorers.TypePrefix }) {
+		return fmt.Errorf("filters: %s reads the prefix scorer's index; add a scorer of type %s (weight 0 keeps it out of the scores)", scorers.FilterPrefixAffinity, scorers.TypePrefix)
 	}
 	if err := f.Adaptive.CheckProfile(entries); err != nil {
 		return err
@@ -316,14 +326,16 @@ func (p PickerConfig) build() (scheduler.Picker, error) {
 	return nil, fmt.Errorf("picker.type: unknown picker %q (want %s or %s)", p.Type, scheduler.PickerMaxScore, scheduler.PickerWeightedRandom)
 }
 
-func buildFilter(name string) (scheduler.Filter, error) {
+func (f *File) buildFilter(name string, reg prometheus.Registerer) (scheduler.Filter, error) {
 	switch name {
 	case scheduler.FilterModel:
 		return scheduler.ModelFilter{}, nil
 	case scheduler.FilterHealthy:
 		return scheduler.HealthyFilter{}, nil
+	case scorers.FilterPrefixAffinity:
+		return scorers.NewPrefixAffinity(f.PrefixAffinity, reg)
 	}
-	return nil, fmt.Errorf("unknown filter %q (want %s or %s)", name, scheduler.FilterModel, scheduler.FilterHealthy)
+	return nil, fmt.Errorf("unknown filter %q (want %s, %s or %s)", name, scheduler.FilterModel, scheduler.FilterHealthy, scorers.FilterPrefixAffinity)
 }
 
 // buildScorers builds every scorer of the profile from the registry.
@@ -399,7 +411,7 @@ func (f *File) BuildScheduler(reg map[string]scorers.Factory, deps scheduler.Dep
 	}
 	filters := make([]scheduler.Filter, 0, len(f.Filters))
 	for i, name := range f.Filters {
-		flt, err := buildFilter(name)
+		flt, err := f.buildFilter(name, deps.Registerer)
 		if err != nil {
 			return nil, fmt.Errorf("filters[%d]: %w", i, err)
 		}

@@ -165,10 +165,12 @@ type Scheduler struct {
 	clk     clock.PassiveClock
 	m       *metrics
 
-	pickObs  []int  // indexes of scorers implementing PickObserver
-	doneObs  []int  // … DoneObserver
-	fbObs    []int  // … FirstByteObserver
-	affinity []bool // per scorer: its category is CategoryAffinity
+	stateFlt []StateFilter // per filter: its StateFilter, nil if it is none
+	matchBy  int           // index of the scorer whose Match runs; -1: none
+	pickObs  []int         // indexes of scorers implementing PickObserver
+	doneObs  []int         // … DoneObserver
+	fbObs    []int         // … FirstByteObserver
+	affinity []bool        // per scorer: its category is CategoryAffinity
 
 	pool    atomic.Pointer[Pool]
 	weights atomic.Pointer[Weights]
@@ -222,14 +224,29 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.matchBy = -1
+	consumer := false
 	for _, f := range s.filters {
+		sf, _ := f.(StateFilter)
+		s.stateFlt = append(s.stateFlt, sf)
+		if _, ok := f.(MatchConsumer); ok {
+			consumer = true
+		}
 		err := ErrUnknownModel
 		if ee, ok := f.(EmptyErrorer); ok && ee.EmptyError() != nil {
 			err = ee.EmptyError()
 		}
 		s.empty = append(s.empty, err)
 	}
+	for _, e := range entries {
+		if _, ok := e.Scorer.(MatchConsumer); ok {
+			consumer = true
+		}
+	}
 	for i, e := range entries {
+		if _, ok := e.Scorer.(MatchProducer); ok && consumer && s.matchBy < 0 {
+			s.matchBy = i
+		}
 		s.affinity = append(s.affinity, e.Scorer.Category() == CategoryAffinity)
 		if _, ok := e.Scorer.(PickObserver); ok {
 			s.pickObs = append(s.pickObs, i)
@@ -294,11 +311,12 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 			s.states[eps[i].Address] = st
 		}
 		p.Endpoints[i].st = st
+		p.Endpoints[i].idx = int32(i)
 		p.ptrs[i] = &p.Endpoints[i]
 		present[eps[i].Address] = true
 	}
 	for addr, st := range s.states {
-		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
+		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.tokens.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
 			delete(s.states, addr)
 		}
 	}
@@ -361,9 +379,18 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		s.m.errNoEndpoints.Inc()
 		return nil, ErrNoEndpoints
 	}
+	if s.matchBy >= 0 {
+		d.cs.cur = s.matchBy
+		s.entries[s.matchBy].Scorer.(MatchProducer).Match(&d.cs, req, cands)
+	}
 	spare := d.spare[:0]
 	for fi, f := range s.filters {
-		out := f.Filter(req, cands, spare)
+		var out []*Endpoint
+		if sf := s.stateFlt[fi]; sf != nil {
+			out = sf.FilterState(&d.cs, req, cands, spare)
+		} else {
+			out = f.Filter(req, cands, spare)
+		}
 		cands, spare = out, cands[:0]
 		if len(cands) == 0 {
 			s.release(d)
@@ -416,6 +443,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
 	d.Endpoint.st.pending.Add(d.prefill)
+	d.chargeTokens()
 	s.m.picks.Inc()
 	for _, si := range s.pickObs {
 		d.cs.cur = si
