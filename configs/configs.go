@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/viper"
 
 	"github.com/trimtab/trimtab/control"
@@ -36,8 +37,12 @@ type File struct {
 	Scheduler scheduler.Config `mapstructure:"scheduler" json:"scheduler"`
 	// Picker chooses among scored candidates.
 	Picker PickerConfig `mapstructure:"picker" json:"picker"`
-	// Filters run before scoring, in order: "model", "healthy".
+	// Filters run before scoring, in order: "model", "healthy",
+	// "prefix-affinity".
 	Filters []string `mapstructure:"filters" json:"filters"`
+	// PrefixAffinity configures the prefix-affinity filter (used when
+	// Filters lists it).
+	PrefixAffinity scorers.PrefixAffinityConfig `mapstructure:"prefix_affinity" json:"prefix_affinity"`
 	// Scorers with their weights; weights are index-aligned with this list.
 	Scorers []ScorerConfig `mapstructure:"scorers" json:"scorers"`
 	// Adaptive is the control loop: detector and configurator.
@@ -95,10 +100,12 @@ func Default() *File {
 		Picker:    PickerConfig{Type: scheduler.PickerMaxScore, Temperature: 0.1},
 		Filters:   []string{scheduler.FilterModel, scheduler.FilterHealthy},
 		Adaptive:  control.DefaultConfig(),
-		Fleet:     fleet.DefaultConfig(),
-		Server:    settings.DefaultConfig(),
-		Tracing:   DefaultTracingConfig(),
-		Replicas:  replica.DefaultConfig(),
+
+		PrefixAffinity: scorers.DefaultPrefixAffinityConfig(),
+		Fleet:          fleet.DefaultConfig(),
+		Server:         settings.DefaultConfig(),
+		Tracing:        DefaultTracingConfig(),
+		Replicas:       replica.DefaultConfig(),
 	}
 }
 
@@ -132,6 +139,9 @@ func Parse(data []byte) (*File, error) {
 		return nil, cleanDecodeError(err)
 	}
 	f.HasEndpoints = v.IsSet("endpoints")
+	if err := f.resolveGuard(v.IsSet); err != nil {
+		return nil, err
+	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,6 +149,54 @@ func Parse(data []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// guardKeys pairs each scheduler.guard key with the adaptive section's
+// older spelling of the same setting.
+var guardKeys = []struct {
+	sched, adaptive string
+	s               func(*scheduler.GuardConfig) *float64
+	a               func(*control.Config) *float64
+}{
+	{"factor", "guard_factor", func(g *scheduler.GuardConfig) *float64 { return &g.Factor }, func(c *control.Config) *float64 { return &c.GuardFactor }},
+	{"slack", "guard_slack", func(g *scheduler.GuardConfig) *float64 { return &g.Slack }, func(c *control.Config) *float64 { return &c.GuardSlack }},
+	{"crowd_factor", "crowd_factor", func(g *scheduler.GuardConfig) *float64 { return &g.CrowdFactor }, func(c *control.Config) *float64 { return &c.CrowdFactor }},
+	{"crowd_slack", "crowd_slack", func(g *scheduler.GuardConfig) *float64 { return &g.CrowdSlack }, func(c *control.Config) *float64 { return &c.CrowdSlack }},
+}
+
+// resolveGuard makes scheduler.guard and the adaptive section's guard keys
+// one setting. scheduler.guard is the guard's home: a key written there
+// is the guard of both modes. The adaptive section's guard_factor,
+// guard_slack, crowd_factor and crowd_slack still work: written without
+// its scheduler.guard twin, such a key sets scheduler.guard too, so
+// adaptive.enabled: false keeps the guard it configures. Both written
+// with different values is an error naming both keys. A profile that
+// writes neither keeps the defaults: no guard in static mode, the adaptive
+// loop's guard (factor 2.5) in adaptive mode.
+func (f *File) resolveGuard(isSet func(key string) bool) error {
+	for _, k := range guardKeys {
+		sk, ak := "scheduler::guard::"+k.sched, "adaptive::"+k.adaptive
+		sv, av := k.s(&f.Scheduler.Guard), k.a(&f.Adaptive)
+		switch sSet, aSet := isSet(sk), isSet(ak); {
+		case sSet && aSet && *sv != *av:
+			return fmt.Errorf("scheduler.guard.%s (%v) and adaptive.%s (%v) disagree: they are one setting; write it once, under scheduler.guard", k.sched, *sv, k.adaptive, *av)
+		case sSet:
+			*av = *sv
+		case aSet:
+			*sv = *av
+		}
+	}
+	// A guard configured by its factor alone takes the adaptive loop's
+	// slack and crowd bound when those were not written either, so both
+	// modes run the same bound.
+	if f.Scheduler.Guard.Factor > 0 {
+		for _, k := range guardKeys[1:] {
+			if !isSet("scheduler::guard::"+k.sched) && !isSet("adaptive::"+k.adaptive) {
+				*k.s(&f.Scheduler.Guard) = *k.a(&f.Adaptive)
+			}
+		}
+	}
+	return nil
 }
 
 // readTokenFile reads server.admin.token_file into server.admin.token
@@ -224,13 +282,16 @@ func (f *File) Validate() error {
 		return err
 	}
 	for i, name := range f.Filters {
-		if _, err := buildFilter(name); err != nil {
+		if _, err := f.buildFilter(name, nil); err != nil {
 			return fmt.Errorf("filters[%d]: %w", i, err)
 		}
 	}
 	entries, err := f.buildScorers(scorers.InTree(), scorers.Deps{})
 	if err != nil {
 		return err
+	}
+	if slices.Contains(f.Filters, scorers.FilterPrefixAffinity) && !slices.ContainsFunc(f.Scorers, func(sc ScorerConfig) bool { return sc.Type == scorers.TypePrefix }) {
+		return fmt.Errorf("filters: %s reads the prefix scorer's index; add a scorer of type %s (weight 0 keeps it out of the scores)", scorers.FilterPrefixAffinity, scorers.TypePrefix)
 	}
 	if err := f.Adaptive.CheckProfile(entries); err != nil {
 		return err
@@ -265,14 +326,16 @@ func (p PickerConfig) build() (scheduler.Picker, error) {
 	return nil, fmt.Errorf("picker.type: unknown picker %q (want %s or %s)", p.Type, scheduler.PickerMaxScore, scheduler.PickerWeightedRandom)
 }
 
-func buildFilter(name string) (scheduler.Filter, error) {
+func (f *File) buildFilter(name string, reg prometheus.Registerer) (scheduler.Filter, error) {
 	switch name {
 	case scheduler.FilterModel:
 		return scheduler.ModelFilter{}, nil
 	case scheduler.FilterHealthy:
 		return scheduler.HealthyFilter{}, nil
+	case scorers.FilterPrefixAffinity:
+		return scorers.NewPrefixAffinity(f.PrefixAffinity, reg)
 	}
-	return nil, fmt.Errorf("unknown filter %q (want %s or %s)", name, scheduler.FilterModel, scheduler.FilterHealthy)
+	return nil, fmt.Errorf("unknown filter %q (want %s, %s or %s)", name, scheduler.FilterModel, scheduler.FilterHealthy, scorers.FilterPrefixAffinity)
 }
 
 // buildScorers builds every scorer of the profile from the registry.
@@ -348,7 +411,7 @@ func (f *File) BuildScheduler(reg map[string]scorers.Factory, deps scheduler.Dep
 	}
 	filters := make([]scheduler.Filter, 0, len(f.Filters))
 	for i, name := range f.Filters {
-		flt, err := buildFilter(name)
+		flt, err := f.buildFilter(name, deps.Registerer)
 		if err != nil {
 			return nil, fmt.Errorf("filters[%d]: %w", i, err)
 		}

@@ -303,7 +303,15 @@ type importedProfile struct {
 	Scheduler *importedScheduler `yaml:"scheduler,omitempty"`
 	Picker    importedPicker     `yaml:"picker"`
 	Filters   []string           `yaml:"filters"`
-	Scorers   []importedScorer   `yaml:"scorers"`
+	// PrefixAffinity is the prefix-affinity filter's section, when the
+	// imported profile has llm-d's prefix-cache-affinity-filter.
+	PrefixAffinity *importedAffinity `yaml:"prefix_affinity,omitempty"`
+	Scorers        []importedScorer  `yaml:"scorers"`
+}
+
+type importedAffinity struct {
+	Threshold                float64 `yaml:"threshold"`
+	MaxTokensInFlightPenalty int64   `yaml:"max_tokens_in_flight_penalty"`
 }
 
 type importedScheduler struct {
@@ -319,7 +327,7 @@ type importedScorer struct {
 	Type   string         `yaml:"type"`
 	Name   string         `yaml:"name,omitempty"`
 	Weight float64        `yaml:"weight"`
-	Params map[string]int `yaml:"params,omitempty"`
+	Params map[string]any `yaml:"params,omitempty"`
 }
 
 // render writes the profile with its header and a comment above each

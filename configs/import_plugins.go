@@ -30,7 +30,33 @@ const (
 	eppSingleProfile    = "single-profile-handler"
 	eppMetricsSource    = "metrics-data-source"
 	eppMetricsExtractor = "core-metrics-extractor"
+	eppAffinityFilter   = "prefix-cache-affinity-filter"
+	eppTokenLoad        = "token-load-scorer"
+	eppInflightProducer = "inflight-load-producer"
 )
+
+// llm-d's prefix-cache-affinity-filter defaults (llm-d-router
+// pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity): τ
+// 0.80, the TTFT gate 18,000 ms estimated from in-flight tokens at 15,928
+// tokens/s; and the token-load-scorer's queueThresholdTokens.
+const (
+	eppAffinityThreshold   = 0.80
+	eppMaxTTFTPenaltyMs    = 18000
+	eppPeakPrefillTokensPS = 15928
+	eppQueueThreshold      = 4194304
+)
+
+// notMappable says why plugins of whole families trimtab does not have are
+// left out: latency predictors and prefill/decode disaggregation.
+func notMappable(typ string) (string, bool) {
+	switch {
+	case strings.Contains(typ, "latency") || strings.Contains(typ, "slo") || strings.Contains(typ, "predict"):
+		return "not mapped (a latency predictor: trimtab has no TTFT/TPOT model; its load scorers count requests and prompt tokens)", true
+	case strings.Contains(typ, "pd-") || strings.Contains(typ, "disagg") || strings.Contains(typ, "prefill") || strings.Contains(typ, "decode"):
+		return "not mapped (prefill/decode disaggregation: trimtab picks one endpoint from one pool)", true
+	}
+	return "", false
+}
 
 // eppScorers maps endpoint-picker scorer types to trimtab scorer types.
 var eppScorers = map[string]string{
@@ -82,7 +108,9 @@ func (im *importer) translate(refs []profileRef) error {
 			if err != nil {
 				return err
 			}
-			sc.Params = params
+			if params != nil {
+				sc.Params = intsToAny(params)
+			}
 			if how, ok := approximately[p.typ]; ok {
 				im.note("%s: carried over %s", p.label(), how)
 			}
@@ -96,6 +124,16 @@ func (im *importer) translate(refs []profileRef) error {
 			continue
 		}
 		switch p.typ {
+		case eppTokenLoad:
+			sc := importedScorer{Type: scorers.TypeTokenLoad, Weight: r.weight, Name: uniqueName(used, scorers.TypeTokenLoad, p)}
+			sc.Params = im.tokenLoadParams(p, absorbed)
+			im.out.Scorers = append(im.out.Scorers, sc)
+			im.from = append(im.from, p.label()+", "+r.field)
+			sum += r.weight
+		case eppAffinityFilter:
+			if err := im.affinityFilter(p, absorbed); err != nil {
+				return err
+			}
 		case eppMaxScore, eppWeightedRandom, eppRandom:
 			if picker != nil {
 				im.note("%s: not mapped (a second picker in the profile; %s is used)", p.label(), picker.label())
@@ -106,11 +144,22 @@ func (im *importer) translate(refs []profileRef) error {
 				return err
 			}
 		default:
+			if why, ok := notMappable(p.typ); ok {
+				im.note("%s: %s", p.label(), why)
+				continue
+			}
 			im.note("%s: not mapped (no trimtab equivalent)", p.label())
 		}
 	}
+	if err := im.affinityIndex(used, absorbed); err != nil {
+		return err
+	}
 	for _, p := range im.plugins {
 		if p.referenced || absorbed[p] {
+			continue
+		}
+		if why, ok := notMappable(p.typ); ok {
+			im.note("%s: %s", p.label(), why)
 			continue
 		}
 		if why, ok := systemPlugin(p.typ); ok {
@@ -127,6 +176,157 @@ func (im *importer) translate(refs []profileRef) error {
 		return errors.New("schedulingProfiles: every scorer carried over has weight 0; a trimtab profile needs one weight > 0")
 	}
 	return im.validPicker()
+}
+
+// absorbInflight marks the in-flight-load producer as carried over: trimtab's
+// scheduler counts each pick's uncached prompt tokens itself.
+func (im *importer) absorbInflight(absorbed map[*eppPlugin]bool) {
+	for _, q := range im.plugins {
+		if q.typ != eppInflightProducer || absorbed[q] {
+			continue
+		}
+		absorbed[q] = true
+		im.note("%s: nothing to map: trimtab's scheduler counts each pick's uncached prompt tokens until its first byte (Endpoint.PendingTokens), as this producer does with addEstimatedOutputTokens false", q.label())
+		for _, k := range slices.Sorted(maps.Keys(q.params)) {
+			if k != "prefixMatchInfoProducerName" {
+				im.note("%s parameters.%s: not mapped (trimtab counts prompt tokens only, released at the first byte)", q.label(), k)
+			}
+		}
+	}
+}
+
+// tokenLoadParams carries token-load-scorer over: queueThresholdTokens
+// (default 4,194,304) → queue_threshold_tokens.
+func (im *importer) tokenLoadParams(p *eppPlugin, absorbed map[*eppPlugin]bool) map[string]any {
+	im.absorbInflight(absorbed)
+	q := int64(eppQueueThreshold)
+	for _, k := range slices.Sorted(maps.Keys(p.params)) {
+		v := p.params[k]
+		switch k {
+		case "queueThresholdTokens":
+			// llm-d falls back to its default for a value ≤ 0.
+			if n, ok := asInt(v); ok && n > 0 {
+				q = int64(n)
+			} else {
+				im.note("%s parameters.queueThresholdTokens: %v is not > 0; llm-d uses its default %d, and so does the import", p.label(), v, eppQueueThreshold)
+			}
+		case "inFlightLoadProducerName":
+		default:
+			im.note("%s parameters.%s: not mapped (trimtab's token-load scorer has no such setting)", p.label(), k)
+		}
+	}
+	return map[string]any{"queue_threshold_tokens": q}
+}
+
+// affinityFilter carries prefix-cache-affinity-filter over as the
+// prefix-affinity filter: affinityThreshold → threshold;
+// maxTokensInFlightPenalty → max_tokens_in_flight_penalty; the TTFT gate
+// estimated from in-flight tokens (ttftSource prefillThroughput, the
+// default) → the same gate in tokens, maxTTFTPenaltyMs ×
+// peakPrefillThroughput ÷ 1000; with both, the tighter one (either breaks
+// stickiness upstream).
+func (im *importer) affinityFilter(p *eppPlugin, absorbed map[*eppPlugin]bool) error {
+	im.absorbInflight(absorbed)
+	num := func(key string, def float64) (float64, error) {
+		v, set := p.params[key]
+		if !set || v == nil {
+			return def, nil
+		}
+		f, ok := asFloat(v)
+		if !ok || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+			return 0, fmt.Errorf("%s.parameters.%s: want a number ≥ 0, got %s", p.field(), key, kindOf(v))
+		}
+		return f, nil
+	}
+	tau, err := num("affinityThreshold", eppAffinityThreshold)
+	if err != nil {
+		return err
+	}
+	tokens, err := num("maxTokensInFlightPenalty", 0)
+	if err != nil {
+		return err
+	}
+	ttft, err := num("maxTTFTPenaltyMs", eppMaxTTFTPenaltyMs)
+	if err != nil {
+		return err
+	}
+	peak, err := num("peakPrefillThroughput", eppPeakPrefillTokensPS)
+	if err != nil {
+		return err
+	}
+	source, _ := p.params["ttftSource"].(string)
+	penalty := tokens
+	switch {
+	case ttft > 0 && source == "latencyPredictor":
+		im.note("%s parameters.maxTTFTPenaltyMs: not mapped (ttftSource latencyPredictor: trimtab has no latency predictor; only the in-flight-token gate is carried over)", p.label())
+	case ttft > 0:
+		// tokens = ms × tokens/s ÷ 1000
+		fromTTFT := math.Round(ttft * peak / 1000)
+		if penalty == 0 || fromTTFT < penalty {
+			penalty = fromTTFT
+		}
+		im.note("%s parameters.maxTTFTPenaltyMs: carried over as max_tokens_in_flight_penalty: %g ms × %g tokens/s ÷ 1000 = %g tokens (llm-d estimates TTFT from in-flight tokens at peakPrefillThroughput)", p.label(), ttft, peak, fromTTFT)
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.params)) {
+		v := p.params[k]
+		switch k {
+		case "affinityThreshold", "maxTokensInFlightPenalty", "maxTTFTPenaltyMs", "peakPrefillThroughput", "ttftSource",
+			"prefixMatchInfoProducerName", "inFlightLoadProducerName", "latencyPredictionInfoProducerName":
+		case "explorationProbability":
+			if f, ok := asFloat(v); !ok || f != 0 {
+				im.note("%s parameters.explorationProbability: not mapped (trimtab's filter never skips its gate at random)", p.label())
+			}
+		case "penaltySource":
+			if v != "constant" {
+				im.note("%s parameters.penaltySource: not mapped (%v: trimtab's gate is the constant in-flight-token penalty)", p.label(), v)
+			}
+		default:
+			im.note("%s parameters.%s: not mapped (trimtab's prefix-affinity filter has no such setting)", p.label(), k)
+		}
+	}
+	cfg := scorers.DefaultPrefixAffinityConfig()
+	cfg.Threshold, cfg.MaxTokensInFlightPenalty = tau, int64(penalty)
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%s.parameters: carried over as %w", p.field(), err)
+	}
+	if !slices.Contains(im.out.Filters, scorers.FilterPrefixAffinity) {
+		im.out.Filters = append(im.out.Filters, scorers.FilterPrefixAffinity)
+	}
+	im.out.PrefixAffinity = &importedAffinity{Threshold: tau, MaxTokensInFlightPenalty: int64(penalty)}
+	return nil
+}
+
+// affinityIndex gives a profile with the prefix-affinity filter or the
+// token-load scorer the prefix index they read: a prefix scorer with
+// weight 0 (llm-d's guides run the filter with no weighted prefix scorer,
+// llm-d-router#2651) learning at the pick, as the approx-prefix-cache
+// producer records at PreRequest, with the producer's parameters.
+func (im *importer) affinityIndex(used map[string]bool, absorbed map[*eppPlugin]bool) error {
+	needs := im.out.PrefixAffinity != nil || slices.ContainsFunc(im.out.Scorers, func(s importedScorer) bool { return s.Type == scorers.TypeTokenLoad })
+	if !needs || slices.ContainsFunc(im.out.Scorers, func(s importedScorer) bool { return s.Type == scorers.TypePrefix }) {
+		return nil
+	}
+	sc := importedScorer{Type: scorers.TypePrefix, Weight: 0, Params: map[string]any{"learn": scorers.LearnPick}}
+	from := "added: the index the prefix-affinity filter and token-load read"
+	if prod, ok := im.byName[eppPrefixProducer]; ok && prod.typ == eppPrefixProducer && !absorbed[prod] {
+		absorbed[prod] = true
+		src := map[string]*eppPlugin{}
+		for k := range prod.params {
+			src[k] = prod
+		}
+		params, err := im.prefixParams(prod, prod.params, src)
+		if err != nil {
+			return err
+		}
+		for k, v := range params {
+			sc.Params[k] = v
+		}
+		from = prod.label() + " (weight 0: the index the filter and token-load read, learning at the pick)"
+	}
+	used[scorers.TypePrefix] = true
+	im.out.Scorers = append(im.out.Scorers, sc)
+	im.from = append(im.from, from)
+	return nil
 }
 
 // uniqueName is the trimtab scorer name for p: omitted (the type) when

@@ -2,6 +2,7 @@ package configs
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,7 @@ func TestImportLLMDDefaults(t *testing.T) {
 
 // Golden files: the imported profile as people read it.
 func TestImportGolden(t *testing.T) {
-	for _, name := range []string{"default-plugins", "mixed", "legacy-chars"} {
+	for _, name := range []string{"default-plugins", "mixed", "legacy-chars", "optimized-baseline", "affinity-latency-pd"} {
 		t.Run(name, func(t *testing.T) {
 			im := importFile(t, name+".yaml")
 			golden := filepath.Join("testdata", "llm-d", name+".golden")
@@ -202,7 +203,7 @@ func TestImportErrorsNameTheField(t *testing.T) {
 // FuzzImportEndpointPicker: the importer never panics, and whatever it
 // accepts becomes a profile that trimtab's loader accepts.
 func FuzzImportEndpointPicker(f *testing.F) {
-	for _, name := range []string{"default-plugins", "mixed", "legacy-chars"} {
+	for _, name := range []string{"default-plugins", "mixed", "legacy-chars", "optimized-baseline", "affinity-latency-pd"} {
 		data, err := os.ReadFile(filepath.Join("testdata", "llm-d", name+".yaml"))
 		if err != nil {
 			f.Fatal(err)
@@ -219,4 +220,67 @@ func FuzzImportEndpointPicker(f *testing.F) {
 			t.Fatalf("accepted input gave an invalid profile: %v\n%s", err, im.Profile)
 		}
 	})
+}
+
+// llm-d's optimized-baseline guide imports as the llmd-token-load
+// profile: the prefix-affinity filter (τ 0.80, gate 286,720 tokens), the
+// token-load scorer on llm-d's scale, and a prefix index of weight 0
+// learning at the pick with the producer's 40,960 tokens (640 blocks of
+// 64 tokens).
+func TestImportOptimizedBaseline(t *testing.T) {
+	im := importFile(t, "optimized-baseline.yaml")
+	f, err := Parse(im.Profile)
+	if err != nil {
+		t.Fatalf("imported profile does not validate: %v\n%s", err, im.Profile)
+	}
+	if fmt.Sprint(f.Filters) != "[model healthy prefix-affinity]" {
+		t.Errorf("filters %v", f.Filters)
+	}
+	if f.PrefixAffinity.Threshold != 0.8 || f.PrefixAffinity.MaxTokensInFlightPenalty != 286720 {
+		t.Errorf("prefix_affinity %+v, want threshold 0.8, penalty 286720", f.PrefixAffinity)
+	}
+	got := map[string]string{}
+	for _, sc := range f.Scorers {
+		got[sc.Type] = fmt.Sprint(*sc.Weight, " ", sc.Params)
+	}
+	want := map[string]string{
+		"token-load": "1 map[queue_threshold_tokens:4194304]",
+		"prefix":     "0 map[learn:pick max_blocks:640]", // ⌈40960 × 4 / 256⌉ = 640
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("scorers %v, want %v", got, want)
+	}
+	for _, line := range im.Unmapped {
+		if strings.Contains(line, "not mapped") {
+			t.Errorf("the guide should map whole; unmapped: %s", line)
+		}
+	}
+}
+
+// What trimtab cannot map is named line by line; the TTFT gate estimated
+// from throughput becomes the token gate: 5000 ms × 20000 tokens/s ÷ 1000
+// = 100,000 tokens.
+func TestImportAffinityUnmappable(t *testing.T) {
+	im := importFile(t, "affinity-latency-pd.yaml")
+	f, err := Parse(im.Profile)
+	if err != nil {
+		t.Fatalf("imported profile does not validate: %v\n%s", err, im.Profile)
+	}
+	if f.PrefixAffinity.MaxTokensInFlightPenalty != 100000 {
+		t.Errorf("penalty %d, want 100000", f.PrefixAffinity.MaxTokensInFlightPenalty)
+	}
+	all := strings.Join(im.Unmapped, "\n")
+	for _, want := range []string{
+		"plugins[0] pd-profile-handler: not mapped (prefill/decode disaggregation",
+		"plugins[2] predicted-latency-producer: not mapped (a latency predictor",
+		"plugins[5] latency-scorer: not mapped (a latency predictor",
+		"sticky (prefix-cache-affinity-filter) parameters.explorationProbability: not mapped",
+		"parameters.addEstimatedOutputTokens: not mapped",
+		"parameters.maxTTFTPenaltyMs: carried over as max_tokens_in_flight_penalty: 5000 ms × 20000 tokens/s ÷ 1000 = 100000 tokens",
+		"schedulingProfiles[0] prefill: not mapped",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("unmapped lacks %q:\n%s", want, all)
+		}
+	}
 }

@@ -120,3 +120,57 @@ func TestHerdSignal(t *testing.T) {
 		t.Errorf("herd at 10 picks/s: a:1 has %d herd picks, want the bound exceeded", h)
 	}
 }
+
+// TestHerdSignalStaticMode: with the loop off (static mode) and a guard
+// configured as a scheduler setting, the guard diverts the herd and the
+// loop still measures the herd signal, without changing the weights: the
+// signal can be watched before adaptive mode is switched on. Every request
+// favours a:1 of four pods at 100 picks/s, each held four ticks (20 in
+// flight); the bound is max(2.5 × 21/4, 21/4 + 6) = 13.1, so from its
+// 14th request a:1 is over it and the rest are herd picks.
+func TestHerdSignalStaticMode(t *testing.T) {
+	prof := []scheduler.ScorerEntry{
+		{Name: "prefix", Scorer: favour{}, Weight: 3},
+		{Name: "queue", Scorer: catScorer(scheduler.CategoryDistribution), Weight: 1},
+	}
+	scfg := scheduler.DefaultConfig()
+	scfg.Guard.Factor = 2.5
+	s, err := scheduler.New(scfg, prof, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}, {Address: "d:1"}})
+	l := mustNew(t, DefaultConfig(), s, Deps{}) // adaptive.enabled false
+	start := s.Weights()
+	var held [][]*scheduler.Decision
+	n := 0
+	for k := 0; k < 3*20; k++ {
+		var now []*scheduler.Decision
+		for j := 0; j < 5; j++ {
+			d, err := s.Pick(context.Background(), &scheduler.Request{ID: fmt.Sprint(n), Model: "a:1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			now = append(now, d)
+		}
+		held = append(held, now)
+		if len(held) > 4 {
+			for _, d := range held[0] {
+				d.Done(scheduler.Outcome{})
+			}
+			held = held[1:]
+		}
+		l.Tick(t0.Add(time.Duration(k)*tick), s.Pool().Pointers())
+	}
+	if w := s.Weights(); w != start || w.Mode != configurator.ModeStatic {
+		t.Errorf("static mode: weights moved to version %d mode %s", w.Version, w.Mode)
+	}
+	if sig := l.Last().Signal; sig.Herd < 0.2 || sig.Picks < 80 {
+		t.Errorf("static mode: herd %.3f picks %.1f, want the herd measured (≥ 0.2 at ≈ 100 picks)", sig.Herd, sig.Picks)
+	}
+	a := s.Pool().Pointers()[0]
+	if a.InFlight() > 14 {
+		t.Errorf("a:1 holds %d in flight, want at most the guard's bound", a.InFlight())
+	}
+}

@@ -23,9 +23,15 @@ type Decision struct {
 	order  []int     // candidate indexes, best first; order[0] chosen
 	at     int       // index in order of the current endpoint
 	rnd    Rand      // per-decision random source (here so it does not escape per call)
+	// guarded says the pick ran under a guard (the weights' or the
+	// scheduler's); keys then hold the ranking keys.
+	guarded bool
 	// prefill is the prompt bytes counted as pending prefill on Endpoint
 	// until the first byte; firstByte says they were released.
-	prefill   int64
+	prefill int64
+	// tokens is the uncached prompt tokens counted on Endpoint
+	// (PendingTokens) until the first byte; 0 without a MatchProducer.
+	tokens    int64
 	firstByte atomic.Bool
 	done      atomic.Bool
 }
@@ -36,9 +42,16 @@ func (s *Scheduler) newDecision() *Decision {
 
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
+	d.guarded = false
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
+	d.tokens = 0
+	d.cs.matched = false
+	if cap(d.cs.cached) < n {
+		d.cs.cached = make([]int64, n)
+	}
+	d.cs.cached = d.cs.cached[:n]
 	if cap(d.cands) < n {
 		d.cands = make([]*Endpoint, 0, n)
 		d.spare = make([]*Endpoint, 0, n)
@@ -62,7 +75,7 @@ func (d *Decision) Total(i int) float64 { return d.totals[i] }
 // OverBound reports whether candidate i was over the guard's bound (and so
 // ranked after the candidates within it); always false without a guard.
 func (d *Decision) OverBound(i int) bool {
-	return d.Weights.Guard.Factor > 0 && i < len(d.keys) && d.keys[i] != d.totals[i]
+	return d.guarded && i < len(d.keys) && d.keys[i] != d.totals[i]
 }
 
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
@@ -128,16 +141,28 @@ func (d *Decision) move(e *Endpoint) {
 	if prefill {
 		d.Endpoint.st.pending.Add(-d.prefill)
 	}
+	d.Endpoint.st.tokens.Add(-d.tokens)
+	d.tokens = 0
 	d.Endpoint = e
 	e.st.inflight.Add(1)
 	e.st.picks.Add(1)
 	if prefill {
 		e.st.pending.Add(d.prefill)
+		d.chargeTokens()
 	}
 	s := d.s
 	for _, si := range s.pickObs {
 		d.cs.cur = si
 		s.entries[si].Scorer.(PickObserver).Picked(&d.cs, d.Request, e)
+	}
+}
+
+// chargeTokens counts the request's uncached prompt tokens on its
+// endpoint, by the MatchProducer's answer, when one ran.
+func (d *Decision) chargeTokens() {
+	if m, ok := d.cs.Match(d.Endpoint); ok {
+		d.tokens = m.Uncached()
+		d.Endpoint.st.tokens.Add(d.tokens)
 	}
 }
 
@@ -155,6 +180,8 @@ func (d *Decision) firstByteSeen(answered bool) {
 		return
 	}
 	d.Endpoint.st.pending.Add(-d.prefill)
+	d.Endpoint.st.tokens.Add(-d.tokens)
+	d.tokens = 0
 	if !answered {
 		return
 	}

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,5 +202,106 @@ func TestGuardedPickAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("guarded Pick+Done allocates %v times per request, want 0", allocs)
+	}
+}
+
+// TestSchedulerGuard: Config.Guard guards a static profile. The version-1
+// weights carry it (so it is published and shown with them) and measure
+// herd pressure against the profile weights; weights published later
+// without a guard of their own (static mode's profile weights after a
+// reload) still run under it; weights with their own guard use theirs.
+// One affinity scorer favours a:1 of four pods, factor 2 slack 1:
+//
+//	pick 1: a:1 at 0, μ = 1/4, bound max(0.5, 1.25) = 1.25; 1 ≤ 1.25: a:1
+//	pick 2: a:1 at 1, μ = 2/4, bound max(1, 1.5) = 1.5; 2 > 1.5: diverted,
+//	        a herd pick charged to a:1 (the profile weights' choice)
+func TestSchedulerGuard(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.Guard = GuardConfig{Factor: 2, Slack: 1}
+	entries := []ScorerEntry{{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1}}, Weight: 1}}
+	s, err := New(cfg, entries, nil, MaxScore{}, Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Weights(); w.Guard != (Guard{Factor: 2, Slack: 1}) || w.Calm == nil || w.Mode != "static" {
+		t.Fatalf("version 1 weights %+v, want the scheduler's guard, calm = the profile weights, static", w)
+	}
+	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	a := s.Pool().Pointers()[0]
+	two := func(label string) {
+		t.Helper()
+		first, err := s.Pick(context.Background(), &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.Pick(context.Background(), &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Endpoint != a || second.Endpoint == a || !second.OverBound(0) {
+			t.Errorf("%s: picks went to %s then %s (a:1 over %v); want a:1, then another pod with a:1 over the bound",
+				label, first.Endpoint.Address, second.Endpoint.Address, second.OverBound(0))
+		}
+		first.Done(Outcome{})
+		second.Done(Outcome{})
+	}
+	two("version 1")
+	if got := testutil.ToFloat64(s.m.guarded); got != 1 {
+		t.Errorf("guarded picks %v, want 1", got)
+	}
+	// Static mode republishing the profile weights with no guard of their own.
+	if err := s.Publish(&Weights{Version: 2, Values: []float64{1}, Mode: "static"}); err != nil {
+		t.Fatal(err)
+	}
+	two("weights without a guard")
+	if got := a.HerdPicks(); got != 2 {
+		t.Errorf("a:1 herd picks %d, want 2 (one per diverted pick)", got)
+	}
+	// The herd count is exported per endpoint, the signal's input.
+	const want = `
+# HELP trimtab_scheduler_endpoint_herd_picks_total Guarded decisions whose calm-weights choice was this endpoint while it was over the load guard's bound, or over the crowd bound while sharing the request's prefix with other endpoints: requests affinity would have piled on it.
+# TYPE trimtab_scheduler_endpoint_herd_picks_total counter
+trimtab_scheduler_endpoint_herd_picks_total{endpoint="a:1"} 2
+trimtab_scheduler_endpoint_herd_picks_total{endpoint="b:1"} 0
+trimtab_scheduler_endpoint_herd_picks_total{endpoint="c:1"} 0
+trimtab_scheduler_endpoint_herd_picks_total{endpoint="d:1"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_scheduler_endpoint_herd_picks_total"); err != nil {
+		t.Error(err)
+	}
+	// Weights with their own guard (factor 10: a:1 may take both) win.
+	if err := s.Publish(&Weights{Version: 3, Values: []float64{1}, Guard: Guard{Factor: 10, Slack: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := s.Pick(context.Background(), &Request{})
+	d2, _ := s.Pick(context.Background(), &Request{})
+	if d1.Endpoint != a || d2.Endpoint != a {
+		t.Errorf("under the weights' own loose guard: %s, %s; want a:1 twice", d1.Endpoint.Address, d2.Endpoint.Address)
+	}
+	d1.Done(Outcome{})
+	d2.Done(Outcome{})
+}
+
+func TestGuardConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		g    GuardConfig
+		want string
+	}{
+		{GuardConfig{Factor: 0.5}, "guard.factor"},
+		{GuardConfig{Factor: 2, Slack: -1}, "guard.slack"},
+		{GuardConfig{Factor: 2, CrowdFactor: 0.5}, "guard.crowd_factor"},
+		{GuardConfig{Factor: 2, CrowdFactor: 2, CrowdSlack: math.Inf(1)}, "guard.crowd_slack"},
+	} {
+		err := tc.g.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one naming %s", tc.g, err, tc.want)
+		}
+	}
+	if err := DefaultGuardConfig().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	if g, c := DefaultGuardConfig().Guards(); g.Factor != 0 || c.Factor != 0 {
+		t.Errorf("default guard %+v crowd %+v, want both off", g, c)
 	}
 }

@@ -68,16 +68,108 @@ type PoolObserver interface {
 	PoolChanged(eps []*Endpoint)
 }
 
+// StateFilter is implemented by filters that read the decision's
+// CycleState (CycleState.Match). Pick calls FilterState instead of Filter;
+// the contract is Filter's. cs is read-only to a filter.
+type StateFilter interface {
+	Filter
+	FilterState(cs *CycleState, req *Request, in, out []*Endpoint) []*Endpoint
+}
+
+// MatchProducer is implemented by scorers that know how much of a request
+// each endpoint already holds (the prefix index). When the profile has a
+// MatchConsumer, Pick calls the first producer's Match once per decision,
+// before the filters, with every candidate; Match records its answer with
+// CycleState.SetMatch, in the producer's own slot context (cs.Slot is
+// the producer's). The scheduler then also counts each pick's uncached
+// prompt tokens as pending on the chosen endpoint until its first byte
+// (Endpoint.PendingTokens). Match must not fail, block or allocate at
+// steady state.
+type MatchProducer interface {
+	Match(cs *CycleState, req *Request, eps []*Endpoint)
+}
+
+// MatchConsumer is implemented by filters and scorers that read
+// CycleState.Match; its presence in a profile makes Pick run the
+// MatchProducer. ConsumesMatch is a marker and is never called on the
+// request path.
+type MatchConsumer interface {
+	ConsumesMatch()
+}
+
+// Match is what a MatchProducer says of one request on one endpoint, in
+// tokens.
+type Match struct {
+	// Prompt is the request's prompt length in tokens.
+	Prompt int64
+	// Indexed is how many leading prompt tokens the producer indexes
+	// (whole blocks, up to its bound); ≤ Prompt.
+	Indexed int64
+	// Cached is how many leading prompt tokens the endpoint holds, ≤
+	// Indexed.
+	Cached int64
+}
+
+// Ratio returns Cached ÷ Indexed, the share of the indexed prompt the
+// endpoint holds, in [0,1]; 0 when nothing is indexed.
+func (m Match) Ratio() float64 {
+	if m.Indexed <= 0 {
+		return 0
+	}
+	return float64(m.Cached) / float64(m.Indexed)
+}
+
+// Uncached returns the prompt tokens the endpoint would have to compute,
+// Prompt − Cached, at least 0.
+func (m Match) Uncached() int64 { return max(m.Prompt-m.Cached, 0) }
+
 // CycleState is per-decision scratch space owned by the scheduler and
 // reused across decisions. A scorer may stash what it computed in Score
 // (the request's prefix-block hashes, say) in its slot and read it back in
-// Picked, so nothing is computed twice or allocated per request.
+// Picked, so nothing is computed twice or allocated per request. It also
+// carries the MatchProducer's answer for the decision (Match).
 type CycleState struct {
 	slots []any
 	cur   int
+
+	// The MatchProducer's answer: prompt and indexed tokens, and per pool
+	// endpoint (Endpoint.idx) the cached tokens. matched false: none.
+	matched         bool
+	prompt, indexed int64
+	cached          []int64
 }
 
 // Slot returns the calling scorer's scratch slot. Only valid inside Score
 // and Picked. Store a pointer in it to reuse a buffer across requests: the
 // slot keeps its value when the state is recycled.
 func (cs *CycleState) Slot() *any { return &cs.slots[cs.cur] }
+
+// SetMatch records the request's prompt and indexed lengths in tokens;
+// called by a MatchProducer in Match, before SetCached.
+func (cs *CycleState) SetMatch(prompt, indexed int64) {
+	cs.matched = true
+	cs.prompt, cs.indexed = max(prompt, 0), min(max(indexed, 0), max(prompt, 0))
+	clear(cs.cached)
+}
+
+// SetCached records how many leading prompt tokens e holds (clamped to
+// the indexed length); called by a MatchProducer in Match. Endpoints not
+// set hold none.
+func (cs *CycleState) SetCached(e *Endpoint, tokens int64) {
+	if i := int(e.idx); i >= 0 && i < len(cs.cached) {
+		cs.cached[i] = min(max(tokens, 0), cs.indexed)
+	}
+}
+
+// Match returns the MatchProducer's answer for e in this decision; ok is
+// false when no producer ran (the profile has none, or no consumer).
+func (cs *CycleState) Match(e *Endpoint) (m Match, ok bool) {
+	if !cs.matched {
+		return Match{}, false
+	}
+	m = Match{Prompt: cs.prompt, Indexed: cs.indexed}
+	if i := int(e.idx); i >= 0 && i < len(cs.cached) {
+		m.Cached = cs.cached[i]
+	}
+	return m, true
+}

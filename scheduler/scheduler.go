@@ -46,18 +46,84 @@ type Config struct {
 	MaxFallbacks int `mapstructure:"max_fallbacks"`
 	// Outlier is outlier ejection of failing endpoints.
 	Outlier OutlierConfig `mapstructure:"outlier"`
+	// Guard is the load guard every pick runs under when the weights in
+	// force carry none (see GuardConfig).
+	Guard GuardConfig `mapstructure:"guard"`
 }
 
 // DefaultConfig returns the defaults: seed 0, two fallbacks, outlier
-// ejection on with DefaultOutlierConfig.
-func DefaultConfig() Config { return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig()} }
+// ejection on with DefaultOutlierConfig, the guard off (DefaultGuardConfig).
+func DefaultConfig() Config {
+	return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig(), Guard: DefaultGuardConfig()}
+}
 
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.MaxFallbacks < 0 || c.MaxFallbacks > 16 {
 		return fmt.Errorf("max_fallbacks: %d, want 0…16", c.MaxFallbacks)
 	}
+	if err := c.Guard.Validate(); err != nil {
+		return err
+	}
 	return c.Outlier.Validate()
+}
+
+// GuardConfig is the scheduler's load guard (YAML scheduler.guard), a
+// setting of any profile, static or adaptive. With Factor > 0 every pick
+// whose weights carry no guard of their own (Weights.Guard.Factor 0: the
+// profile weights of static mode) runs under Guard{Factor, Slack}, and
+// herd pressure is measured against the weights in force: a pick whose
+// best-scored candidate is over the bound (or over the crowd bound while
+// it shares the request's prefix) charges that candidate a herd pick
+// (Endpoint.HerdPicks), so the herd signal can be watched before the
+// control loop is enabled. Weights that carry a guard (the adaptive
+// loop's) use their own; the profile loader gives both the same values.
+// docs/adaptive.md, "The load guard", has the defaults' reasons.
+type GuardConfig struct {
+	// Factor is the bound's factor c ≥ 1; 0 (the default) turns the
+	// scheduler's guard off.
+	Factor float64 `mapstructure:"factor"`
+	// Slack is s ≥ 0, in requests per unit of capacity. Default 6.
+	Slack float64 `mapstructure:"slack"`
+	// CrowdFactor and CrowdSlack bound a crowded prefix (Weights.Crowd);
+	// CrowdFactor 0 turns crowd accounting off. Defaults 1.5 and 3.
+	CrowdFactor float64 `mapstructure:"crowd_factor"`
+	CrowdSlack  float64 `mapstructure:"crowd_slack"`
+}
+
+// DefaultGuardConfig returns the guard off, with the slack and crowd
+// bound the adaptive loop's guard uses (factor 2.5 there).
+func DefaultGuardConfig() GuardConfig {
+	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}
+}
+
+// Validate checks the guard; errors name the field under scheduler.
+func (g GuardConfig) Validate() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !(g.Factor == 0 || g.Factor >= 1) || !finite(g.Factor):
+		return fmt.Errorf("guard.factor: must be 0 (off) or a finite number ≥ 1, got %v", g.Factor)
+	case !(g.Slack >= 0) || !finite(g.Slack):
+		return fmt.Errorf("guard.slack: must be a finite number ≥ 0, got %v", g.Slack)
+	case !(g.CrowdFactor == 0 || g.CrowdFactor >= 1) || !finite(g.CrowdFactor):
+		return fmt.Errorf("guard.crowd_factor: must be 0 (off) or a finite number ≥ 1, got %v", g.CrowdFactor)
+	case !(g.CrowdSlack >= 0) || !finite(g.CrowdSlack):
+		return fmt.Errorf("guard.crowd_slack: must be a finite number ≥ 0, got %v", g.CrowdSlack)
+	}
+	return nil
+}
+
+// Guards returns the guard and the crowd bound the config describes; both
+// zero when Factor is 0, the crowd bound zero when CrowdFactor is 0.
+func (g GuardConfig) Guards() (guard, crowd Guard) {
+	if g.Factor <= 0 {
+		return Guard{}, Guard{}
+	}
+	guard = Guard{Factor: g.Factor, Slack: g.Slack}
+	if g.CrowdFactor > 0 {
+		crowd = Guard{Factor: g.CrowdFactor, Slack: g.CrowdSlack}
+	}
+	return guard, crowd
 }
 
 // Deps are the scheduler's collaborators. Nil fields get harmless
@@ -93,14 +159,18 @@ type Scheduler struct {
 	filters []Filter
 	empty   []error // per filter: what Pick returns when it leaves no candidate
 	picker  Picker
+	guard   Guard // Config.Guard's bound: the guard of weights without one
+	crowd   Guard // … and its crowd bound
 	log     *slog.Logger
 	clk     clock.PassiveClock
 	m       *metrics
 
-	pickObs  []int  // indexes of scorers implementing PickObserver
-	doneObs  []int  // … DoneObserver
-	fbObs    []int  // … FirstByteObserver
-	affinity []bool // per scorer: its category is CategoryAffinity
+	stateFlt []StateFilter // per filter: its StateFilter, nil if it is none
+	matchBy  int           // index of the scorer whose Match runs; -1: none
+	pickObs  []int         // indexes of scorers implementing PickObserver
+	doneObs  []int         // … DoneObserver
+	fbObs    []int         // … FirstByteObserver
+	affinity []bool        // per scorer: its category is CategoryAffinity
 
 	pool    atomic.Pointer[Pool]
 	weights atomic.Pointer[Weights]
@@ -154,14 +224,29 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.matchBy = -1
+	consumer := false
 	for _, f := range s.filters {
+		sf, _ := f.(StateFilter)
+		s.stateFlt = append(s.stateFlt, sf)
+		if _, ok := f.(MatchConsumer); ok {
+			consumer = true
+		}
 		err := ErrUnknownModel
 		if ee, ok := f.(EmptyErrorer); ok && ee.EmptyError() != nil {
 			err = ee.EmptyError()
 		}
 		s.empty = append(s.empty, err)
 	}
+	for _, e := range entries {
+		if _, ok := e.Scorer.(MatchConsumer); ok {
+			consumer = true
+		}
+	}
 	for i, e := range entries {
+		if _, ok := e.Scorer.(MatchProducer); ok && consumer && s.matchBy < 0 {
+			s.matchBy = i
+		}
 		s.affinity = append(s.affinity, e.Scorer.Category() == CategoryAffinity)
 		if _, ok := e.Scorer.(PickObserver); ok {
 			s.pickObs = append(s.pickObs, i)
@@ -173,7 +258,11 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 			s.fbObs = append(s.fbObs, i)
 		}
 	}
+	s.guard, s.crowd = cfg.Guard.Guards()
 	w := &Weights{Version: 1, Values: base, Mode: "static", Reason: "profile weights"}
+	if s.guard.Factor > 0 {
+		w.Guard, w.Crowd, w.Calm = s.guard, s.crowd, base
+	}
 	if err := w.Validate(len(entries)); err != nil {
 		return nil, fmt.Errorf("scheduler: profile %w", err)
 	}
@@ -222,11 +311,12 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 			s.states[eps[i].Address] = st
 		}
 		p.Endpoints[i].st = st
+		p.Endpoints[i].idx = int32(i)
 		p.ptrs[i] = &p.Endpoints[i]
 		present[eps[i].Address] = true
 	}
 	for addr, st := range s.states {
-		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
+		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.tokens.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
 			delete(s.states, addr)
 		}
 	}
@@ -289,9 +379,18 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		s.m.errNoEndpoints.Inc()
 		return nil, ErrNoEndpoints
 	}
+	if s.matchBy >= 0 {
+		d.cs.cur = s.matchBy
+		s.entries[s.matchBy].Scorer.(MatchProducer).Match(&d.cs, req, cands)
+	}
 	spare := d.spare[:0]
 	for fi, f := range s.filters {
-		out := f.Filter(req, cands, spare)
+		var out []*Endpoint
+		if sf := s.stateFlt[fi]; sf != nil {
+			out = sf.FilterState(&d.cs, req, cands, spare)
+		} else {
+			out = f.Filter(req, cands, spare)
+		}
 		cands, spare = out, cands[:0]
 		if len(cands) == 0 {
 			s.release(d)
@@ -332,8 +431,9 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 		d.rnd = NewRand(mix(s.cfg.Seed, s.seq.Add(1)))
 	}
 	keys := d.totals
-	if w.Guard.Factor > 0 {
-		keys = s.guard(d, w)
+	if g, crowd, calm := s.guardFor(w); g.Factor > 0 {
+		d.guarded = true
+		keys = s.applyGuard(d, w, g, crowd, calm)
 	}
 	k := min(n, 1+s.cfg.MaxFallbacks)
 	k = s.picker.Rank(keys, &d.rnd, d.order[:k])
@@ -343,6 +443,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
 	d.Endpoint.st.pending.Add(d.prefill)
+	d.chargeTokens()
 	s.m.picks.Inc()
 	for _, si := range s.pickObs {
 		d.cs.cur = si
@@ -351,13 +452,28 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	return d, nil
 }
 
-// guard applies w.Guard to the decision's candidates: it returns ranking
-// keys in which every over-bound candidate ranks below every candidate
-// within the bound (totals minus more than any total can be), counts a
-// guarded pick when the best total was over the bound, and charges a herd
-// pick to the calm weights' choice when that one is over the bound, or
-// over w.Crowd's bound while it shares its prefix with other candidates.
-func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
+// guardFor returns the guard a pick with weights w runs under, its crowd
+// bound, and the weights herd pressure is measured against: w's own when
+// w carries a guard, else the scheduler's (Config.Guard) measured against
+// w's values, else none.
+func (s *Scheduler) guardFor(w *Weights) (g, crowd Guard, calm []float64) {
+	if w.Guard.Factor > 0 {
+		return w.Guard, w.Crowd, w.Calm
+	}
+	if s.guard.Factor > 0 {
+		return s.guard, s.crowd, w.Values
+	}
+	return Guard{}, Guard{}, nil
+}
+
+// applyGuard applies guard g to the decision's candidates: it returns
+// ranking keys in which every over-bound candidate ranks below every
+// candidate within the bound (totals minus more than any total can be),
+// counts a guarded pick when the best total was over the bound, and
+// charges a herd pick to the calm weights' choice when that one is over
+// the bound, or over the crowd bound while it shares its prefix with
+// other candidates. calm nil: no herd accounting.
+func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []float64) []float64 {
 	cands := d.cands
 	n := len(cands)
 	var sum, capSum, penalty float64
@@ -370,7 +486,7 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 	}
 	penalty++
 	d.keys = growFloats(d.keys, n)
-	best, calm := 0, 0
+	best, calmAt := 0, 0
 	// The calm choice's total and affinity part; the top affinity part
 	// and how many candidates share it (within eps: scores are sums of
 	// the same products, so equal prefixes give equal parts).
@@ -382,9 +498,9 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 		if d.totals[i] > d.totals[best] {
 			best = i
 		}
-		if w.Calm != nil {
+		if calm != nil {
 			var t, a float64
-			for si, cw := range w.Calm {
+			for si, cw := range calm {
 				v := cw * d.scores[si*n+i]
 				t += v
 				if s.affinity[si] {
@@ -392,7 +508,7 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 				}
 			}
 			if i == 0 || t > calmBest {
-				calm, calmBest, calmAff = i, t, a
+				calmAt, calmBest, calmAff = i, t, a
 			}
 			switch {
 			case a > topAff+eps:
@@ -401,20 +517,20 @@ func (s *Scheduler) guard(d *Decision, w *Weights) []float64 {
 				holders++
 			}
 		}
-		if w.Guard.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum) {
+		if g.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum) {
 			d.keys[i] -= penalty
 		}
 	}
 	if d.keys[best] != d.totals[best] {
 		s.m.guarded.Inc()
 	}
-	if w.Calm == nil {
+	if calm == nil {
 		return d.keys
 	}
-	e := cands[calm]
-	herd := d.keys[calm] != d.totals[calm]
-	if !herd && w.Crowd.Factor > 0 && holders >= 2 && calmAff >= topAff-eps {
-		herd = w.Crowd.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum)
+	e := cands[calmAt]
+	herd := d.keys[calmAt] != d.totals[calmAt]
+	if !herd && crowd.Factor > 0 && holders >= 2 && calmAff >= topAff-eps {
+		herd = crowd.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum)
 	}
 	if herd {
 		e.st.herd.Add(1)

@@ -128,7 +128,8 @@ type Endpoint struct {
 	// State is the freshness of the metrics at publication time.
 	State State
 
-	st *endpointState
+	st  *endpointState
+	idx int32 // position in the installed pool (CycleState.Match)
 }
 
 // endpointState is the router-local state of an endpoint, kept by address
@@ -138,6 +139,7 @@ type endpointState struct {
 	picks    atomic.Uint64
 	herd     atomic.Uint64 // guarded picks whose calm choice was this endpoint, over the bound
 	pending  atomic.Int64  // prompt bytes of requests awaiting their first byte
+	tokens   atomic.Int64  // uncached prompt tokens of requests awaiting their first byte
 
 	// Other routers' counts for the endpoint, as their sync updates
 	// reported them (AddPeerLoad); 0 without replica sync.
@@ -194,6 +196,20 @@ func (e *Endpoint) LocalPendingPrefill() int64 {
 		return 0
 	}
 	return e.st.pending.Load()
+}
+
+// PendingTokens returns the uncached prompt tokens of the requests this
+// router sent to the endpoint that have not received their first response
+// byte: each request counts its prompt tokens less those the endpoint held
+// by the profile's MatchProducer (the prefix index) at the pick. It is 0
+// for profiles without a MatchProducer and a MatchConsumer, and for
+// endpoints never installed in a Scheduler. Router-local: replica sync
+// carries prompt bytes (PendingPrefill), not tokens.
+func (e *Endpoint) PendingTokens() int64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.tokens.Load()
 }
 
 // Picks returns how many decisions chose this endpoint (including retries

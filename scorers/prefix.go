@@ -196,6 +196,8 @@ type prefixScratch struct {
 	later []int32
 	// touch keeps touchHomes' result, so its loads are not dead code.
 	touch uint64
+	// matchOut is Match's throw-away score buffer.
+	matchOut []float64
 }
 
 type seenAt struct{ pos, id uint32 }
@@ -366,6 +368,25 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	}
 	for _, id := range sc.ids[:len(eps)] {
 		candOf[id] = 0 // candOf[0] is never read as a candidate
+	}
+}
+
+// Match implements scheduler.MatchProducer with the same lookup as
+// Score: the request's prompt is len(prompt) ÷ bytes_per_token tokens, its
+// indexed part the full blocks Score matches (at most max_blocks) ×
+// block_size, and each candidate holds its leading matched blocks ×
+// block_size tokens.
+func (p *Prefix) Match(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint) {
+	sc := p.scratch(cs)
+	sc.matchOut = grow(sc.matchOut, len(eps))
+	p.Score(cs, req, eps, sc.matchOut)
+	bs := int64(p.cfg.BlockSize)
+	cs.SetMatch(int64(len(req.Prompt)/p.cfg.BytesPerToken), int64(sc.n)*bs)
+	if sc.n == 0 {
+		return
+	}
+	for i, e := range eps {
+		cs.SetCached(e, int64(sc.matched[i])*bs)
 	}
 }
 

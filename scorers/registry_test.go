@@ -20,6 +20,7 @@ func TestInTreeBuildsEveryScorer(t *testing.T) {
 		TypeKVCache:        scheduler.CategoryDistribution,
 		TypeInFlight:       scheduler.CategoryDistribution,
 		TypePendingPrefill: scheduler.CategoryDistribution,
+		TypeTokenLoad:      scheduler.CategoryDistribution,
 	}
 	reg := InTree()
 	if len(reg) != len(want) {

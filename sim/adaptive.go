@@ -55,9 +55,7 @@ func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control
 	if err != nil {
 		return nil, nil, fmt.Errorf("adaptive-off policy: %w", err)
 	}
-	off := *f
-	off.Adaptive.Enabled = false
-	return ProfilePolicy(PolicyAdaptiveOff, "", &off).Build(seed, sc)
+	return ProfilePolicy(PolicyAdaptiveOff, "", loopOff(f, false)).Build(seed, sc)
 }
 
 // buildShipped builds policy name from the shipped profile profile.
@@ -83,17 +81,15 @@ func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Lo
 }
 
 // shippedProfile returns a Policy.Profile reading a shipped profile; with
-// loopOff the control loop is switched off (adaptive-off).
-func shippedProfile(name string, loopOff bool) func() (*configs.File, error) {
+// off the control loop and the guard are switched off (adaptive-off).
+func shippedProfile(name string, off bool) func() (*configs.File, error) {
 	return func() (*configs.File, error) {
 		f, err := configs.LoadShipped(name)
 		if err != nil {
 			return nil, err
 		}
-		if loopOff {
-			off := *f
-			off.Adaptive.Enabled = false
-			f = &off
+		if off {
+			f = loopOff(f, false)
 		}
 		return f, nil
 	}

@@ -39,6 +39,15 @@ const (
 	// PolicyAdaptiveOff is the shipped adaptive profile with the loop off:
 	// the same scorers at the profile's weights. What adaptive must beat.
 	PolicyAdaptiveOff = "adaptive-off"
+	// PolicyGuardOnly is the shipped adaptive profile with the loop off
+	// and its guard kept (scheduler.guard): the calm weights under the
+	// load guard, with herd accounting but no weight changes. What the
+	// loop must add to.
+	PolicyGuardOnly = "guard-only"
+	// The field's current policies (docs/field-policies.md).
+	PolicyLLMDTokenLoad = "llmd-token-load"
+	PolicySMGLeastLoad  = "smg-least-load"
+	PolicyDynamoKVCost  = "dynamo-kv-cost"
 	// PolicyTunedStatic is configs/tuned-static.yaml: the best single
 	// static weight vector over the adaptive profile's scorers for the
 	// shipped suite, found by trimtab sim tune. What a careful operator
@@ -89,8 +98,12 @@ scorers:
     weight: 2
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
+		{Name: PolicyLLMDTokenLoad, Description: "llm-d optimized-baseline: prefix-affinity filter (τ 0.80, gate 286,720 tokens) + token-load, learning at the pick (configs/llmd-token-load.yaml)", Build: buildShipped(PolicyLLMDTokenLoad, PolicyLLMDTokenLoad), Profile: shippedProfile(PolicyLLMDTokenLoad, false)},
+		{Name: PolicySMGLeastLoad, Description: "SMG cache-aware with least_load misses and spills: expected wait (queued + dispatched tokens)/2000 tok/s + 0.15 s·k/(1−k)", Build: buildSMGLeastLoad},
+		{Name: PolicyDynamoKVCost, Description: "Dynamo KV router: argmin of uncached prefill blocks + active decode blocks (overlap weight 1, temperature 0)", Build: buildDynamoKVCost},
 		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive, Profile: shippedProfile("adaptive", false)},
-		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with adaptive.enabled false: the same scorers at the profile weights", Build: buildAdaptiveOff, Profile: shippedProfile("adaptive", true)},
+		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with the loop and the guard off: the same scorers at the profile weights", Build: buildAdaptiveOff, Profile: shippedProfile("adaptive", true)},
+		{Name: PolicyGuardOnly, Description: "configs/adaptive.yaml with adaptive.enabled false: the calm weights under the load guard, no loop", Build: buildGuardOnly, Profile: guardOnlyProfile},
 		{Name: PolicyTunedStatic, Description: "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", Build: buildShipped(PolicyTunedStatic, PolicyTunedStatic), Profile: shippedProfile(PolicyTunedStatic, false)},
 	}
 }
@@ -133,6 +146,38 @@ func Policies(names []string) ([]Policy, error) {
 		}
 	}
 	return out, nil
+}
+
+// loopOff returns a copy of f with the control loop off and, unless
+// keepGuard, the scheduler's load guard off too.
+func loopOff(f *configs.File, keepGuard bool) *configs.File {
+	off := *f
+	off.Adaptive.Enabled = false
+	if !keepGuard {
+		off.Scheduler.Guard.Factor = 0
+	}
+	return &off
+}
+
+// guardOnlyProfile is configs/adaptive.yaml with adaptive.enabled: false,
+// the roll-back an operator makes: its scheduler.guard stays.
+func guardOnlyProfile() (*configs.File, error) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		return nil, fmt.Errorf("guard-only policy: %w", err)
+	}
+	if f.Scheduler.Guard.Factor == 0 {
+		return nil, fmt.Errorf("guard-only policy: configs/adaptive.yaml has no scheduler.guard")
+	}
+	return loopOff(f, true), nil
+}
+
+func buildGuardOnly(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	f, err := guardOnlyProfile()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ProfilePolicy(PolicyGuardOnly, "", f).Build(seed, sc)
 }
 
 // newPrefixScorer builds the in-tree prefix scorer with its defaults but

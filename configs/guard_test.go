@@ -1,0 +1,95 @@
+package configs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers"
+)
+
+// TestGuardSetting: scheduler.guard is the guard of both modes; the
+// adaptive section's guard keys still set it; both written and
+// disagreeing is an error naming both keys.
+func TestGuardSetting(t *testing.T) {
+	const scorersYAML = `
+scorers:
+  - {type: prefix, weight: 3}
+  - {type: inflight, weight: 1}
+`
+	for _, tc := range []struct {
+		name     string
+		yaml     string
+		sched    scheduler.GuardConfig // resolved scheduler.guard
+		adFactor float64               // resolved adaptive.guard_factor
+		err      string
+	}{
+		{"static, nothing written: no guard", ``,
+			scheduler.GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}, 2.5, ""},
+		{"adaptive, nothing written: the loop's own guard only", "adaptive: {enabled: true}",
+			scheduler.GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}, 2.5, ""},
+		{"static with scheduler.guard", "scheduler: {guard: {factor: 3, slack: 4}}\nadaptive: {enabled: false}",
+			scheduler.GuardConfig{Factor: 3, Slack: 4, CrowdFactor: 1.5, CrowdSlack: 3}, 3, ""},
+		{"adaptive with scheduler.guard: the loop uses it", "scheduler: {guard: {factor: 2}}\nadaptive: {enabled: true}",
+			scheduler.GuardConfig{Factor: 2, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}, 2, ""},
+		{"legacy adaptive.guard_factor with the loop off keeps the guard", "adaptive: {enabled: false, guard_factor: 2.5, guard_slack: 5}",
+			scheduler.GuardConfig{Factor: 2.5, Slack: 5, CrowdFactor: 1.5, CrowdSlack: 3}, 2.5, ""},
+		{"both written, same value", "scheduler: {guard: {factor: 2.5}}\nadaptive: {guard_factor: 2.5}",
+			scheduler.GuardConfig{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}, 2.5, ""},
+		{"both written, different", "scheduler: {guard: {factor: 3}}\nadaptive: {guard_factor: 2.5}",
+			scheduler.GuardConfig{}, 0, "scheduler.guard.factor (3) and adaptive.guard_factor (2.5) disagree"},
+		{"crowd keys conflict", "scheduler: {guard: {factor: 3, crowd_slack: 1}}\nadaptive: {crowd_slack: 2}",
+			scheduler.GuardConfig{}, 0, "scheduler.guard.crowd_slack (1) and adaptive.crowd_slack (2) disagree"},
+		{"bad factor", "scheduler: {guard: {factor: 0.5}}",
+			scheduler.GuardConfig{}, 0, "scheduler: guard.factor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse([]byte(tc.yaml + scorersYAML))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Scheduler.Guard != tc.sched {
+				t.Errorf("scheduler.guard %+v, want %+v", f.Scheduler.Guard, tc.sched)
+			}
+			if f.Adaptive.GuardFactor != tc.adFactor {
+				t.Errorf("adaptive.guard_factor %v, want %v", f.Adaptive.GuardFactor, tc.adFactor)
+			}
+			s, err := f.BuildScheduler(scorers.InTree(), scheduler.Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Static weights carry the scheduler's guard when it is on.
+			if w := s.Weights(); w.Guard.Factor != tc.sched.Factor {
+				t.Errorf("version 1 weights guard %+v, want factor %v", w.Guard, tc.sched.Factor)
+			}
+		})
+	}
+}
+
+// TestShippedGuardOnly: the adaptive profile rolled back with
+// adaptive.enabled: false keeps its guard, and the scheduler it builds
+// publishes it with the weights.
+func TestShippedGuardOnly(t *testing.T) {
+	f, err := LoadShipped("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Scheduler.Guard.Factor != 2.5 || f.Scheduler.Guard.Slack != 6 {
+		t.Fatalf("adaptive profile scheduler.guard %+v, want factor 2.5 slack 6", f.Scheduler.Guard)
+	}
+	off := *f
+	off.Adaptive.Enabled = false
+	s, err := off.BuildScheduler(scorers.InTree(), scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Weights(); w.Guard.Factor != 2.5 || w.Calm == nil {
+		t.Errorf("loop off: weights %+v, want the guard (factor 2.5) and herd accounting", w)
+	}
+}
