@@ -81,3 +81,24 @@ func TestPeerLoadSteersTheGuard(t *testing.T) {
 		t.Errorf("picked a:1; the peer's load puts it over the guard's bound")
 	}
 }
+
+func TestSetCalibration(t *testing.T) {
+	entries := []ScorerEntry{{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1}}, Weight: 1}}
+	s := newTestScheduler(t, entries)
+	s.SetEndpoints(eps("a:1", "b:1"))
+	if got := s.Pool().Pointers()[0].Calibration(); got != (Calibration{}) {
+		t.Errorf("a:1 before any calibration: %+v, want the zero value", got)
+	}
+	want := Calibration{PrefillTokensPerSecond: 12000, DecodeStepSeconds: 0.02, KVCapacityTokens: 1 << 20, Samples: 40}
+	s.SetCalibration("a:1", want)
+	if got := s.Pool().Pointers()[0].Calibration(); got != want {
+		t.Errorf("a:1: %+v, want %+v", got, want)
+	}
+	// Kept by address across pools, and set before discovery finds c:1.
+	s.SetCalibration("c:1", Calibration{PrefillTokensPerSecond: 5000})
+	s.SetEndpoints(eps("a:1", "b:1", "c:1"))
+	p := s.Pool().Pointers()
+	if p[0].Calibration() != want || p[1].Calibration() != (Calibration{}) || p[2].Calibration().PrefillTokensPerSecond != 5000 {
+		t.Errorf("after a new pool: a:1 %+v, b:1 %+v, c:1 %+v", p[0].Calibration(), p[1].Calibration(), p[2].Calibration())
+	}
+}

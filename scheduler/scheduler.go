@@ -354,6 +354,21 @@ func (s *Scheduler) AddPeerLoad(addr string, inflight, pending int64) {
 	s.mu.Unlock()
 }
 
+// SetCalibration publishes what was learned of the endpoint at addr (see
+// Calibration); it is kept across pools like the in-flight count, and
+// replaces the previous value whole. For the control plane: it takes the
+// scheduler's lock briefly and allocates.
+func (s *Scheduler) SetCalibration(addr string, c Calibration) {
+	s.mu.Lock()
+	st := s.states[addr]
+	if st == nil {
+		st = new(endpointState)
+		s.states[addr] = st
+	}
+	s.mu.Unlock()
+	st.calib.Store(&c)
+}
+
 // Pick chooses an endpoint for req. On success the caller owns the returned
 // Decision until it calls Done exactly once; afterwards it must not touch
 // it. Errors are ErrNoEndpoints, ErrUnknownModel, ErrUnreachable or a
