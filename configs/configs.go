@@ -12,6 +12,7 @@ package configs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -107,14 +108,18 @@ func Default() *File {
 	}
 }
 
-// Load reads and validates the profile at path.
+// Load reads and validates the profile at path (at most MaxFileBytes). It
+// does not read the files the profile names: see CheckFiles.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(context.Background(), path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
 	f, err := Parse(data)
 	if err != nil {
+		if IsEndpointsFile(data) {
+			return nil, fmt.Errorf("%s: %w", path, errNotProfile)
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.Path = path
