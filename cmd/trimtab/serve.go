@@ -59,6 +59,7 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 				return err
 			}
 			defer lns.close()
+			warnOpenAdmin(log, f.Server)
 			tr, err := newTracing(f.Tracing)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
