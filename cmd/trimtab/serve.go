@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/telemetry"
 )
 
 func newServeCmd() *cobra.Command {
@@ -22,6 +23,7 @@ func newServeCmd() *cobra.Command {
 		path      string
 		logLevel  string
 		logFormat string
+		logLimit  time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "serve --config FILE",
@@ -41,10 +43,11 @@ apply at once; a bad profile, or a change that needs a restart, is refused and
 the running profile kept. SIGTERM drains in-flight requests (server.drain_timeout).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(logLevel, logFormat, cmd.ErrOrStderr())
+			log, flushLog, err := newLogger(logLevel, logFormat, cmd.ErrOrStderr(), logLimit)
 			if err != nil {
 				return err
 			}
+			defer flushLog()
 			f, err := configs.Load(path)
 			if err != nil {
 				return err
@@ -101,24 +104,43 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 	c.Flags().StringVarP(&path, "config", "c", "", "profile YAML file (required)")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	c.Flags().StringVar(&logFormat, "log-format", "text", "text or json")
+	c.Flags().DurationVar(&logLimit, "log-limit", 10*time.Second, "repeated log lines (same level, message, component, endpoint): 5 per this interval, then a suppressed=N count; 0 turns limiting off")
 	_ = c.MarkFlagRequired("config")
 	return c
 }
 
 // newLogger returns the logger of serve, writing to w (standard error).
-func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+// With limit > 0, repeated records are rate-limited
+// (telemetry.LimitHandler: 5 of a kind per limit, then a count); flush
+// reports counts still owed and is called at exit.
+func newLogger(level, format string, w io.Writer, limit time.Duration) (log *slog.Logger, flush func(), err error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
 	switch strings.ToLower(format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, nil, fmt.Errorf("--log-format: %q, want text or json", format)
 	}
-	return nil, fmt.Errorf("--log-format: %q, want text or json", format)
+	switch {
+	case limit < 0:
+		return nil, nil, fmt.Errorf("--log-limit: %v, want ≥ 0 (0 turns limiting off)", limit)
+	case limit == 0:
+		return slog.New(h), func() {}, nil
+	}
+	cfg := telemetry.DefaultLimitConfig()
+	cfg.Interval = limit
+	lh, err := telemetry.NewLimitHandler(h, cfg, telemetry.LimitDeps{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--log-limit: %w", err)
+	}
+	return slog.New(lh), func() { _ = lh.Flush(context.Background()) }, nil
 }
 
 // listeners are serve's bound listeners; nil for a server that is off.
