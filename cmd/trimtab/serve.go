@@ -62,7 +62,7 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 				return err
 			}
 			defer lns.close()
-			warnOpenAdmin(log, f.Server)
+			warnOpenAdmin(log, f)
 			tr, err := newTracing(f.Tracing)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)

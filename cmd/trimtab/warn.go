@@ -5,14 +5,14 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/trimtab/trimtab/proxy/settings"
+	"github.com/trimtab/trimtab/configs"
 )
 
 // warnOpenAdmin logs a warning when the admin server listens beyond
 // loopback without a token: /debug/* and /ui are then open to anyone who
 // can reach the port.
-func warnOpenAdmin(log *slog.Logger, cfg settings.Config) {
-	a := cfg.Admin
+func warnOpenAdmin(log *slog.Logger, f *configs.File) {
+	a := f.Server.Admin
 	if !a.Enabled || a.Token != "" || a.TokenFile != "" || loopbackOnly(a.Addr) {
 		return
 	}

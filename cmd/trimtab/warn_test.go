@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trimtab/trimtab/proxy/settings"
+	"github.com/trimtab/trimtab/configs"
 )
 
 // TestWarnOpenAdmin: an admin server reachable beyond loopback without a
@@ -33,9 +33,9 @@ func TestWarnOpenAdmin(t *testing.T) {
 	} {
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))
-		cfg := settings.DefaultConfig()
-		cfg.Admin.Addr, cfg.Admin.Token, cfg.Admin.Enabled = tt.addr, tt.token, !tt.off
-		warnOpenAdmin(log, cfg)
+		f := configs.Default()
+		f.Server.Admin.Addr, f.Server.Admin.Token, f.Server.Admin.Enabled = tt.addr, tt.token, !tt.off
+		warnOpenAdmin(log, f)
 		out := buf.String()
 		if !tt.warn {
 			if out != "" {
