@@ -26,7 +26,7 @@ func runValidate(t *testing.T, files ...string) (string, bool) {
 	return out.String(), err != nil
 }
 
-func writeFile(t *testing.T, dir, name, body string) string {
+func writeTestFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -40,10 +40,10 @@ func writeFile(t *testing.T, dir, name, body string) string {
 // an endpoints file given on its own is validated as one.
 func TestConfigValidateChecksEndpointsFile(t *testing.T) {
 	dir := t.TempDir()
-	good := writeFile(t, dir, "good-eps.yaml", "endpoints:\n  - {address: 127.0.0.1:8000}\n  - {address: 127.0.0.1:8001}\n")
-	bad := writeFile(t, dir, "bad-eps.yaml", "endpoints:\n  - {address: 127.0.0.1:8000}\n  - {address: 127.0.0.1}\n")
+	good := writeTestFile(t, dir, "good-eps.yaml", "endpoints:\n  - {address: 127.0.0.1:8000}\n  - {address: 127.0.0.1:8001}\n")
+	bad := writeTestFile(t, dir, "bad-eps.yaml", "endpoints:\n  - {address: 127.0.0.1:8000}\n  - {address: 127.0.0.1}\n")
 	profile := func(name, eps string) string {
-		return writeFile(t, dir, name, "scorers:\n  - {type: queue, weight: 1}\nendpoints: {mode: static, file: "+eps+"}\n")
+		return writeTestFile(t, dir, name, "scorers:\n  - {type: queue, weight: 1}\nendpoints: {mode: static, file: "+eps+"}\n")
 	}
 	for _, tt := range []struct {
 		name, file string

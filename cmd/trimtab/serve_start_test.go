@@ -24,7 +24,7 @@ func runServeCmd(ctx context.Context, profile string, logs io.Writer, extra ...s
 	return errc
 }
 
-func waitErr(t *testing.T, errc <-chan error) error {
+func waitServeErr(t *testing.T, errc <-chan error) error {
 	t.Helper()
 	select {
 	case err := <-errc:
@@ -39,7 +39,7 @@ func waitErr(t *testing.T, errc <-chan error) error {
 // a static endpoints file eps.
 func serveProfile(t *testing.T, dir, eps, httpAddr, extAddr, adminAddr string) string {
 	t.Helper()
-	return writeFile(t, dir, "profile.yaml", fmt.Sprintf(`scorers:
+	return writeTestFile(t, dir, "profile.yaml", fmt.Sprintf(`scorers:
   - {type: queue, weight: 1}
 endpoints: {mode: static, file: %s}
 server:
@@ -58,7 +58,7 @@ func TestServeBusyPortNamesTheSetting(t *testing.T) {
 	}
 	defer busy.Close()
 	dir := t.TempDir()
-	eps := writeFile(t, dir, "eps.yaml", "endpoints:\n  - {address: 127.0.0.1:1}\n")
+	eps := writeTestFile(t, dir, "eps.yaml", "endpoints:\n  - {address: 127.0.0.1:1}\n")
 	for _, tt := range []struct{ setting, http, ext, admin string }{
 		{"server.http.addr", busy.Addr().String(), "127.0.0.1:0", "127.0.0.1:0"},
 		{"server.ext_proc.addr", "127.0.0.1:0", busy.Addr().String(), "127.0.0.1:0"},
@@ -67,7 +67,7 @@ func TestServeBusyPortNamesTheSetting(t *testing.T) {
 		t.Run(tt.setting, func(t *testing.T) {
 			var logs syncBuffer
 			profile := serveProfile(t, t.TempDir(), eps, tt.http, tt.ext, tt.admin)
-			err := waitErr(t, runServeCmd(context.Background(), profile, &logs))
+			err := waitServeErr(t, runServeCmd(context.Background(), profile, &logs))
 			want := tt.setting + ": listen tcp " + busy.Addr().String() + ": bind: address already in use"
 			if err == nil || err.Error() != want {
 				t.Errorf("serve: %v\nwant   %s", err, want)
@@ -93,7 +93,7 @@ func TestServeMissingEndpointsFileFailsFirst(t *testing.T) {
 	// because it is checked before anything binds.
 	profile := serveProfile(t, dir, missing, "127.0.0.1:0", "127.0.0.1:0", busy.Addr().String())
 	var logs syncBuffer
-	err = waitErr(t, runServeCmd(context.Background(), profile, &logs))
+	err = waitServeErr(t, runServeCmd(context.Background(), profile, &logs))
 	want := profile + ": endpoints.file: open " + missing + ": no such file or directory"
 	if err == nil || err.Error() != want {
 		t.Errorf("serve: %v\nwant   %s", err, want)
@@ -109,14 +109,14 @@ func TestServeMissingEndpointsFileFailsFirst(t *testing.T) {
 // /debug/endpoints lists the file's endpoint.
 func TestServeLogsServingOnceUp(t *testing.T) {
 	dir := t.TempDir()
-	eps := writeFile(t, dir, "eps.yaml", "endpoints:\n  - {address: 127.0.0.1:1}\n")
+	eps := writeTestFile(t, dir, "eps.yaml", "endpoints:\n  - {address: 127.0.0.1:1}\n")
 	profile := serveProfile(t, dir, eps, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0")
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := runServeCmd(ctx, profile, &logs)
 	defer func() {
 		cancel()
-		if err := waitErr(t, errc); err != nil {
+		if err := waitServeErr(t, errc); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	}()
@@ -135,12 +135,12 @@ func TestServeLogsServingOnceUp(t *testing.T) {
 		}
 		return false
 	})
-	admin := field(line, "admin")
+	admin := logField(line, "admin")
 	if admin == "" || strings.HasSuffix(admin, ":0") {
 		t.Fatalf("serving line names admin %q, want the bound address:\n%s", admin, line)
 	}
 	for _, k := range []string{"http", "ext_proc"} {
-		if a := field(line, k); a == "" || strings.HasSuffix(a, ":0") {
+		if a := logField(line, k); a == "" || strings.HasSuffix(a, ":0") {
 			t.Errorf("serving line names %s %q, want the bound address", k, a)
 		}
 	}
@@ -155,8 +155,8 @@ func TestServeLogsServingOnceUp(t *testing.T) {
 	}
 }
 
-// field returns key's value in a slog text line.
-func field(line, key string) string {
+// logField returns key's value in a slog text line.
+func logField(line, key string) string {
 	for _, kv := range strings.Fields(line) {
 		if v, ok := strings.CutPrefix(kv, key+"="); ok {
 			return strings.Trim(v, `"`)
