@@ -3,6 +3,8 @@
 // adaptive loop, discovery, scraping and servers are set up. It reads files
 // with viper, applies each component's DefaultConfig, rejects unknown
 // fields and validates every section, naming the file and field at fault.
+// Durations are written with a unit ("15s"); a bare number other than 0 is
+// refused, naming the key.
 // Viper does not leave this package and cmd. ImportEndpointPicker
 // (import.go) translates an llm-d-router / Gateway API Inference Extension
 // EndpointPickerConfig into a profile.
@@ -10,14 +12,18 @@ package configs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,14 +115,18 @@ func Default() *File {
 	}
 }
 
-// Load reads and validates the profile at path.
+// Load reads and validates the profile at path (at most MaxFileBytes). It
+// does not read the files the profile names: see CheckFiles.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(context.Background(), path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
 	f, err := Parse(data)
 	if err != nil {
+		if IsEndpointsFile(data) {
+			return nil, fmt.Errorf("%s: %w", path, errNotProfile)
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.Path = path
@@ -125,6 +135,22 @@ func Load(path string) (*File, error) {
 
 // Parse reads and validates a profile from YAML bytes.
 func Parse(data []byte) (*File, error) {
+	f, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if err := f.readTokenFile(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// decode reads a profile from YAML bytes over the defaults, without
+// validating it.
+func decode(data []byte) (*File, error) {
 	// "::" as key delimiter: metric names and addresses may contain dots.
 	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
 	v.SetConfigType("yaml")
@@ -140,12 +166,6 @@ func Parse(data []byte) (*File, error) {
 	}
 	f.HasEndpoints = v.IsSet("endpoints")
 	if err := f.resolveGuard(v.IsSet); err != nil {
-		return nil, err
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	if err := f.readTokenFile(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -229,10 +249,52 @@ var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: `)
 // decoded); YAML keys are lower case.
 var goTypeName = regexp.MustCompile(`^\*?[A-Za-z0-9_]+\.[A-Z][A-Za-z0-9_]*$`)
 
+// quotedKey matches the "'path' " mapstructure puts before the error of
+// one key, at the start of the message or of one of its "; "-joined parts.
+var quotedKey = regexp.MustCompile(`(^|; )'([^' ]+)' `)
+
 var decodeHook = mapstructure.ComposeDecodeHookFunc(
-	mapstructure.StringToTimeDurationHookFunc(),
+	durationHook,
 	mapstructure.StringToSliceHookFunc(","),
 )
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// durationHook decodes every time.Duration of a profile from a Go duration
+// string ("15s", "1m30s", "250ms"). A number without a unit is refused
+// rather than read as nanoseconds — YAML `min_dwell: 15` would otherwise be
+// 15 ns — except 0, which is the same in every unit. mapstructure prefixes
+// the error with the key.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	if from.Kind() == reflect.String {
+		s := strings.TrimSpace(data.(string))
+		d, err := time.ParseDuration(s)
+		if err == nil {
+			return d, nil
+		}
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return nil, unitless(s)
+		}
+		return nil, fmt.Errorf("%q is not a duration; write it with a unit, like 15s, 1m30s or 250ms", s)
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if reflect.ValueOf(data).IsZero() {
+			return time.Duration(0), nil
+		}
+		return nil, unitless(fmt.Sprint(data))
+	}
+	return data, nil
+}
+
+func unitless(n string) error {
+	return fmt.Errorf("%s has no unit; write %ss (or %sms, %sm) — a bare number is not read as nanoseconds", n, n, n, n)
+}
 
 // Decode fills into (a component's Config, already holding its defaults)
 // from raw YAML params, rejecting unknown fields. It is the decode function
@@ -268,6 +330,7 @@ func cleanDecodeError(err error) error {
 		}
 		return sub[1] + ": unknown field: "
 	})
+	msg = quotedKey.ReplaceAllString(msg, "$1$2: ")
 	return errors.New(msg)
 }
 

@@ -159,6 +159,15 @@ func (im *importer) header(top map[string]any) error {
 	return nil
 }
 
+// MaxImportBytes bounds the EndpointPickerConfig config import reads: the
+// endpoint picker's own are a few KiB, and parsing costs about 50 bytes of
+// memory per byte of YAML.
+const MaxImportBytes = 1 << 20
+
+// MaxImportPlugins bounds the plugins of an imported EndpointPickerConfig;
+// the endpoint picker's own configurations list a handful.
+const MaxImportPlugins = 256
+
 func (im *importer) readPlugins(raw any) error {
 	list, ok := raw.([]any)
 	if raw == nil || (ok && len(list) == 0) {
@@ -166,6 +175,9 @@ func (im *importer) readPlugins(raw any) error {
 	}
 	if !ok {
 		return fmt.Errorf("plugins: want a list, got %s", kindOf(raw))
+	}
+	if len(list) > MaxImportPlugins {
+		return fmt.Errorf("plugins: %d plugins, at most %d", len(list), MaxImportPlugins)
 	}
 	im.byName = map[string]*eppPlugin{}
 	for i, item := range list {

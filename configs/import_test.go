@@ -284,3 +284,15 @@ func TestImportAffinityUnmappable(t *testing.T) {
 		}
 	}
 }
+
+func TestImportBoundsPlugins(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n")
+	for i := range MaxImportPlugins + 1 {
+		fmt.Fprintf(&b, "- {type: queue-scorer, name: q%d}\n", i)
+	}
+	_, err := ImportEndpointPicker([]byte(b.String()))
+	if want := "plugins: 257 plugins, at most 256"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
+	}
+}

@@ -2,7 +2,8 @@
 // OTLP/gRPC exporter behind a parent-based ratio sampler. It is a leaf:
 // cmd reads the profile's tracing: section (and the CA file) and hands the
 // values in; proxy and control receive the resulting trace.Tracer in their
-// Deps and know nothing of the SDK.
+// Deps and know nothing of the SDK. LimitHandler (loglimit.go) is the
+// slog.Handler serve wraps its log in, to rate-limit repeated lines.
 package telemetry
 
 import (

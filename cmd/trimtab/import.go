@@ -19,10 +19,11 @@ scheduling profiles) and writes the equivalent trimtab profile to standard
 output, or to OUT with -o. Scorers, pickers and parameters with a trimtab
 equivalent are carried over with their weights; everything else is named,
 one line each, in comments at the top of the profile and on standard error.
-The profile has no endpoints: section: add one before serving with it.`,
+The profile has no endpoints: section: add one before serving with it.
+The input may be at most 1 MiB and 256 plugins; SIGTERM or Ctrl-C stops the command.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+			data, err := configs.ReadFile(cmd.Context(), args[0], configs.MaxImportBytes)
 			if err != nil {
 				return err
 			}

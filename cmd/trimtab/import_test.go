@@ -57,3 +57,25 @@ func TestConfigImportCommandBadInput(t *testing.T) {
 		t.Errorf("error %v, want it to name the file and plugins[0].type", err)
 	}
 }
+
+// TestConfigImportBoundsInput: an input over configs.MaxImportBytes is
+// refused naming the file and the limit, before it is parsed (a 44 MB
+// file used to take 6.4 GB).
+func TestConfigImportBoundsInput(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "huge.yaml")
+	body := []byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n")
+	for len(body) <= configs.MaxImportBytes {
+		body = append(body, "- {type: queue-scorer, name: q}\n"...)
+	}
+	if err := os.WriteFile(in, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd()
+	root.SetOut(new(bytes.Buffer))
+	root.SetErr(new(bytes.Buffer))
+	root.SetArgs([]string{"config", "import", in})
+	err := root.Execute()
+	if want := in + ": larger than the 1 MiB limit for a configuration file"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
+	}
+}

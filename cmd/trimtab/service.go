@@ -221,6 +221,21 @@ func (s *service) Run(ctx context.Context) error {
 	return errors.Join(ferr, berr)
 }
 
+// discovered waits until discovery has published its first endpoint list
+// and reports true, or reports false once ctx is done.
+func (s *service) discovered(ctx context.Context) bool {
+	ch, stop := s.fleet.Subscribe()
+	defer stop()
+	for s.fleet.Load().Version == 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+	return true
+}
+
 // record keeps each tick for /debug/history and /ui, and each new weights
 // version as a change.
 func (s *service) record(t *control.Tick, names []string) {
