@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +69,10 @@ type pageFixture struct {
 	srv   *httptest.Server
 }
 
-var fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
+var (
+	fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
+	fixtureKV    = []float64{0.93, 0.5, 0, 1}
+)
 
 func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	t.Helper()
@@ -128,7 +134,8 @@ func (f *pageFixture) fail(t *testing.T, i int) {
 }
 
 // scrape installs the pool as a scrape at now would: endpoint 0 is hot
-// (waiting 14, KV 93 %), endpoint 3 is stale.
+// (waiting 14, KV 93 %), endpoint 3 is stale; the KV meters span the
+// scale (93 %, 50 %, 0 %, 100 %).
 func (f *pageFixture) scrape(now time.Time) {
 	eps := make([]scheduler.Endpoint, len(fixtureAddrs))
 	for i, a := range fixtureAddrs {
@@ -136,7 +143,7 @@ func (f *pageFixture) scrape(now time.Time) {
 			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
 			Labels:  map[string]string{"app": "vllm"},
 			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
-			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1, CacheBlockSize: 16, CacheBlocks: 8192,
+			KVUtil: fixtureKV[i], Capacity: 1, CacheBlockSize: 16, CacheBlocks: 8192,
 			ScrapedAt: now.Add(-time.Duration(12+9*i) * time.Millisecond), State: scheduler.StateFresh,
 		}
 	}
@@ -361,6 +368,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("endpoint row %q lacks %q", row, want)
 		}
 	}
+	checkMeters(t, eval)
 	if stale := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.14:8000"] .pill').textContent`); stale != "stale" {
 		t.Errorf("endpoint 3 state pill = %q, want stale", stale)
 	}
@@ -444,5 +452,62 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer mu.Unlock()
 	for _, p := range problems {
 		t.Errorf("browser console: %s", p)
+	}
+}
+
+// meterProbe is one drawn meter: its track and fill widths in CSS pixels
+// and the number printed beside it.
+type meterProbe struct {
+	Addr  string  `json:"addr"`
+	Col   int     `json:"col"`
+	Track float64 `json:"track"`
+	Fill  float64 `json:"fill"`
+	Text  string  `json:"text"`
+}
+
+// checkMeters measures every meter of the endpoints table in the browser:
+// the fill is as wide as its number says, within 1.5 px. The KV column is
+// also checked against the fixture: on the 90 px track, 0.93 → 83.7 px,
+// 0.5 → 45 px (half), 0 → 0 px, 1 → 90 px (full). The printed percentage
+// is rounded (0 or 1 decimals), so it moves the expected width by at most
+// 0.05 % of the track: 0.05 px.
+func checkMeters(t *testing.T, eval func(string) string) {
+	t.Helper()
+	raw := eval(`JSON.stringify(Array.from(document.querySelectorAll("#endpoints tbody tr[data-address] td")).flatMap((td) => {
+		const m = td.querySelector(".meter"), tr = m && m.querySelector(".track"), f = m && m.querySelector(".fill");
+		if (!tr || !f) return [];
+		return [{addr: td.parentElement.dataset.address, col: td.cellIndex + 1, track: tr.getBoundingClientRect().width,
+			fill: f.getBoundingClientRect().width, text: m.innerText.trim()}];
+	}))`)
+	var ms []meterProbe
+	if err := json.Unmarshal([]byte(raw), &ms); err != nil {
+		t.Fatalf("meters %s: %v", raw, err)
+	}
+	const tol = 1.5
+	kv := 0
+	for _, m := range ms {
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(m.Text, "%"), 64)
+		if err != nil {
+			t.Errorf("meter %s col %d prints %q, want a percentage", m.Addr, m.Col, m.Text)
+			continue
+		}
+		if m.Track < 20 {
+			t.Errorf("meter %s col %d: track %.1f px wide, want a visible track", m.Addr, m.Col, m.Track)
+		}
+		if want := m.Track * min(100, max(0, pct)) / 100; math.Abs(m.Fill-want) > tol {
+			t.Errorf("meter %s col %d prints %s but its fill is %.1f of %.1f px, want %.1f ± %.1f px",
+				m.Addr, m.Col, m.Text, m.Fill, m.Track, want, tol)
+		}
+		if m.Col != 5 {
+			continue
+		}
+		kv++
+		i := slices.Index(fixtureAddrs, m.Addr)
+		if want := m.Track * fixtureKV[i]; math.Abs(m.Fill-want) > tol {
+			t.Errorf("KV meter of %s (KV %.2f): fill %.1f of %.1f px, want %.1f ± %.1f px", m.Addr, fixtureKV[i], m.Fill, m.Track, want, tol)
+		}
+	}
+	if kv != len(fixtureAddrs) {
+		t.Errorf("measured %d KV meters, want %d: %s", kv, len(fixtureAddrs), raw)
 	}
 }
