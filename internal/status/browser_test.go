@@ -511,3 +511,120 @@ func checkMeters(t *testing.T, eval func(string) string) {
 		t.Errorf("measured %d KV meters, want %d: %s", kv, len(fixtureAddrs), raw)
 	}
 }
+
+// browser starts a headless Chromium for one test and returns its context
+// and a function that stops it and returns the script exceptions (and,
+// unless only exceptions count, console errors) it logged.
+func browser(t *testing.T, onlyExceptions bool) (context.Context, func() []string) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1200),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	backstop := time.AfterFunc(2*time.Minute, cancel)
+	var (
+		console  sync.WaitGroup
+		mu       sync.Mutex
+		problems []string
+	)
+	msgs := chromedp.Console(ctx)
+	console.Go(func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == chromedp.ConsoleError && !onlyExceptions) {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s %s:%d %s", m.Type, m.URL, m.Line+1, m.Text))
+				mu.Unlock()
+			}
+		}
+	})
+	var once sync.Once
+	stop := func() []string {
+		once.Do(func() {
+			backstop.Stop()
+			cancel()
+			console.Wait()
+			cancelAlloc()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return problems
+	}
+	t.Cleanup(func() { stop() })
+	return ctx, stop
+}
+
+// TestStatusPageRouterRestart loads /ui/ from a router that goes away right
+// after sending the page, as one that restarts does, and comes back later.
+// The page needs nothing but itself to draw: it is styled at once, says
+// that the router is unreachable and that it keeps retrying while it is,
+// and fills in once the router answers again.
+func TestStatusPageRouterRestart(t *testing.T) {
+	f := newPageFixture(t, time.Now())
+	var down atomic.Bool
+	admin := f.srv.Config.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() { // the connection drops, as it does when the process is gone
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		admin.ServeHTTP(w, r)
+		if r.URL.Path == PathUI+"/" {
+			down.Store(true)
+		}
+	}))
+	defer srv.Close()
+
+	// Failed loads are logged as console errors; only exceptions count.
+	ctx, stop := browser(t, true)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+PathUI+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	wait := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	if !down.Load() {
+		t.Fatal("the page was not fetched")
+	}
+	// style.css: the header is sticky, a card has rounded corners.
+	if got := eval(`getComputedStyle(document.querySelector("header.top")).position + " " + getComputedStyle(document.querySelector(".card")).borderTopLeftRadius`); got != "sticky 10px" {
+		t.Errorf("with the router gone after the page: header position and card radius %q, want \"sticky 10px\" (the page is unstyled)", got)
+	}
+	wait("the unreachable notice", `(() => { const b = document.getElementById("offline"); return !!b && !b.hidden && b.offsetHeight > 0 && /unreachable/.test(b.innerText) && /retrying/.test(b.innerText); })()`)
+
+	down.Store(false)
+	wait("the notice to go", `document.getElementById("offline").hidden`)
+	wait("endpoint rows", `document.querySelectorAll("#endpoints tbody tr[data-address]").length === 4`)
+	if live := eval(`document.getElementById("conn-text").textContent`); !strings.HasPrefix(live, "live") {
+		t.Errorf("connection indicator %q, want live", live)
+	}
+	for _, p := range stop() {
+		t.Errorf("browser console: %s", p)
+	}
+}

@@ -1,6 +1,8 @@
 package status
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -157,7 +159,9 @@ func TestUIHandler(t *testing.T) {
 	tests := []struct {
 		path, ctype, contains string
 	}{
-		{"/ui/", "text/html", `<script src="app.js" defer></script>`},
+		{"/ui/", "text/html", `<style>`},
+		{"/ui/", "text/html", `"../debug/history"`},
+		{"/ui/index.html", "text/html", `<!doctype html>`},
 		{"/ui/app.js", "javascript", `"../debug/history"`},
 		{"/ui/style.css", "text/css", "prefers-color-scheme: dark"},
 	}
@@ -172,6 +176,26 @@ func TestUIHandler(t *testing.T) {
 		if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
 			t.Errorf("%s: no CSP header", tt.path)
 		}
+	}
+	// The page's CSP allows its two inline blocks by hash and nothing else
+	// inline.
+	resp, body := get(t, c, srv.URL+"/ui/")
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, tag := range []string{"script", "style"} {
+		re := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`)
+		blocks := re.FindAllStringSubmatch(string(body), -1)
+		if len(blocks) != 1 {
+			t.Errorf("/ui/ has %d inline <%s> blocks, want 1", len(blocks), tag)
+			continue
+		}
+		sum := sha256.Sum256([]byte(blocks[0][1]))
+		want := tag + "-src 'self' 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "';"
+		if !strings.Contains(csp, want) {
+			t.Errorf("/ui/ CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(string(body), `src="app.js"`) || strings.Contains(string(body), `href="style.css"`) {
+		t.Error("/ui/ still loads app.js or style.css: a router restart between the page and them leaves it unstyled")
 	}
 	resp, _ = get(t, c, srv.URL+"/ui/missing.js")
 	if resp.StatusCode != http.StatusNotFound {
