@@ -628,3 +628,37 @@ func TestStatusPageRouterRestart(t *testing.T) {
 		t.Errorf("browser console: %s", p)
 	}
 }
+
+// TestStatusPageOpenAdminBanner: served for an admin server on every
+// interface without a token, the page shows the warning banner in
+// Chromium, above the cards, while it polls.
+func TestStatusPageOpenAdminBanner(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+PathHistory, mustNew(t, DefaultConfig()).Handler())
+	ui := NewUI(UIConfig{AdminAddr: ":9090"})
+	mux.Handle("GET "+PathUI, ui)
+	mux.Handle("GET "+PathUI+"/", ui)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, stop := browser(t, true) // the debug views 404 here; only exceptions count
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+PathUI+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`Number(document.body.dataset.polls || 0) >= 1`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("waiting for a poll: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const b = document.getElementById("admin-open"), r = b && b.getBoundingClientRect();
+		const main = document.querySelector("main").getBoundingClientRect();
+		return b ? [r.height > 0 && r.width > 0 && r.bottom <= main.top, b.innerText].join(" | ") : "none";
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got, "true | ") || !strings.Contains(got, ":9090 without a token") {
+		t.Errorf("banner %q: want it visible above the cards, naming :9090 and the missing token", got)
+	}
+	for _, p := range stop() {
+		t.Errorf("browser console: %s", p)
+	}
+}

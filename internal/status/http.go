@@ -6,8 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -63,12 +66,30 @@ func (r *Recorder) Handler() http.Handler {
 // and keeps polling until it answers. A request whose path is not under
 // PathUI+"/" (a router that strips the prefix first) is served relative to
 // the page's directory.
-func UI() http.Handler {
+func UI() http.Handler { return NewUI(UIConfig{}) }
+
+// UIConfig is what the status page is told about the router serving it.
+// The zero value claims nothing.
+type UIConfig struct {
+	// AdminAddr is the admin server's listen address (server.admin.addr);
+	// "" when unknown.
+	AdminAddr string
+	// AdminToken reports whether the admin server requires a token
+	// (server.admin.token or token_file).
+	AdminToken bool
+}
+
+// NewUI returns the status page handler (see UI) for a router described
+// by cfg. When the admin server listens on an address other than loopback
+// (every interface, a routable IP or a host name) without a token, the
+// page shows a warning banner on every view: anyone who reaches the port
+// can read the debug views and the page.
+func NewUI(cfg UIConfig) http.Handler {
 	sub, err := fs.Sub(uiFiles, "ui")
 	if err != nil { // the embed directive guarantees "ui" exists
 		panic(err)
 	}
-	pg, err := buildPage(sub)
+	pg, err := buildPage(sub, cfg.notices())
 	if err != nil { // the embedded files are fixed at build time; a test builds them
 		panic(err)
 	}
@@ -107,6 +128,32 @@ func UI() http.Handler {
 	})
 }
 
+// notices returns the warning banners the page shows, as HTML.
+func (c UIConfig) notices() string {
+	if c.AdminAddr == "" || c.AdminToken || loopback(c.AdminAddr) {
+		return ""
+	}
+	return `<div id="admin-open" class="banner banner-warn" role="alert"><b>The admin server listens on ` +
+		html.EscapeString(c.AdminAddr) + ` without a token.</b><span class="detail">Anyone who reaches this port can read ` +
+		`/debug/* and this page. Set server.admin.token_file (or server.admin.token), or bind server.admin.addr ` +
+		`to 127.0.0.1.</span></div>`
+}
+
+// loopback reports whether a listen address binds loopback only: a
+// 127.0.0.0/8 or ::1 IP, or "localhost". An empty host (every interface),
+// an unspecified or routable IP and any other name are not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 // page is index.html with style.css and app.js inlined, and the
 // Content-Security-Policy that allows exactly those two inline blocks.
 type page struct {
@@ -120,7 +167,10 @@ const (
 	scriptTag = `<script src="app.js" defer></script>`
 )
 
-func buildPage(fsys fs.FS) (page, error) {
+// noticesTag is where index.html takes the server's notices (UIConfig).
+const noticesTag = `<!--notices-->`
+
+func buildPage(fsys fs.FS, notices string) (page, error) {
 	read := func(name string) (string, error) {
 		b, err := fs.ReadFile(fsys, name)
 		return string(b), err
@@ -138,7 +188,7 @@ func buildPage(fsys fs.FS) (page, error) {
 		return page{}, err
 	}
 	for _, c := range []struct{ name, text, tag, end string }{
-		{"index.html", index, styleTag, ""}, {"index.html", index, scriptTag, ""},
+		{"index.html", index, styleTag, ""}, {"index.html", index, scriptTag, ""}, {"index.html", index, noticesTag, ""},
 		{"style.css", css, "", "</style"}, {"app.js", js, "", "</script"},
 	} {
 		if c.tag != "" && strings.Count(c.text, c.tag) != 1 {
@@ -152,6 +202,7 @@ func buildPage(fsys fs.FS) (page, error) {
 	// DOMContentLoaded itself.
 	index = strings.Replace(index, styleTag, "<style>"+css+"</style>", 1)
 	index = strings.Replace(index, scriptTag, "<script>"+js+"</script>", 1)
+	index = strings.Replace(index, noticesTag, notices, 1)
 	csp := "default-src 'self'; script-src 'self' " + hashSource(js) + "; style-src 'self' " + hashSource(css) +
 		"; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 	return page{html: []byte(index), csp: csp}, nil

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"html"
 	"io"
 	"io/fs"
 	"net/http"
@@ -281,4 +282,47 @@ func FuzzHistoryQuery(f *testing.F) {
 			t.Fatalf("?%s: invalid JSON %q", q, w.Body.String())
 		}
 	})
+}
+
+// TestUIWarnsAboutOpenAdmin: on an admin address other than loopback
+// without a token, the page carries a warning banner naming the address
+// and the settings that fix it; on loopback, or with a token, none.
+func TestUIWarnsAboutOpenAdmin(t *testing.T) {
+	tests := []struct {
+		addr  string
+		token bool
+		warn  bool
+	}{
+		{":9090", false, true}, // every interface
+		{"0.0.0.0:9090", false, true},
+		{"[::]:9090", false, true},
+		{"10.1.2.3:9090", false, true},
+		{"admin.internal:9090", false, true}, // a name may resolve anywhere
+		{":9090", true, false},
+		{"10.1.2.3:9090", true, false},
+		{"127.0.0.1:9090", false, false},
+		{"127.0.0.2:9090", false, false}, // 127/8 is loopback
+		{"[::1]:9090", false, false},
+		{"localhost:9090", false, false},
+		{"", false, false}, // not told: no claim either way
+	}
+	for _, tt := range tests {
+		srv := httptest.NewServer(NewUI(UIConfig{AdminAddr: tt.addr, AdminToken: tt.token}))
+		_, body := get(t, srv.Client(), srv.URL+"/ui/")
+		srv.Close()
+		page := string(body)
+		got := strings.Contains(page, `id="admin-open"`)
+		if got != tt.warn {
+			t.Errorf("addr %q token %v: banner %v, want %v", tt.addr, tt.token, got, tt.warn)
+			continue
+		}
+		if !tt.warn {
+			continue
+		}
+		for _, want := range []string{tt.addr, "without a token", "server.admin.token_file", "server.admin.addr"} {
+			if !strings.Contains(page, html.EscapeString(want)) {
+				t.Errorf("addr %q: banner lacks %q", tt.addr, want)
+			}
+		}
+	}
 }
