@@ -294,6 +294,7 @@
       prefix: num(pick(e, "prefix_hit_rate", "prefix_hit_ratio", "prefix_hits")),
       capacity: num(pick(e, "capacity", "Capacity")),
       ejected: pick(e, "ejected", "Ejected") === true,
+      halfOpen: pick(e, "half_open", "HalfOpen") === true,
       ejectedUntil: pick(e, "ejected_until", "EjectedUntil"),
       ejections: num(pick(e, "ejections", "Ejections")),
     };
@@ -730,8 +731,9 @@
       return h("tr", { dataset: { address: e.address || "" } },
         h("td", { class: "l" }, h("span", { class: "addr", text: shortAddr(e.address) }), e.name ? h("span", { class: "name", text: e.name }) : null),
         h("td", { class: "l" }, h("span", { class: "pill st-" + st, text: st }), e.ejected ? h("span", {
-          class: "pill st-ejected", text: "ejected",
-          title: "Left out of picks after consecutive failures" + (e.ejectedUntil ? " until " + new Date(e.ejectedUntil).toLocaleTimeString() : "") +
+          class: "pill st-ejected", text: e.halfOpen ? "half-open" : "ejected",
+          title: (e.halfOpen ? "Ejected after consecutive failures; its server answers again, so it takes a trial request" :
+            "Left out of picks after consecutive failures") + (e.ejectedUntil ? " until " + new Date(e.ejectedUntil).toLocaleTimeString() : "") +
             (e.ejections !== null ? " · " + fmtInt(e.ejections) + " ejection" + (e.ejections === 1 ? "" : "s") : ""),
         }) : null),
         h("td", { class: "n", text: fmtInt(e.waiting) }),
