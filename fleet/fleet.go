@@ -91,8 +91,9 @@ type endpoint struct {
 	t         Target
 	m         Metrics
 	scrapedAt time.Time
-	fails     int    // consecutive unreachable failures
-	reason    string // last failure reason, "" after a success
+	fails     int       // consecutive unreachable failures
+	recovered time.Time // the last success after unreachable failures
+	reason    string    // last failure reason, "" after a success
 	published scheduler.State
 }
 
@@ -434,6 +435,7 @@ func (f *Fleet) refresh(force bool) {
 			CacheBlocks:    ep.m.CacheBlocks,
 			ScrapedAt:      ep.scrapedAt,
 			State:          st,
+			RecoveredAt:    ep.recovered,
 		}
 		ep.mu.Unlock()
 	}

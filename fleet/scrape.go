@@ -93,7 +93,9 @@ func transportError(ctx context.Context, err error) error {
 }
 
 // record stores a scrape result and returns the delay until the next
-// scrape. A success refreshes the metrics and clears failures. An
+// scrape. A success refreshes the metrics and clears failures; after
+// unreachable failures it is also the endpoint's RecoveredAt, the evidence
+// that readmits an ejected endpoint (scheduler.OutlierConfig). An
 // unreachable server (timeout, connect, HTTP status) keeps the previous
 // metrics, which go stale after max_age; unhealthy_after such failures in
 // a row back it off and, unless they were timeouts, make it unhealthy
@@ -106,6 +108,9 @@ func (f *Fleet) record(ep *endpoint, m Metrics, err error, now time.Time) time.D
 	if err == nil {
 		if ep.fails >= f.cfg.UnhealthyAfter || ep.reason != "" {
 			f.log.Info("endpoint scrapes recovered", "endpoint", ep.addr, "after_failures", ep.fails)
+		}
+		if ep.fails > 0 {
+			ep.recovered = now
 		}
 		ep.m, ep.scrapedAt, ep.fails, ep.reason = m, now, 0, ""
 		f.dirty.Store(true)

@@ -214,6 +214,9 @@ type EndpointView struct {
 	// EjectedUntil after consecutive failures.
 	Ejected      bool       `json:"ejected"`
 	EjectedUntil *time.Time `json:"ejected_until,omitempty"`
+	// HalfOpen: ejected, but its server answered a scrape again since,
+	// so it takes trial requests (scheduler.OutlierConfig).
+	HalfOpen bool `json:"half_open,omitempty"`
 	// Ejections counts the endpoint's ejections; ConsecutiveFailures its
 	// failures in a row so far.
 	Ejections           uint64 `json:"ejections"`
@@ -242,6 +245,7 @@ func (a *Admin) endpoints(w http.ResponseWriter, _ *http.Request) {
 			InFlight: e.InFlight(), Picks: e.Picks(), LoRAActive: e.LoRA.Active, LoRAWaiting: e.LoRA.Waiting,
 			ScrapedAt: e.ScrapedAt, CacheBlockSize: e.CacheBlockSize, CacheBlocks: e.CacheBlocks,
 			Ejected: ejected, EjectedUntil: until, Ejections: e.Ejections(), ConsecutiveFailures: e.ConsecutiveFailures(),
+			HalfOpen: ejected && e.HalfOpen(),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

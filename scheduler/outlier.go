@@ -11,7 +11,17 @@ import (
 // answer that moved the request to a fallback) is left out of picks for an
 // ejection time. The first ejection lasts BaseEjection; each further one
 // that follows within MaxEjection of the previous one's end lasts one
-// BaseEjection longer, up to MaxEjection. At most MaxEjectedPercent of the
+// BaseEjection longer, up to MaxEjection.
+//
+// An ejection ends early on evidence of health, as Envoy's active health
+// checking unejects a host: when the endpoint's server answers a scrape
+// again after failing to (Endpoint.RecoveredAt later than the ejection's
+// start; a server that answered its scrapes all along gives no such
+// evidence), the endpoint is half-open from the next pool update on. It
+// then takes one trial request at a time (HalfOpenTrials in flight from
+// this router). A trial that succeeds readmits it; one that fails ejects it
+// again, one BaseEjection longer, and only a later recovery opens it
+// again. Requests sent before it went half-open are not trials. At most MaxEjectedPercent of the
 // pool is ejected at once, but always at least one endpoint of a pool of
 // two or more, and never the last one: a pool of one is never ejected. If
 // every candidate of a request is ejected (its model is served only by
@@ -63,6 +73,11 @@ func (c OutlierConfig) Validate() error {
 	}
 	return nil
 }
+
+// HalfOpenTrials is how many requests from this router a half-open
+// endpoint takes at once: one, as a circuit breaker's half-open state
+// lets one request through (Hystrix, Polly).
+const HalfOpenTrials = 1
 
 // EjectedUntil returns when the endpoint's current ejection ends, the zero
 // time when it is in service. A time at or before now means the ejection
@@ -127,12 +142,23 @@ func (s *Scheduler) observe(e *Endpoint, req *Request, o Outcome) {
 	}
 	st := e.st
 	if !failed(o) {
-		if o.Kind == OutcomeSuccess && st.fails.Load() != 0 {
-			st.fails.Store(0)
+		if o.Kind == OutcomeSuccess {
+			if st.fails.Load() != 0 {
+				st.fails.Store(0)
+			}
+			if h := st.half.Load(); h != 0 && s.now(req.Arrival).UnixNano() >= h {
+				s.readmit(e)
+			}
 		}
 		return
 	}
 	now := s.now(req.Arrival).Add(o.Latency).UnixNano()
+	if h := st.half.Load(); h != 0 {
+		if s.now(req.Arrival).UnixNano() >= h {
+			s.reeject(e, now)
+		}
+		return // sent before the endpoint went half-open
+	}
 	if u := st.until.Load(); u != 0 {
 		if now < u {
 			return // requests sent before the ejection do not count again
@@ -178,12 +204,66 @@ func (s *Scheduler) eject(e *Endpoint, now int64) {
 		st.streak = 1
 	}
 	d := min(time.Duration(st.streak)*oc.BaseEjection, oc.MaxEjection)
-	st.lastEnd = now + int64(d)
+	st.since, st.lastEnd = now, now+int64(d)
 	st.until.Store(st.lastEnd)
 	st.ejections.Add(1)
 	s.recount(pool)
 	s.log.Warn("endpoint ejected after consecutive failures", "endpoint", e.Address,
 		"failures", oc.ConsecutiveFailures, "for", d, "ejections", st.ejections.Load())
+}
+
+// halfOpen makes the ejected endpoints of pool whose servers answered a
+// scrape again since their ejection began half-open. The caller holds
+// ejMu.
+func (s *Scheduler) halfOpen(pool *Pool) {
+	for _, e := range pool.ptrs {
+		st := e.st
+		if e.RecoveredAt.IsZero() || st.until.Load() == 0 || st.half.Load() != 0 {
+			continue
+		}
+		if r := e.RecoveredAt.UnixNano(); r > st.since {
+			st.half.Store(r)
+			s.log.Info("ejected endpoint answers again: half-open, sending it a trial request",
+				"endpoint", e.Address, "recovered_at", e.RecoveredAt)
+		}
+	}
+}
+
+// readmit ends a half-open endpoint's ejection after a successful trial.
+func (s *Scheduler) readmit(e *Endpoint) {
+	st := e.st
+	s.ejMu.Lock()
+	defer s.ejMu.Unlock()
+	if st.half.Load() == 0 {
+		return // readmitted or ejected again meanwhile
+	}
+	st.until.Store(0)
+	st.half.Store(0)
+	st.fails.Store(0)
+	s.recount(s.pool.Load())
+	s.log.Info("endpoint readmitted after a successful trial request", "endpoint", e.Address)
+}
+
+// reeject ejects a half-open endpoint again after a failed trial, one
+// BaseEjection longer than its last ejection.
+func (s *Scheduler) reeject(e *Endpoint, now int64) {
+	oc := &s.cfg.Outlier
+	st := e.st
+	s.ejMu.Lock()
+	defer s.ejMu.Unlock()
+	if st.half.Load() == 0 {
+		return // readmitted or ejected again meanwhile
+	}
+	st.streak++
+	d := min(time.Duration(st.streak)*oc.BaseEjection, oc.MaxEjection)
+	st.since, st.lastEnd = now, now+int64(d)
+	st.until.Store(st.lastEnd)
+	st.half.Store(0)
+	st.fails.Store(0)
+	st.ejections.Add(1)
+	s.recount(s.pool.Load())
+	s.log.Warn("half-open endpoint failed its trial request: ejected again", "endpoint", e.Address,
+		"for", d, "ejections", st.ejections.Load())
 }
 
 // restore puts an endpoint whose ejection (ending at until) is over back
@@ -192,6 +272,7 @@ func (s *Scheduler) restore(st *endpointState, until int64) {
 	s.ejMu.Lock()
 	defer s.ejMu.Unlock()
 	if st.until.CompareAndSwap(until, 0) {
+		st.half.Store(0)
 		st.fails.Store(0)
 		s.recount(s.pool.Load())
 	}
@@ -210,8 +291,9 @@ func (s *Scheduler) recount(pool *Pool) {
 	s.ejected.Store(n)
 }
 
-// dropEjected removes ejected candidates, restoring those whose ejection is
-// over. When every candidate is ejected it keeps them all.
+// dropEjected removes ejected candidates but half-open ones with a free
+// trial slot, and restores those whose ejection is over. When every
+// candidate is ejected it keeps them all.
 func (s *Scheduler) dropEjected(req *Request, cands, spare []*Endpoint) ([]*Endpoint, []*Endpoint) {
 	now := s.now(req.Arrival).UnixNano()
 	out := spare[:0]
@@ -219,9 +301,12 @@ func (s *Scheduler) dropEjected(req *Request, cands, spare []*Endpoint) ([]*Endp
 		u := e.st.until.Load()
 		if u != 0 {
 			if now < u {
-				continue
+				if e.st.half.Load() == 0 || e.st.inflight.Load() >= HalfOpenTrials {
+					continue
+				}
+			} else {
+				s.restore(e.st, u)
 			}
-			s.restore(e.st, u)
 		}
 		out = append(out, e)
 	}
@@ -229,4 +314,10 @@ func (s *Scheduler) dropEjected(req *Request, cands, spare []*Endpoint) ([]*Endp
 		return cands, out
 	}
 	return out, cands[:0]
+}
+
+// HalfOpen reports whether the endpoint is ejected but, its server having
+// answered a scrape again since, takes trial requests.
+func (e *Endpoint) HalfOpen() bool {
+	return e.st != nil && e.st.half.Load() != 0 && e.st.until.Load() != 0
 }

@@ -375,3 +375,134 @@ func TestPickWithEjectedAllocatesNothing(t *testing.T) {
 		t.Errorf("Pick+Done with an ejected endpoint allocates %v times per request, want 0", allocs)
 	}
 }
+
+// withRecovery returns the rig's pool with addr's RecoveredAt set to at, as
+// a fleet snapshot after a scrape that answered again carries it.
+func withRecovery(addr string, at time.Time) []Endpoint {
+	pool := eps("a:1", "b:1", "c:1")
+	for i := range pool {
+		if pool[i].Address == addr {
+			pool[i].RecoveredAt = at
+		}
+	}
+	return pool
+}
+
+// TestOutlierHalfOpen: an ejected endpoint whose scrapes answer again after
+// failing (RecoveredAt after the ejection began) is half-open: it takes one
+// trial request at a time; a trial's success readmits it, a trial's failure
+// ejects it again for one base_ejection longer. Evidence from before the
+// ejection, or none, leaves it out for the whole ejection. a:1 is the
+// scorer's favourite, so a pick that may use it does. Times are from t0,
+// when a:1 is ejected for 30s (base_ejection); the recovery snapshot and
+// the trial come at +2s.
+func TestOutlierHalfOpen(t *testing.T) {
+	tests := []struct {
+		name      string
+		recovered time.Duration // RecoveredAt − t0; 0: the scrapes never failed
+		trial     Outcome
+		wantPick  string        // the pick at +2s
+		wantUntil time.Duration // a:1's ejection end − t0 after it; 0: in service
+		wantEj    uint64
+	}{
+		// Recovered at +1s > ejection at 0: half-open; the trial succeeds.
+		{"recovered, trial succeeds", time.Second, ok200, "a:1", 0, 1},
+		// The trial fails at +2s: second ejection in a row, 2 × 30s = 60s,
+		// so until +2s + 60s = +62s.
+		{"recovered, trial fails", time.Second, err500, "a:1", 62 * time.Second, 2},
+		// A 429 is a failure too.
+		{"recovered, trial refused", time.Second, Outcome{Kind: OutcomeSuccess, Status: 429}, "a:1", 62 * time.Second, 2},
+		// Recovered at −1s: before the ejection, no evidence the failures ended.
+		{"recovered before the ejection", -time.Second, ok200, "b:1", 30 * time.Second, 1},
+		// Scrapes never failed (a server that answers /metrics and fails
+		// requests): out for the whole 30s.
+		{"scrapes never failed", 0, ok200, "b:1", 30 * time.Second, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newOutlierRig(t, DefaultOutlierConfig(), nil, eps("a:1", "b:1", "c:1")...)
+			a := r.endpoint("a:1")
+			r.report("a:1", 5, err500)
+			if !a.Ejected(r.clk.Now()) {
+				t.Fatal("a:1 not ejected after 5 failures")
+			}
+			var rec time.Time
+			if tt.recovered != 0 {
+				rec = t0.Add(tt.recovered)
+			}
+			r.clk.Step(2 * time.Second)
+			r.s.SetEndpoints(withRecovery("a:1", rec))
+			a = r.endpoint("a:1")
+			if got := r.pick("", tt.trial); got != tt.wantPick {
+				t.Fatalf("pick at +2s = %s, want %s", got, tt.wantPick)
+			}
+			var want time.Time
+			if tt.wantUntil != 0 {
+				want = t0.Add(tt.wantUntil)
+			}
+			if got := a.EjectedUntil(); !got.Equal(want) {
+				t.Errorf("EjectedUntil = %v, want %v", got, want)
+			}
+			if got := a.Ejections(); got != tt.wantEj {
+				t.Errorf("Ejections = %d, want %d", got, tt.wantEj)
+			}
+			if a.HalfOpen() {
+				t.Error("still half-open after the trial")
+			}
+			// The same evidence again (the next snapshot) changes nothing:
+			// after a failed trial only a new recovery reopens it.
+			r.s.SetEndpoints(withRecovery("a:1", rec))
+			wantNext := "a:1"
+			if tt.wantUntil != 0 {
+				wantNext = "b:1"
+			}
+			if got := r.pick("", ok200); got != wantNext {
+				t.Errorf("next pick = %s, want %s", got, wantNext)
+			}
+		})
+	}
+}
+
+// TestOutlierHalfOpenOneTrialAtATime: a half-open endpoint takes one
+// request at a time until a trial ends; a request sent before it went
+// half-open does not count as a trial, whatever its outcome.
+func TestOutlierHalfOpenOneTrialAtATime(t *testing.T) {
+	r := newOutlierRig(t, DefaultOutlierConfig(), nil, eps("a:1", "b:1", "c:1")...)
+	old, err := r.s.Pick(context.Background(), &Request{Subset: []string{"a:1"}, Arrival: r.clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.report("a:1", 5, err500)
+	r.clk.Step(2 * time.Second)
+	r.s.SetEndpoints(withRecovery("a:1", t0.Add(time.Second)))
+	a := r.endpoint("a:1")
+	if !a.HalfOpen() {
+		t.Fatal("not half-open after a recovery following the ejection")
+	}
+	// The request from before the ejection is still in flight on a:1: it
+	// holds the one trial slot, so picks go elsewhere until it ends.
+	if got := r.pick("", ok200); got != "b:1" {
+		t.Errorf("pick with a:1's earlier request in flight = %s, want b:1", got)
+	}
+	old.Done(err500) // sent at t0, before half-open at +1s: not a trial
+	if !a.HalfOpen() || a.Ejections() != 1 {
+		t.Fatalf("an earlier request's failure changed the half-open endpoint: half-open %v, ejections %d", a.HalfOpen(), a.Ejections())
+	}
+	trial, err := r.s.Pick(context.Background(), &Request{Arrival: r.clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trial.Endpoint.Address != "a:1" {
+		t.Fatalf("trial went to %s, want a:1", trial.Endpoint.Address)
+	}
+	if got := r.pick("", ok200); got != "b:1" {
+		t.Errorf("pick during the trial = %s, want b:1 (one trial at a time)", got)
+	}
+	trial.Done(ok200)
+	if a.Ejected(r.clk.Now()) || a.HalfOpen() {
+		t.Error("still ejected or half-open after a successful trial")
+	}
+	if got := r.pick("", ok200); got != "a:1" {
+		t.Errorf("pick after the trial = %s, want a:1 (readmitted)", got)
+	}
+}

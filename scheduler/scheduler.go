@@ -327,6 +327,7 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 	}
 	s.ejMu.Lock()
 	s.pool.Store(p)
+	s.halfOpen(p)
 	s.recount(p)
 	s.ejMu.Unlock()
 }

@@ -127,6 +127,11 @@ type Endpoint struct {
 	ScrapedAt time.Time
 	// State is the freshness of the metrics at publication time.
 	State State
+	// RecoveredAt is when the endpoint's server last answered a scrape
+	// after failing to (refused, reset, timed out or an HTTP error): the
+	// evidence of health that moves an ejected endpoint to half-open (see
+	// OutlierConfig). Zero: never.
+	RecoveredAt time.Time
 
 	st  *endpointState
 	idx int32 // position in the installed pool (CycleState.Match)
@@ -154,7 +159,9 @@ type endpointState struct {
 	fails     atomic.Int32  // consecutive failures
 	until     atomic.Int64  // end of the current ejection, Unix ns; 0 in service
 	ejections atomic.Uint64 // times ejected
+	half      atomic.Int64  // half-open since (the recovery's time), Unix ns; 0 when not
 	streak    int32         // ejections in a row (the ejection time multiplier); under ejMu
+	since     int64         // start of the current or last ejection, Unix ns; under ejMu
 	lastEnd   int64         // end of the last ejection, Unix ns; under ejMu
 }
 

@@ -167,8 +167,9 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 			return nil, err
 		}
 		s.admin.Handle(status.PathHistory, s.hist.Handler())
-		s.admin.Handle("/ui", status.UI())
-		s.admin.Handle("/ui/", status.UI())
+		ui := status.NewUI(status.UIConfig{AdminAddr: srv.Admin.Addr, AdminToken: srv.Admin.Token != ""})
+		s.admin.Handle("/ui", ui)
+		s.admin.Handle("/ui/", ui)
 		if s.repl != nil {
 			s.admin.Handle(replica.PathPeers, s.repl.Handler())
 		} else {

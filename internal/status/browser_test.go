@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +69,10 @@ type pageFixture struct {
 	srv   *httptest.Server
 }
 
-var fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
+var (
+	fixtureAddrs = []string{"10.0.0.11:8000", "10.0.0.12:8000", "10.0.0.13:8000", "10.0.0.14:8000"}
+	fixtureKV    = []float64{0.93, 0.5, 0, 1}
+)
 
 func newPageFixture(t *testing.T, end time.Time) *pageFixture {
 	t.Helper()
@@ -128,7 +134,8 @@ func (f *pageFixture) fail(t *testing.T, i int) {
 }
 
 // scrape installs the pool as a scrape at now would: endpoint 0 is hot
-// (waiting 14, KV 93 %), endpoint 3 is stale.
+// (waiting 14, KV 93 %), endpoint 3 is stale; the KV meters span the
+// scale (93 %, 50 %, 0 %, 100 %).
 func (f *pageFixture) scrape(now time.Time) {
 	eps := make([]scheduler.Endpoint, len(fixtureAddrs))
 	for i, a := range fixtureAddrs {
@@ -136,7 +143,7 @@ func (f *pageFixture) scrape(now time.Time) {
 			Address: a, Name: fmt.Sprintf("vllm-%d", i), Models: []string{"llama-3.1-8b"},
 			Labels:  map[string]string{"app": "vllm"},
 			Waiting: float64([]int{14, 2, 0, 3}[i]), Running: float64([]int{48, 31, 22, 35}[i]),
-			KVUtil: []float64{0.93, 0.62, 0.41, 0.7}[i], Capacity: 1, CacheBlockSize: 16, CacheBlocks: 8192,
+			KVUtil: fixtureKV[i], Capacity: 1, CacheBlockSize: 16, CacheBlocks: 8192,
 			ScrapedAt: now.Add(-time.Duration(12+9*i) * time.Millisecond), State: scheduler.StateFresh,
 		}
 	}
@@ -361,6 +368,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("endpoint row %q lacks %q", row, want)
 		}
 	}
+	checkMeters(t, eval)
 	if stale := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.14:8000"] .pill').textContent`); stale != "stale" {
 		t.Errorf("endpoint 3 state pill = %q, want stale", stale)
 	}
@@ -443,6 +451,214 @@ func TestStatusPageInBrowser(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {
+		t.Errorf("browser console: %s", p)
+	}
+}
+
+// meterProbe is one drawn meter: its track and fill widths in CSS pixels
+// and the number printed beside it.
+type meterProbe struct {
+	Addr  string  `json:"addr"`
+	Col   int     `json:"col"`
+	Track float64 `json:"track"`
+	Fill  float64 `json:"fill"`
+	Text  string  `json:"text"`
+}
+
+// checkMeters measures every meter of the endpoints table in the browser:
+// the fill is as wide as its number says, within 1.5 px. The KV column is
+// also checked against the fixture: on the 90 px track, 0.93 → 83.7 px,
+// 0.5 → 45 px (half), 0 → 0 px, 1 → 90 px (full). The printed percentage
+// is rounded (0 or 1 decimals), so it moves the expected width by at most
+// 0.05 % of the track: 0.05 px.
+func checkMeters(t *testing.T, eval func(string) string) {
+	t.Helper()
+	raw := eval(`JSON.stringify(Array.from(document.querySelectorAll("#endpoints tbody tr[data-address] td")).flatMap((td) => {
+		const m = td.querySelector(".meter"), tr = m && m.querySelector(".track"), f = m && m.querySelector(".fill");
+		if (!tr || !f) return [];
+		return [{addr: td.parentElement.dataset.address, col: td.cellIndex + 1, track: tr.getBoundingClientRect().width,
+			fill: f.getBoundingClientRect().width, text: m.innerText.trim()}];
+	}))`)
+	var ms []meterProbe
+	if err := json.Unmarshal([]byte(raw), &ms); err != nil {
+		t.Fatalf("meters %s: %v", raw, err)
+	}
+	const tol = 1.5
+	kv := 0
+	for _, m := range ms {
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(m.Text, "%"), 64)
+		if err != nil {
+			t.Errorf("meter %s col %d prints %q, want a percentage", m.Addr, m.Col, m.Text)
+			continue
+		}
+		if m.Track < 20 {
+			t.Errorf("meter %s col %d: track %.1f px wide, want a visible track", m.Addr, m.Col, m.Track)
+		}
+		if want := m.Track * min(100, max(0, pct)) / 100; math.Abs(m.Fill-want) > tol {
+			t.Errorf("meter %s col %d prints %s but its fill is %.1f of %.1f px, want %.1f ± %.1f px",
+				m.Addr, m.Col, m.Text, m.Fill, m.Track, want, tol)
+		}
+		if m.Col != 5 {
+			continue
+		}
+		kv++
+		i := slices.Index(fixtureAddrs, m.Addr)
+		if want := m.Track * fixtureKV[i]; math.Abs(m.Fill-want) > tol {
+			t.Errorf("KV meter of %s (KV %.2f): fill %.1f of %.1f px, want %.1f ± %.1f px", m.Addr, fixtureKV[i], m.Fill, m.Track, want, tol)
+		}
+	}
+	if kv != len(fixtureAddrs) {
+		t.Errorf("measured %d KV meters, want %d: %s", kv, len(fixtureAddrs), raw)
+	}
+}
+
+// browser starts a headless Chromium for one test and returns its context
+// and a function that stops it and returns the script exceptions (and,
+// unless only exceptions count, console errors) it logged.
+func browser(t *testing.T, onlyExceptions bool) (context.Context, func() []string) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1200),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	backstop := time.AfterFunc(2*time.Minute, cancel)
+	var (
+		console  sync.WaitGroup
+		mu       sync.Mutex
+		problems []string
+	)
+	msgs := chromedp.Console(ctx)
+	console.Go(func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == chromedp.ConsoleError && !onlyExceptions) {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s %s:%d %s", m.Type, m.URL, m.Line+1, m.Text))
+				mu.Unlock()
+			}
+		}
+	})
+	var once sync.Once
+	stop := func() []string {
+		once.Do(func() {
+			backstop.Stop()
+			cancel()
+			console.Wait()
+			cancelAlloc()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return problems
+	}
+	t.Cleanup(func() { stop() })
+	return ctx, stop
+}
+
+// TestStatusPageRouterRestart loads /ui/ from a router that goes away right
+// after sending the page, as one that restarts does, and comes back later.
+// The page needs nothing but itself to draw: it is styled at once, says
+// that the router is unreachable and that it keeps retrying while it is,
+// and fills in once the router answers again.
+func TestStatusPageRouterRestart(t *testing.T) {
+	f := newPageFixture(t, time.Now())
+	var down atomic.Bool
+	admin := f.srv.Config.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() { // the connection drops, as it does when the process is gone
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		admin.ServeHTTP(w, r)
+		if r.URL.Path == PathUI+"/" {
+			down.Store(true)
+		}
+	}))
+	defer srv.Close()
+
+	// Failed loads are logged as console errors; only exceptions count.
+	ctx, stop := browser(t, true)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+PathUI+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	wait := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	if !down.Load() {
+		t.Fatal("the page was not fetched")
+	}
+	// style.css: the header is sticky, a card has rounded corners.
+	if got := eval(`getComputedStyle(document.querySelector("header.top")).position + " " + getComputedStyle(document.querySelector(".card")).borderTopLeftRadius`); got != "sticky 10px" {
+		t.Errorf("with the router gone after the page: header position and card radius %q, want \"sticky 10px\" (the page is unstyled)", got)
+	}
+	wait("the unreachable notice", `(() => { const b = document.getElementById("offline"); return !!b && !b.hidden && b.offsetHeight > 0 && /unreachable/.test(b.innerText) && /retrying/.test(b.innerText); })()`)
+
+	down.Store(false)
+	wait("the notice to go", `document.getElementById("offline").hidden`)
+	wait("endpoint rows", `document.querySelectorAll("#endpoints tbody tr[data-address]").length === 4`)
+	if live := eval(`document.getElementById("conn-text").textContent`); !strings.HasPrefix(live, "live") {
+		t.Errorf("connection indicator %q, want live", live)
+	}
+	for _, p := range stop() {
+		t.Errorf("browser console: %s", p)
+	}
+}
+
+// TestStatusPageOpenAdminBanner: served for an admin server on every
+// interface without a token, the page shows the warning banner in
+// Chromium, above the cards, while it polls.
+func TestStatusPageOpenAdminBanner(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+PathHistory, mustNew(t, DefaultConfig()).Handler())
+	ui := NewUI(UIConfig{AdminAddr: ":9090"})
+	mux.Handle("GET "+PathUI, ui)
+	mux.Handle("GET "+PathUI+"/", ui)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, stop := browser(t, true) // the debug views 404 here; only exceptions count
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+PathUI+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`Number(document.body.dataset.polls || 0) >= 1`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("waiting for a poll: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const b = document.getElementById("admin-open"), r = b && b.getBoundingClientRect();
+		const main = document.querySelector("main").getBoundingClientRect();
+		return b ? [r.height > 0 && r.width > 0 && r.bottom <= main.top, b.innerText].join(" | ") : "none";
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got, "true | ") || !strings.Contains(got, ":9090 without a token") {
+		t.Errorf("banner %q: want it visible above the cards, naming :9090 and the missing token", got)
+	}
+	for _, p := range stop() {
 		t.Errorf("browser console: %s", p)
 	}
 }

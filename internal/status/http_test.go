@@ -1,7 +1,10 @@
 package status
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"html"
 	"io"
 	"io/fs"
 	"net/http"
@@ -157,7 +160,9 @@ func TestUIHandler(t *testing.T) {
 	tests := []struct {
 		path, ctype, contains string
 	}{
-		{"/ui/", "text/html", `<script src="app.js" defer></script>`},
+		{"/ui/", "text/html", `<style>`},
+		{"/ui/", "text/html", `"../debug/history"`},
+		{"/ui/index.html", "text/html", `<!doctype html>`},
 		{"/ui/app.js", "javascript", `"../debug/history"`},
 		{"/ui/style.css", "text/css", "prefers-color-scheme: dark"},
 	}
@@ -172,6 +177,26 @@ func TestUIHandler(t *testing.T) {
 		if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
 			t.Errorf("%s: no CSP header", tt.path)
 		}
+	}
+	// The page's CSP allows its two inline blocks by hash and nothing else
+	// inline.
+	resp, body := get(t, c, srv.URL+"/ui/")
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, tag := range []string{"script", "style"} {
+		re := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`)
+		blocks := re.FindAllStringSubmatch(string(body), -1)
+		if len(blocks) != 1 {
+			t.Errorf("/ui/ has %d inline <%s> blocks, want 1", len(blocks), tag)
+			continue
+		}
+		sum := sha256.Sum256([]byte(blocks[0][1]))
+		want := tag + "-src 'self' 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "';"
+		if !strings.Contains(csp, want) {
+			t.Errorf("/ui/ CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(string(body), `src="app.js"`) || strings.Contains(string(body), `href="style.css"`) {
+		t.Error("/ui/ still loads app.js or style.css: a router restart between the page and them leaves it unstyled")
 	}
 	resp, _ = get(t, c, srv.URL+"/ui/missing.js")
 	if resp.StatusCode != http.StatusNotFound {
@@ -257,4 +282,47 @@ func FuzzHistoryQuery(f *testing.F) {
 			t.Fatalf("?%s: invalid JSON %q", q, w.Body.String())
 		}
 	})
+}
+
+// TestUIWarnsAboutOpenAdmin: on an admin address other than loopback
+// without a token, the page carries a warning banner naming the address
+// and the settings that fix it; on loopback, or with a token, none.
+func TestUIWarnsAboutOpenAdmin(t *testing.T) {
+	tests := []struct {
+		addr  string
+		token bool
+		warn  bool
+	}{
+		{":9090", false, true}, // every interface
+		{"0.0.0.0:9090", false, true},
+		{"[::]:9090", false, true},
+		{"10.1.2.3:9090", false, true},
+		{"admin.internal:9090", false, true}, // a name may resolve anywhere
+		{":9090", true, false},
+		{"10.1.2.3:9090", true, false},
+		{"127.0.0.1:9090", false, false},
+		{"127.0.0.2:9090", false, false}, // 127/8 is loopback
+		{"[::1]:9090", false, false},
+		{"localhost:9090", false, false},
+		{"", false, false}, // not told: no claim either way
+	}
+	for _, tt := range tests {
+		srv := httptest.NewServer(NewUI(UIConfig{AdminAddr: tt.addr, AdminToken: tt.token}))
+		_, body := get(t, srv.Client(), srv.URL+"/ui/")
+		srv.Close()
+		page := string(body)
+		got := strings.Contains(page, `id="admin-open"`)
+		if got != tt.warn {
+			t.Errorf("addr %q token %v: banner %v, want %v", tt.addr, tt.token, got, tt.warn)
+			continue
+		}
+		if !tt.warn {
+			continue
+		}
+		for _, want := range []string{tt.addr, "without a token", "server.admin.token_file", "server.admin.addr"} {
+			if !strings.Contains(page, html.EscapeString(want)) {
+				t.Errorf("addr %q: banner lacks %q", tt.addr, want)
+			}
+		}
+	}
 }

@@ -2,9 +2,9 @@
 // imbalance signal with its components, the mode and the weights at every
 // control tick, and every weight change with its reason — and serves it:
 // /debug/history as JSON, and /ui, a self-contained status page (embedded
-// HTML, CSS and JavaScript; no build step, no CDN, no external fonts) that
-// polls /debug/history, /debug/endpoints, /debug/decisions and (replica
-// sync) /debug/peers every second.
+// HTML, CSS and JavaScript in one response; no build step, no CDN, no
+// external fonts) that polls /debug/history, /debug/endpoints,
+// /debug/decisions and (replica sync) /debug/peers every second.
 //
 // # Bounds
 //

@@ -22,7 +22,7 @@
     range: 300000,
     hidden: new Set(["smoothed"]),
     open: new Set(),         // expanded decision rows
-    fails: 0, polls: 0,
+    fails: 0, polls: 0, lastOk: 0,
   };
 
   // ---------- small helpers ----------
@@ -143,7 +143,7 @@
     const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
     try {
       const r = await fetch(new URL(path, location.href), { signal: ctl.signal, cache: "no-store" });
-      if (!r.ok) throw new Error(path.replace("../", "/") + ": HTTP " + r.status);
+      if (!r.ok) throw Object.assign(new Error(path.replace("../", "/") + ": HTTP " + r.status), { status: r.status });
       return await r.json();
     } finally {
       clearTimeout(timer);
@@ -294,6 +294,7 @@
       prefix: num(pick(e, "prefix_hit_rate", "prefix_hit_ratio", "prefix_hits")),
       capacity: num(pick(e, "capacity", "Capacity")),
       ejected: pick(e, "ejected", "Ejected") === true,
+      halfOpen: pick(e, "half_open", "HalfOpen") === true,
       ejectedUntil: pick(e, "ejected_until", "EjectedUntil"),
       ejections: num(pick(e, "ejections", "Ejections")),
     };
@@ -730,8 +731,9 @@
       return h("tr", { dataset: { address: e.address || "" } },
         h("td", { class: "l" }, h("span", { class: "addr", text: shortAddr(e.address) }), e.name ? h("span", { class: "name", text: e.name }) : null),
         h("td", { class: "l" }, h("span", { class: "pill st-" + st, text: st }), e.ejected ? h("span", {
-          class: "pill st-ejected", text: "ejected",
-          title: "Left out of picks after consecutive failures" + (e.ejectedUntil ? " until " + new Date(e.ejectedUntil).toLocaleTimeString() : "") +
+          class: "pill st-ejected", text: e.halfOpen ? "half-open" : "ejected",
+          title: (e.halfOpen ? "Ejected after consecutive failures; its server answers again, so it takes a trial request" :
+            "Left out of picks after consecutive failures") + (e.ejectedUntil ? " until " + new Date(e.ejectedUntil).toLocaleTimeString() : "") +
             (e.ejections !== null ? " · " + fmtInt(e.ejections) + " ejection" + (e.ejections === 1 ? "" : "s") : ""),
         }) : null),
         h("td", { class: "n", text: fmtInt(e.waiting) }),
@@ -889,6 +891,21 @@
     document.body.dataset.polls = String(S.polls);
   }
 
+  // The history poll failed more than once (the router restarts, the
+  // network is down, or it answers with an error): say so above everything,
+  // with what is still shown, and keep polling. One failed poll only turns
+  // the indicator to "retrying".
+  function renderOffline(err) {
+    const b = $("offline");
+    if (!err || (S.fails < 2 && S.lastOk)) { b.hidden = true; return; }
+    b.replaceChildren(
+      h("b", { text: (err.status ? "The router refuses the status data (HTTP " + err.status + ")" : "Router unreachable") +
+        " — retrying every " + POLL_MS / 1000 + " s." }),
+      h("span", { class: "detail", text: (S.lastOk ? "Showing data from " + clock(S.lastOk).slice(0, 8) + ". " : "No data yet. ") +
+        (err.message ? "Last error: " + err.message : "") }));
+    b.hidden = false;
+  }
+
   function setConn(ok, text) {
     const c = $("conn");
     c.className = "conn " + (ok ? "conn-live" : "conn-down");
@@ -912,8 +929,9 @@
     if (rd.status === "fulfilled") { S.decisions = rd.value; S.decisionsErr = null; } else { S.decisions = null; S.decisionsErr = rd.reason && rd.reason.message; }
     S.weights = rw.status === "fulfilled" ? rw.value : null;
     S.polls++;
-    if (rh.status === "fulfilled") setConn(true, "live · " + clock(Date.now()).slice(0, 8));
+    if (rh.status === "fulfilled") { S.lastOk = Date.now(); setConn(true, "live · " + clock(S.lastOk).slice(0, 8)); }
     else setConn(false, S.fails > 1 ? "disconnected" : "retrying");
+    renderOffline(rh.status === "rejected" ? rh.reason : null);
     try { render(); } catch (err) { console.error(err); $("foot-text").textContent = "render error: " + err.message; }
   }
 
