@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	}
 	if deps.Client == nil {
 		deps.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.ScrapeEvery == 0 {
 		cfg.ScrapeEvery = DefaultScrapeEvery
@@ -137,6 +141,10 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	stop()
 	wg.Wait()
 	run.Wall = p.now()
+	run.PromptCheck = checkPrompts(run.Requests)
+	if w := run.PromptCheck.Warning(); w != "" {
+		deps.Logger.Warn("bench: "+w, "policy", run.Policy, "level", run.Level, "repeat", run.Repeat)
+	}
 	if deps.CPU != nil {
 		run.CPU = deps.CPU() - cpu0
 	}

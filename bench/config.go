@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -105,6 +106,8 @@ type Deps struct {
 	CPU func() time.Duration
 	// Progress receives a snapshot every ProgressEvery during a run.
 	Progress func(Live)
+	// Logger receives warnings and each router's addresses; nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultScrapeEvery is how often the targets' metrics are read.

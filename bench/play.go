@@ -36,6 +36,9 @@ type RunResult struct {
 	Wall, CPU time.Duration
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
+	// PromptCheck compares the prompt sizes the servers reported with
+	// the intended ones.
+	PromptCheck PromptCheck
 }
 
 // PhaseSpan is one phase's name and offsets.

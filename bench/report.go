@@ -155,15 +155,22 @@ func kindList(m map[string]int) string {
 // CPU over the run, and how late requests left against their schedule.
 func (rep *Report) WriteGenerator(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("| run | policy | level | repeat | salt | wall s | process CPU (cores) | requests | lateness p50 / p99 / max ms |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| run | policy | level | repeat | salt | wall s | process CPU (cores) | requests | lateness p50 / p99 / max ms | prompt tokens reported ÷ intended |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rep.Runs {
 		p50, p99, worst := r.Lateness()
 		cpu := "–"
 		if r.CPU > 0 && r.Wall > 0 {
 			cpu = fmt.Sprintf("%.2f", r.CPU.Seconds()/r.Wall.Seconds())
 		}
-		fmt.Fprintf(&b, "| %d | %s | %g | %d | %016x | %.1f | %s | %d | %.1f / %.1f / %.1f |\n", i+1, r.Policy, r.Level, r.Repeat, r.Salt,
-			r.Wall.Seconds(), cpu, len(r.Requests), msOf(p50), msOf(p99), msOf(worst))
+		prompt := "–"
+		if pc := r.PromptCheck; pc.Reported > 0 {
+			prompt = fmt.Sprintf("%.2f", pc.Ratio)
+			if pc.Off > 0 {
+				prompt += fmt.Sprintf(" ⚠ %d off", pc.Off)
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %s | %g | %d | %016x | %.1f | %s | %d | %.1f / %.1f / %.1f | %s |\n", i+1, r.Policy, r.Level, r.Repeat, r.Salt,
+			r.Wall.Seconds(), cpu, len(r.Requests), msOf(p50), msOf(p99), msOf(worst), prompt)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -178,10 +185,15 @@ func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) 
 	fmt.Fprintf(w, "%s Scenario time ×%g (%v per run, warm-up %v excluded), %d repeat(s) interleaved; "+
 		"values are medians over the repeats with (min–max). Latencies in ms, client side.\n\n",
 		setup, rep.Config.TimeScale, sc.Duration.Round(time.Second), sc.Warmup.Round(time.Second), rep.Config.Repeat)
+	for _, r := range rep.Runs {
+		if warn := r.PromptCheck.Warning(); warn != "" {
+			fmt.Fprintf(w, "⚠ Run %s at %g, repeat %d: %s.\n\n", r.Policy, r.Level, r.Repeat, warn)
+		}
+	}
 	if err := rep.WriteTables(w); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "### Load generator\n\nProcess CPU counts everything in this process (with `--fleet` also the servers and the router); lateness is how long after its scheduled time each request left.\n\n")
+	fmt.Fprintf(w, "### Load generator\n\nProcess CPU counts everything in this process (with `--fleet` also the servers and the router); lateness is how long after its scheduled time each request left; the last column is the median of the prompt size the servers reported (usage.prompt_tokens) ÷ the size bench meant, with the requests off by more than %d×.\n\n", PromptOffFactor)
 	if err := rep.WriteGenerator(w); err != nil {
 		return err
 	}
