@@ -23,7 +23,10 @@ type Report struct {
 }
 
 // Run plays cfg: for each repeat, for each level, every policy in turn
-// (interleaved), each on a fresh router with a fresh prompt salt. It
+// (interleaved), each on a fresh router with a fresh prompt salt. The
+// order rotates: repeat k (from 0) starts at policy k mod n of
+// Config.Policies, so drift in the machine's load over a bench does not
+// favour the policies listed last. It
 // returns the runs done so far with ctx's error when ctx ends early.
 func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	if err := cfg.Validate(&deps); err != nil {
@@ -53,11 +56,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	}
 	rep := &Report{Scenario: sc, Config: cfg}
 	total := cfg.Repeat * len(cfg.Levels) * len(cfg.Policies)
+	n := len(cfg.Policies)
 	for k := 0; k < cfg.Repeat; k++ {
 		for _, level := range cfg.Levels {
-			for _, pol := range cfg.Policies {
+			for j := range n {
+				pol := cfg.Policies[(k+j)%n]
 				run, err := runOne(ctx, &cfg, &deps, sc, pol, level, k, Live{Run: len(rep.Runs) + 1, Runs: total})
 				if run != nil {
+					run.Order = j + 1
 					rep.Runs = append(rep.Runs, run)
 				}
 				if err != nil {

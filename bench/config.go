@@ -58,7 +58,8 @@ type Config struct {
 	Scenario *sim.Scenario
 	// TimeScale scales scenario time (0.1 plays ten minutes in one); > 0.
 	TimeScale float64
-	// Policies are run in this order within each repeat.
+	// Policies are run in this order in the first repeat; repeat k (from
+	// 0) starts at policy k mod len(Policies) and goes round.
 	Policies []Policy
 	// Levels are the load levels to run (default: the scenario's headline).
 	Levels []float64

@@ -11,8 +11,9 @@
 // usage.prompt_tokens is off by more than 2×. Every run salts
 // its prompt bytes with a fresh value from Deps.Salt, so no run can hit a
 // prefix cache an earlier run warmed on servers bench cannot restart;
-// policies are interleaved (a b c a b c …) over Config.Repeat repeats and
-// reported as medians with their spread.
+// policies are interleaved over Config.Repeat repeats, each repeat
+// starting one policy further on (a b c, b c a, c a b …), and reported
+// as medians with their spread.
 //
 // Measured client side per request: time to first token (the first SSE
 // chunk with text), inter-token gaps, end-to-end latency, output tokens,

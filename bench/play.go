@@ -17,8 +17,11 @@ type RunResult struct {
 	Policy string
 	Level  float64
 	Repeat int
-	Seed   uint64
-	Salt   uint64
+	// Order is the run's place (1-based) among the policies of its
+	// repeat and level.
+	Order int
+	Seed  uint64
+	Salt  uint64
 	// Warm and End are the measurement window's offsets; Phases the
 	// scenario's phases (scaled) with their offsets.
 	Warm, End time.Duration
