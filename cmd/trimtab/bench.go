@@ -106,7 +106,7 @@ and --profile files (alone they replace the default policies).`,
 				return werr
 			}
 			fmt.Fprintf(stderr, "%d runs → %s\n", len(rep.Runs), filepath.Join(out, sc.Name+".md"))
-			lines, cerr := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), rep.Summaries(), sim.Median)
+			lines, cerr := bench.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), rep.Summaries())
 			for _, l := range lines {
 				fmt.Fprintln(stderr, l)
 			}
