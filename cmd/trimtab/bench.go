@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/trimtab/trimtab/bench"
-	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim"
 )
 
@@ -143,10 +143,21 @@ func orElse[T comparable](a, b T) T {
 }
 
 // routerStarter starts trimtab serve in-process (HTTP proxy and admin
-// server on loopback, no ext_proc) with a profile in front of fixed
-// targets. The admin server tries adminAddr first, then any free port.
+// server on loopback, no ext_proc) with a profile — or a simulator
+// baseline's scheduler — in front of fixed targets. The admin server tries adminAddr first, then any free port.
 func routerStarter(adminAddr string) bench.StartRouterFunc {
-	return func(ctx context.Context, f *configs.File, targets []bench.Target) (*bench.Router, error) {
+	return func(ctx context.Context, spec bench.RouterSpec, targets []bench.Target) (*bench.Router, error) {
+		var sched *scheduler.Scheduler
+		if b := spec.Baseline; b != nil {
+			s, loop, err := b.Build(spec.Seed, spec.Scenario)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Name, err)
+			}
+			if loop != nil {
+				return nil, fmt.Errorf("%s: a baseline with a control loop cannot run in serve", b.Name)
+			}
+			sched = s
+		}
 		fts := make(fleet.Fixed, len(targets))
 		for i, t := range targets {
 			fts[i] = fleet.Target{Address: t.Address, Name: orElse(t.Name, t.Address), Models: []string{t.Model}, Capacity: t.Capacity, Ready: true}
@@ -163,8 +174,8 @@ func routerStarter(adminAddr string) bench.StartRouterFunc {
 			httpLn.Close()
 			return nil, err
 		}
-		svc, err := newService(f, serviceOptions{Logger: slog.New(slog.DiscardHandler), Discoverer: fts,
-			HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true})
+		svc, err := newService(spec.Profile, serviceOptions{Logger: slog.New(slog.DiscardHandler), Discoverer: fts,
+			HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true, Scheduler: sched})
 		if err != nil {
 			httpLn.Close()
 			adminLn.Close()
