@@ -96,6 +96,8 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 		if router, err = deps.StartRouter(ctx, RouterSpec{Policy: pol.Name, Profile: &prof, Baseline: pol.Baseline, Seed: seed, Scenario: sc}, cfg.Targets); err != nil {
 			return nil, fmt.Errorf("starting the router: %w", err)
 		}
+		deps.Logger.Info(fmt.Sprintf("router for %s started: proxy %s, admin %s, status page %s/ui", pol.Name, router.ProxyURL, router.AdminURL, router.AdminURL),
+			"run", fmt.Sprintf("%d/%d", live.Run, live.Runs), "level", level, "repeat", k+1)
 	}
 	if router.AdminURL != "" {
 		if err := waitReady(ctx, deps, router.AdminURL, len(cfg.Targets), 10*time.Second); err != nil {

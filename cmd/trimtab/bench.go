@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -26,6 +27,7 @@ func newBenchCmd() *cobra.Command {
 		scenario, out, endpoints    string
 		policies, profiles, targets []string
 		fleetN                      int
+		addrs                       routerAddrs
 		noPlots                     bool
 	)
 	c := &cobra.Command{
@@ -89,8 +91,9 @@ and --profile files (alone they replace the default policies).`,
 			}
 			stderr := cmd.ErrOrStderr()
 			setup += fmt.Sprintf(" Machine: %d CPUs, load average %s at the start", runtime.NumCPU(), bench.LoadAverage())
-			rep, err := bench.Run(gctx, cfg, bench.Deps{StartRouter: routerStarter("127.0.0.1:0"), Salt: func() uint64 { return rand.Uint64() | 1 },
-				CPU: bench.ProcessCPU, Progress: bench.PrintProgress(stderr, isTerminal(stderr))})
+			term := isTerminal(stderr)
+			rep, err := bench.Run(gctx, cfg, bench.Deps{StartRouter: routerStarter(addrs), Salt: func() uint64 { return rand.Uint64() | 1 },
+				CPU: bench.ProcessCPU, Progress: bench.PrintProgress(stderr, term), Logger: benchLogger(stderr, term)})
 			fmt.Fprintln(stderr)
 			if rep == nil || len(rep.Runs) == 0 {
 				return err
@@ -124,6 +127,8 @@ and --profile files (alone they replace the default policies).`,
 	f.StringSliceVar(&targets, "target", nil, "real server base URLs")
 	f.StringVar(&cfg.RouterURL, "router", "", "measure this external router's OpenAI base URL instead of starting serve")
 	f.StringVar(&cfg.RouterAdminURL, "router-admin", "", "the external router's admin URL (for its mode timeline)")
+	f.StringVar(&addrs.Proxy, "router-addr", "127.0.0.1:0", "where each run's in-process router serves the OpenAI API (port 0: any free one)")
+	f.StringVar(&addrs.Admin, "admin-addr", "127.0.0.1:0", "where each run's in-process router serves admin and the status page (port 0: any free one)")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "interleaved repeats of every policy")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "workload seed of the first repeat")
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "scale scenario time (0.1 plays ten minutes in one)")
@@ -134,6 +139,31 @@ and --profile files (alone they replace the default policies).`,
 	return c
 }
 
+// benchLogger logs bench's warnings and each router's addresses to w as
+// text without timestamps; on a terminal each line first clears the
+// progress line it would otherwise run into.
+func benchLogger(w io.Writer, terminal bool) *slog.Logger {
+	if terminal {
+		w = clearLine{w}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
+// clearLine writes "\r" and clear-to-end-of-line before every write.
+type clearLine struct{ w io.Writer }
+
+func (c clearLine) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, "\r\033[K"); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
 func orElse[T comparable](a, b T) T {
 	var zero T
 	if a != zero {
@@ -142,10 +172,20 @@ func orElse[T comparable](a, b T) T {
 	return b
 }
 
+// routerAddrs are where routerStarter's routers listen (host:port; port
+// 0: any free one).
+type routerAddrs struct {
+	Proxy, Admin string
+	// AdminFallback: a busy Admin port falls back to any free one (the
+	// demo's fixed status page port); else it is an error naming
+	// --admin-addr.
+	AdminFallback bool
+}
+
 // routerStarter starts trimtab serve in-process (HTTP proxy and admin
-// server on loopback, no ext_proc) with a profile — or a simulator
-// baseline's scheduler — in front of fixed targets. The admin server tries adminAddr first, then any free port.
-func routerStarter(adminAddr string) bench.StartRouterFunc {
+// server, no ext_proc) with a profile — or a simulator baseline's
+// scheduler — in front of fixed targets, listening on addrs.
+func routerStarter(addrs routerAddrs) bench.StartRouterFunc {
 	return func(ctx context.Context, spec bench.RouterSpec, targets []bench.Target) (*bench.Router, error) {
 		var sched *scheduler.Scheduler
 		if b := spec.Baseline; b != nil {
@@ -162,17 +202,17 @@ func routerStarter(adminAddr string) bench.StartRouterFunc {
 		for i, t := range targets {
 			fts[i] = fleet.Target{Address: t.Address, Name: orElse(t.Name, t.Address), Models: []string{t.Model}, Capacity: t.Capacity, Ready: true}
 		}
-		httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+		httpLn, err := net.Listen("tcp", addrs.Proxy)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--router-addr %s: %w", addrs.Proxy, err)
 		}
-		adminLn, err := net.Listen("tcp", adminAddr)
-		if err != nil {
+		adminLn, err := net.Listen("tcp", addrs.Admin)
+		if err != nil && addrs.AdminFallback {
 			adminLn, err = net.Listen("tcp", "127.0.0.1:0")
 		}
 		if err != nil {
 			httpLn.Close()
-			return nil, err
+			return nil, fmt.Errorf("--admin-addr %s: %w", addrs.Admin, err)
 		}
 		svc, err := newService(spec.Profile, serviceOptions{Logger: slog.New(slog.DiscardHandler), Discoverer: fts,
 			HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true, Scheduler: sched})

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,6 +170,52 @@ func TestBenchRunsSimBaselines(t *testing.T) {
 		}
 		if a, n := counts[0], counts[0]+counts[1]; n < 10 || a*100 < n*45 || a*100 > n*55 {
 			t.Errorf("round-robin served %v, want each pod 45–55 %%", r.Served)
+		}
+	}
+}
+
+// freePort returns a loopback address nothing listens on (it was free a
+// moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestBenchRouterAddrs: --router-addr and --admin-addr set where each
+// run's router listens (every run binds them afresh), each router's
+// proxy, admin and status page URLs are printed when it starts, and a
+// busy port is refused naming its flag.
+func TestBenchRouterAddrs(t *testing.T) {
+	dir := t.TempDir()
+	scen := tinyScenario(t, dir, 2)
+	proxy, admin := freePort(t), freePort(t)
+	log, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "2", "--fleet-speed", "20", "--policies", "round-robin,adaptive-off",
+		"--router-addr", proxy, "--admin-addr", admin, "--no-plots", "--out", filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	for _, pol := range []string{"round-robin", "adaptive-off"} {
+		want := fmt.Sprintf("router for %s started: proxy http://%s, admin http://%s, status page http://%s/ui", pol, proxy, admin, admin)
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, flag := range []string{"--router-addr", "--admin-addr"} {
+		_, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "2", "--policies", "round-robin", flag, busy.Addr().String(),
+			"--no-plots", "--out", filepath.Join(dir, "busy"))
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s on a busy port: err %v, want one naming %s", flag, err, flag)
 		}
 	}
 }
