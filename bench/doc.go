@@ -25,7 +25,8 @@
 // router's mode and weights timeline from its admin server
 // (/debug/history). Results come out as sim.RunSummary (the schema of
 // `trimtab sim`'s summary.json, plus cached_token_ratio and errors),
-// markdown tables and plots.
+// markdown tables and plots, and compare.md: adaptive against its fair
+// baselines repeat by repeat (ComparePaired).
 //
 // # Concurrency model
 //

@@ -37,9 +37,11 @@ func newBenchCmd() *cobra.Command {
 simulated vLLM servers on loopback (--fleet, the default), the servers of a static
 endpoints file (--endpoints) or URLs (--target), through trimtab serve started
 in-process per policy (or an external --router). Each run salts its prompts
-afresh; policies are interleaved over --repeat repeats. It writes
-DIR/<scenario>.md, DIR/img/bench-real-*.png and DIR/summary.json (sim's schema
-plus cached_token_ratio and errors). Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
+afresh; policies are interleaved over --repeat repeats, each repeat starting one
+policy further on. It writes DIR/<scenario>.md, DIR/img/bench-real-*.png,
+DIR/summary.json (sim's schema plus cached_token_ratio and errors) and, when
+adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat).
+Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
 and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
