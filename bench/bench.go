@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -22,7 +23,10 @@ type Report struct {
 }
 
 // Run plays cfg: for each repeat, for each level, every policy in turn
-// (interleaved), each on a fresh router with a fresh prompt salt. It
+// (interleaved), each on a fresh router with a fresh prompt salt. The
+// order rotates: repeat k (from 0) starts at policy k mod n of
+// Config.Policies, so drift in the machine's load over a bench does not
+// favour the policies listed last. It
 // returns the runs done so far with ctx's error when ctx ends early.
 func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	if err := cfg.Validate(&deps); err != nil {
@@ -33,6 +37,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	}
 	if deps.Client == nil {
 		deps.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.ScrapeEvery == 0 {
 		cfg.ScrapeEvery = DefaultScrapeEvery
@@ -49,11 +56,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	}
 	rep := &Report{Scenario: sc, Config: cfg}
 	total := cfg.Repeat * len(cfg.Levels) * len(cfg.Policies)
+	n := len(cfg.Policies)
 	for k := 0; k < cfg.Repeat; k++ {
 		for _, level := range cfg.Levels {
-			for _, pol := range cfg.Policies {
+			for j := range n {
+				pol := cfg.Policies[(k+j)%n]
 				run, err := runOne(ctx, &cfg, &deps, sc, pol, level, k, Live{Run: len(rep.Runs) + 1, Runs: total})
 				if run != nil {
+					run.Order = j + 1
 					rep.Runs = append(rep.Runs, run)
 				}
 				if err != nil {
@@ -83,9 +93,11 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	if pol.Profile != nil {
 		prof := *pol.Profile
 		prof.Scheduler.Seed = seed
-		if router, err = deps.StartRouter(ctx, &prof, cfg.Targets); err != nil {
+		if router, err = deps.StartRouter(ctx, RouterSpec{Policy: pol.Name, Profile: &prof, Baseline: pol.Baseline, Seed: seed, Scenario: sc}, cfg.Targets); err != nil {
 			return nil, fmt.Errorf("starting the router: %w", err)
 		}
+		deps.Logger.Info(fmt.Sprintf("router for %s started: proxy %s, admin %s, status page %s/ui", pol.Name, router.ProxyURL, router.AdminURL, router.AdminURL),
+			"run", fmt.Sprintf("%d/%d", live.Run, live.Runs), "level", level, "repeat", k+1)
 	}
 	if router.AdminURL != "" {
 		if err := waitReady(ctx, deps, router.AdminURL, len(cfg.Targets), 10*time.Second); err != nil {
@@ -137,6 +149,10 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	stop()
 	wg.Wait()
 	run.Wall = p.now()
+	run.PromptCheck = checkPrompts(run.Requests)
+	if w := run.PromptCheck.Warning(); w != "" {
+		deps.Logger.Warn("bench: "+w, "policy", run.Policy, "level", run.Level, "repeat", run.Repeat)
+	}
 	if deps.CPU != nil {
 		run.CPU = deps.CPU() - cpu0
 	}

@@ -41,8 +41,11 @@ type Request struct {
 	Gaps []time.Duration
 	// Tokens is usage.completion_tokens, or the chunks with text.
 	Tokens, PromptTokens, CachedTokens int
-	// CachedKnown: the server reported cached_tokens.
-	CachedKnown bool
+	// IntendedTokens is the prompt's size in the scenario's tokens.
+	IntendedTokens int
+	// PromptKnown: the server reported usage (prompt_tokens);
+	// CachedKnown: it reported cached_tokens.
+	PromptKnown, CachedKnown bool
 	// Err is "" for success, else the error kind.
 	Err string
 }
@@ -72,15 +75,16 @@ type completionBody struct {
 	StreamOptions map[string]any `json:"stream_options"`
 }
 
-// send posts one streaming /v1/completions request and reads it to the
-// end, timing it on clk from start. timeout bounds the whole request.
+// send posts one streaming /v1/completions request, r's prompt rendered
+// as words (promptWords), and reads it to the end, timing it on clk from
+// start. timeout bounds the whole request.
 func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, timeout time.Duration) Request {
-	body, _ := json.Marshal(completionBody{Model: model, Prompt: string(r.Prompt), MaxTokens: r.OutputTokens,
+	body, _ := json.Marshal(completionBody{Model: model, Prompt: string(promptWords(make([]byte, 0, len(r.Prompt)), r.Prompt)), MaxTokens: r.OutputTokens,
 		IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := clk.Now()
-	var res Request
+	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken}
 	fail := func(kind string) Request {
 		res.E2E = clk.Since(start)
 		switch {
@@ -146,7 +150,7 @@ func readStream(body io.Reader, clk clock.PassiveClock, start time.Time, res *Re
 			continue
 		}
 		if u := c.Usage; u != nil {
-			res.Tokens, res.PromptTokens = max(u.CompletionTokens, 0), max(u.PromptTokens, 0)
+			res.Tokens, res.PromptTokens, res.PromptKnown = max(u.CompletionTokens, 0), max(u.PromptTokens, 0), true
 			if u.Details != nil && u.Details.CachedTokens != nil {
 				res.CachedTokens, res.CachedKnown = max(*u.Details.CachedTokens, 0), true
 			}

@@ -14,7 +14,8 @@ import (
 
 // CompareSim runs sc (as bench played it, with the fleet's size and
 // speed) through the simulator: every policy at every level, Repeat seeds
-// from Seed, each policy built from its profile.
+// from Seed, each policy built from its profile (a baseline as the
+// simulator builds it).
 func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep, error) {
 	s := *sc
 	if n := len(cfg.Targets); n > 0 && n != s.Servers {
@@ -30,6 +31,10 @@ func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep,
 	s.Load.Levels = cfg.Levels
 	var pols []sim.Policy
 	for _, p := range cfg.Policies {
+		if p.Baseline != nil {
+			pols = append(pols, *p.Baseline)
+			continue
+		}
 		if p.Profile == nil {
 			return nil, fmt.Errorf("policy %s has no profile to simulate", p.Name)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -35,10 +36,24 @@ type Router struct {
 	Stop func() error
 }
 
-// StartRouterFunc starts a router with profile in front of targets;
+// RouterSpec is what a router runs for one run.
+type RouterSpec struct {
+	// Policy names the policy.
+	Policy string
+	// Profile is the router's profile, its scheduler seed set to the
+	// run's.
+	Profile *configs.File
+	// Baseline, when set, replaces the profile's scorers: the router
+	// routes with the scheduler Baseline.Build(Seed, Scenario) makes.
+	Baseline *sim.Policy
+	Seed     uint64
+	Scenario *sim.Scenario
+}
+
+// StartRouterFunc starts a router running spec in front of targets;
 // bench then waits for its admin server's /readyz to report every target
 // fresh. `trimtab bench` wires it to an in-process `trimtab serve`.
-type StartRouterFunc func(ctx context.Context, profile *configs.File, targets []Target) (*Router, error)
+type StartRouterFunc func(ctx context.Context, spec RouterSpec, targets []Target) (*Router, error)
 
 // Policy is one routing policy to measure.
 type Policy struct {
@@ -47,6 +62,10 @@ type Policy struct {
 	// Profile is the router's profile; nil measures Config.RouterURL as it
 	// is.
 	Profile *configs.File
+	// Baseline, when set, is a simulator baseline that is not a profile
+	// (round-robin, sglang-switch): the router routes with the scheduler
+	// Baseline.Build makes and takes its other settings from Profile.
+	Baseline *sim.Policy
 }
 
 // Config is one bench: a scenario under every policy at every level,
@@ -57,7 +76,8 @@ type Config struct {
 	Scenario *sim.Scenario
 	// TimeScale scales scenario time (0.1 plays ten minutes in one); > 0.
 	TimeScale float64
-	// Policies are run in this order within each repeat.
+	// Policies are run in this order in the first repeat; repeat k (from
+	// 0) starts at policy k mod len(Policies) and goes round.
 	Policies []Policy
 	// Levels are the load levels to run (default: the scenario's headline).
 	Levels []float64
@@ -105,6 +125,8 @@ type Deps struct {
 	CPU func() time.Duration
 	// Progress receives a snapshot every ProgressEvery during a run.
 	Progress func(Live)
+	// Logger receives warnings and each router's addresses; nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultScrapeEvery is how often the targets' metrics are read.

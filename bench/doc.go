@@ -4,22 +4,29 @@
 // `trimtab demo`.
 //
 // The requests come from the simulator's own generators (sim.Renderer),
-// so a scenario renders the same workload in both tools. Every run salts
+// so a scenario renders the same workload in both tools; bench sends each
+// prompt as words (a three-letter syllable and a space per token), so a
+// tokenizer that splits on white space sees the intended size, and warns
+// (Deps.Logger, RunResult.PromptCheck, the report) when a server's
+// usage.prompt_tokens is off by more than 2×. Every run salts
 // its prompt bytes with a fresh value from Deps.Salt, so no run can hit a
 // prefix cache an earlier run warmed on servers bench cannot restart;
-// policies are interleaved (a b c a b c …) over Config.Repeat repeats and
-// reported as medians with their spread.
+// policies are interleaved over Config.Repeat repeats, each repeat
+// starting one policy further on (a b c, b c a, c a b …), and reported
+// as medians with their spread.
 //
 // Measured client side per request: time to first token (the first SSE
 // chunk with text), inter-token gaps, end-to-end latency, output tokens,
 // the serving pod (x-trimtab-endpoint), cached prompt tokens
-// (usage.prompt_tokens_details.cached_tokens) and the error kind (HTTP
+// (usage.prompt_tokens_details.cached_tokens), the reported prompt size
+// (usage.prompt_tokens) and the error kind (HTTP
 // status, cut stream, timeout, connection). Server side: the pods'
 // /metrics (load and prefix-cache counters) every ScrapeEvery, and the
 // router's mode and weights timeline from its admin server
 // (/debug/history). Results come out as sim.RunSummary (the schema of
 // `trimtab sim`'s summary.json, plus cached_token_ratio and errors),
-// markdown tables and plots.
+// markdown tables and plots, and compare.md: adaptive against its fair
+// baselines repeat by repeat (ComparePaired).
 //
 // # Concurrency model
 //

@@ -41,6 +41,7 @@ type timelineRun struct {
 	Policy  string         `json:"policy"`
 	Level   float64        `json:"level"`
 	Repeat  int            `json:"repeat"`
+	Order   int            `json:"order"`
 	Samples []timelinePt   `json:"samples"`
 	Changes []timelineMode `json:"mode_changes"`
 	Served  map[string]int `json:"served_by_pod"`
@@ -65,7 +66,7 @@ type timelineMode struct {
 func (rep *Report) writeTimeline(f io.Writer) error {
 	var out []timelineRun
 	for _, r := range rep.Runs {
-		tr := timelineRun{Policy: r.Policy, Level: r.Level, Repeat: r.Repeat, Samples: []timelinePt{}, Changes: []timelineMode{},
+		tr := timelineRun{Policy: r.Policy, Level: r.Level, Repeat: r.Repeat, Order: r.Order, Samples: []timelinePt{}, Changes: []timelineMode{},
 			Served: Summarise(r.Requests, 0).ByEndpoint}
 		for _, m := range r.Modes {
 			tr.Samples = append(tr.Samples, timelinePt{m.T.Seconds(), m.Mode, m.Signal, m.Weights})

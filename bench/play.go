@@ -17,8 +17,11 @@ type RunResult struct {
 	Policy string
 	Level  float64
 	Repeat int
-	Seed   uint64
-	Salt   uint64
+	// Order is the run's place (1-based) among the policies of its
+	// repeat and level.
+	Order int
+	Seed  uint64
+	Salt  uint64
 	// Warm and End are the measurement window's offsets; Phases the
 	// scenario's phases (scaled) with their offsets.
 	Warm, End time.Duration
@@ -36,6 +39,9 @@ type RunResult struct {
 	Wall, CPU time.Duration
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
+	// PromptCheck compares the prompt sizes the servers reported with
+	// the intended ones.
+	PromptCheck PromptCheck
 }
 
 // PhaseSpan is one phase's name and offsets.

@@ -155,15 +155,22 @@ func kindList(m map[string]int) string {
 // CPU over the run, and how late requests left against their schedule.
 func (rep *Report) WriteGenerator(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("| run | policy | level | repeat | salt | wall s | process CPU (cores) | requests | lateness p50 / p99 / max ms |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| run | policy | level | repeat | order | salt | wall s | process CPU (cores) | requests | lateness p50 / p99 / max ms | prompt tokens reported ÷ intended |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rep.Runs {
 		p50, p99, worst := r.Lateness()
 		cpu := "–"
 		if r.CPU > 0 && r.Wall > 0 {
 			cpu = fmt.Sprintf("%.2f", r.CPU.Seconds()/r.Wall.Seconds())
 		}
-		fmt.Fprintf(&b, "| %d | %s | %g | %d | %016x | %.1f | %s | %d | %.1f / %.1f / %.1f |\n", i+1, r.Policy, r.Level, r.Repeat, r.Salt,
-			r.Wall.Seconds(), cpu, len(r.Requests), msOf(p50), msOf(p99), msOf(worst))
+		prompt := "–"
+		if pc := r.PromptCheck; pc.Reported > 0 {
+			prompt = fmt.Sprintf("%.2f", pc.Ratio)
+			if pc.Off > 0 {
+				prompt += fmt.Sprintf(" ⚠ %d off", pc.Off)
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %s | %g | %d | %d | %016x | %.1f | %s | %d | %.1f / %.1f / %.1f | %s |\n", i+1, r.Policy, r.Level, r.Repeat, r.Order, r.Salt,
+			r.Wall.Seconds(), cpu, len(r.Requests), msOf(p50), msOf(p99), msOf(worst), prompt)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -175,13 +182,21 @@ func (rep *Report) WriteGenerator(w io.Writer) error {
 func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) error {
 	sc := rep.Scenario
 	fmt.Fprintf(w, "# trimtab bench: %s\n\n%s\n\n`%s`\n\n", sc.Name, strings.TrimSpace(sc.Description), command)
-	fmt.Fprintf(w, "%s Scenario time ×%g (%v per run, warm-up %v excluded), %d repeat(s) interleaved; "+
+	fmt.Fprintf(w, "%s Scenario time ×%g (%v per run, warm-up %v excluded), %d repeat(s) interleaved, each starting one policy further on; "+
 		"values are medians over the repeats with (min–max). Latencies in ms, client side.\n\n",
 		setup, rep.Config.TimeScale, sc.Duration.Round(time.Second), sc.Warmup.Round(time.Second), rep.Config.Repeat)
+	if order := rep.order(); order != "" {
+		fmt.Fprintf(w, "Policy order per repeat (rotated): %s.\n\n", order)
+	}
+	for _, r := range rep.Runs {
+		if warn := r.PromptCheck.Warning(); warn != "" {
+			fmt.Fprintf(w, "⚠ Run %s at %g, repeat %d: %s.\n\n", r.Policy, r.Level, r.Repeat, warn)
+		}
+	}
 	if err := rep.WriteTables(w); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "### Load generator\n\nProcess CPU counts everything in this process (with `--fleet` also the servers and the router); lateness is how long after its scheduled time each request left.\n\n")
+	fmt.Fprintf(w, "### Load generator\n\nProcess CPU counts everything in this process (with `--fleet` also the servers and the router); lateness is how long after its scheduled time each request left; the last column is the median of the prompt size the servers reported (usage.prompt_tokens) ÷ the size bench meant, with the requests off by more than %d×.\n\n", PromptOffFactor)
 	if err := rep.WriteGenerator(w); err != nil {
 		return err
 	}
@@ -196,6 +211,23 @@ func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) 
 		return rep.WriteRankings(w)
 	}
 	return nil
+}
+
+// order lists the policies in the order each repeat ran them, at the
+// first level ("1: a, b; 2: b, a").
+func (rep *Report) order() string {
+	var parts []string
+	for _, r := range rep.Runs {
+		if len(rep.Config.Levels) > 0 && r.Level != rep.Config.Levels[0] {
+			continue
+		}
+		if r.Order == 1 {
+			parts = append(parts, fmt.Sprintf("%d: %s", r.Repeat, r.Policy))
+		} else if len(parts) > 0 {
+			parts[len(parts)-1] += ", " + r.Policy
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // servedShare is the busiest pod's share of the successful requests, by

@@ -30,9 +30,12 @@ func ParseTargets(urls []string, model string) ([]Target, error) {
 	return out, nil
 }
 
-// Policies resolves policy names — the simulator's built-in policies that
-// are trimtab profiles (sim.Policy.Profile) — and profile files (each a
-// policy named after its file), in that order.
+// Policies resolves policy names — the simulator's built-in policies
+// (sim.Policies) — and profile files (each a policy named after its file),
+// in that order. A built-in policy that is a profile runs as that profile;
+// a baseline that is not one (round-robin, sglang-switch) runs with the
+// simulator's own scheduler for it (Policy.Baseline) in a router with
+// BaselineProfile's settings.
 func Policies(names, profiles []string) ([]Policy, error) {
 	var out []Policy
 	if len(names) > 0 {
@@ -41,14 +44,17 @@ func Policies(names, profiles []string) ([]Policy, error) {
 			return nil, err
 		}
 		for _, p := range pols {
-			if p.Profile == nil {
-				return nil, fmt.Errorf("%s is simulator-only (not a trimtab profile)", p.Name)
+			pol := Policy{Name: p.Name}
+			if p.Profile != nil {
+				pol.Profile, err = p.Profile()
+			} else {
+				pol.Profile, err = configs.Parse([]byte(BaselineProfile))
+				pol.Baseline = &p
 			}
-			f, err := p.Profile()
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", p.Name, err)
 			}
-			out = append(out, Policy{Name: p.Name, Profile: f})
+			out = append(out, pol)
 		}
 	}
 	for _, path := range profiles {
@@ -61,18 +67,20 @@ func Policies(names, profiles []string) ([]Policy, error) {
 	return out, nil
 }
 
-// PolicyNames lists the simulator's built-in policies that bench can run
-// (those that are trimtab profiles), in report order.
-func PolicyNames() []string {
-	var out []string
-	pols, _ := sim.Policies(nil)
-	for _, p := range pols {
-		if p.Profile != nil {
-			out = append(out, p.Name)
-		}
-	}
-	return out
-}
+// BaselineProfile is the router profile of a simulator baseline that is
+// not a profile: the default server settings with the control loop off.
+// Its scorer is never used (the baseline's scheduler replaces it).
+const BaselineProfile = `
+scorers:
+  - type: queue
+    weight: 1
+adaptive:
+  enabled: false
+`
+
+// PolicyNames lists the simulator's built-in policies, every one of which
+// bench can run, in report order.
+func PolicyNames() []string { return sim.PolicyNames() }
 
 // LoadAverage returns the machine's 1, 5 and 15 minute load averages from
 // /proc/loadavg, or "unknown".

@@ -75,6 +75,24 @@ var fairBaselines = []struct {
 	{PolicyTunedStatic, 0.03, 0.1, 0, "adaptive against tuned-static (the best single static vector, `trimtab sim tune`)"},
 }
 
+// FairBaseline is one comparison compare.md makes: adaptive against
+// Policy, a row worse than Tol marked, TTFTWin and TokWin (relative, 0
+// off) counted as wins, under Heading.
+type FairBaseline struct {
+	Policy               string
+	Tol, TTFTWin, TokWin float64
+	Heading              string
+}
+
+// FairBaselines returns the comparisons WriteComparisons makes, in order.
+func FairBaselines() []FairBaseline {
+	out := make([]FairBaseline, 0, len(fairBaselines))
+	for _, p := range fairBaselines {
+		out = append(out, FairBaseline{Policy: p.policy, Tol: p.tol, TTFTWin: p.ttft, TokWin: p.tok, Heading: p.heading})
+	}
+	return out
+}
+
 // WriteComparisons writes path (compare.md) when runs hold adaptive beside
 // its fair baselines: adaptive against adaptive-off (the same profile,
 // loop off) and against tuned-static (the best single static vector for

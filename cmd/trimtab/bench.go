@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -15,8 +16,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/trimtab/trimtab/bench"
-	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim"
 )
 
@@ -26,6 +27,7 @@ func newBenchCmd() *cobra.Command {
 		scenario, out, endpoints    string
 		policies, profiles, targets []string
 		fleetN                      int
+		addrs                       routerAddrs
 		noPlots                     bool
 	)
 	c := &cobra.Command{
@@ -35,9 +37,11 @@ func newBenchCmd() *cobra.Command {
 simulated vLLM servers on loopback (--fleet, the default), the servers of a static
 endpoints file (--endpoints) or URLs (--target), through trimtab serve started
 in-process per policy (or an external --router). Each run salts its prompts
-afresh; policies are interleaved over --repeat repeats. It writes
-DIR/<scenario>.md, DIR/img/bench-real-*.png and DIR/summary.json (sim's schema
-plus cached_token_ratio and errors). Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
+afresh; policies are interleaved over --repeat repeats, each repeat starting one
+policy further on. It writes DIR/<scenario>.md, DIR/img/bench-real-*.png,
+DIR/summary.json (sim's schema plus cached_token_ratio and errors) and, when
+adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat).
+Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
 and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,8 +93,9 @@ and --profile files (alone they replace the default policies).`,
 			}
 			stderr := cmd.ErrOrStderr()
 			setup += fmt.Sprintf(" Machine: %d CPUs, load average %s at the start", runtime.NumCPU(), bench.LoadAverage())
-			rep, err := bench.Run(gctx, cfg, bench.Deps{StartRouter: routerStarter("127.0.0.1:0"), Salt: func() uint64 { return rand.Uint64() | 1 },
-				CPU: bench.ProcessCPU, Progress: bench.PrintProgress(stderr, isTerminal(stderr))})
+			term := isTerminal(stderr)
+			rep, err := bench.Run(gctx, cfg, bench.Deps{StartRouter: routerStarter(addrs), Salt: func() uint64 { return rand.Uint64() | 1 },
+				CPU: bench.ProcessCPU, Progress: bench.PrintProgress(stderr, term), Logger: benchLogger(stderr, term)})
 			fmt.Fprintln(stderr)
 			if rep == nil || len(rep.Runs) == 0 {
 				return err
@@ -106,7 +111,7 @@ and --profile files (alone they replace the default policies).`,
 				return werr
 			}
 			fmt.Fprintf(stderr, "%d runs → %s\n", len(rep.Runs), filepath.Join(out, sc.Name+".md"))
-			lines, cerr := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), rep.Summaries(), sim.Median)
+			lines, cerr := bench.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), rep.Summaries())
 			for _, l := range lines {
 				fmt.Fprintln(stderr, l)
 			}
@@ -124,6 +129,8 @@ and --profile files (alone they replace the default policies).`,
 	f.StringSliceVar(&targets, "target", nil, "real server base URLs")
 	f.StringVar(&cfg.RouterURL, "router", "", "measure this external router's OpenAI base URL instead of starting serve")
 	f.StringVar(&cfg.RouterAdminURL, "router-admin", "", "the external router's admin URL (for its mode timeline)")
+	f.StringVar(&addrs.Proxy, "router-addr", "127.0.0.1:0", "where each run's in-process router serves the OpenAI API (port 0: any free one)")
+	f.StringVar(&addrs.Admin, "admin-addr", "127.0.0.1:0", "where each run's in-process router serves admin and the status page (port 0: any free one)")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "interleaved repeats of every policy")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "workload seed of the first repeat")
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "scale scenario time (0.1 plays ten minutes in one)")
@@ -134,6 +141,31 @@ and --profile files (alone they replace the default policies).`,
 	return c
 }
 
+// benchLogger logs bench's warnings and each router's addresses to w as
+// text without timestamps; on a terminal each line first clears the
+// progress line it would otherwise run into.
+func benchLogger(w io.Writer, terminal bool) *slog.Logger {
+	if terminal {
+		w = clearLine{w}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
+// clearLine writes "\r" and clear-to-end-of-line before every write.
+type clearLine struct{ w io.Writer }
+
+func (c clearLine) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, "\r\033[K"); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
 func orElse[T comparable](a, b T) T {
 	var zero T
 	if a != zero {
@@ -142,29 +174,50 @@ func orElse[T comparable](a, b T) T {
 	return b
 }
 
+// routerAddrs are where routerStarter's routers listen (host:port; port
+// 0: any free one).
+type routerAddrs struct {
+	Proxy, Admin string
+	// AdminFallback: a busy Admin port falls back to any free one (the
+	// demo's fixed status page port); else it is an error naming
+	// --admin-addr.
+	AdminFallback bool
+}
+
 // routerStarter starts trimtab serve in-process (HTTP proxy and admin
-// server on loopback, no ext_proc) with a profile in front of fixed
-// targets. The admin server tries adminAddr first, then any free port.
-func routerStarter(adminAddr string) bench.StartRouterFunc {
-	return func(ctx context.Context, f *configs.File, targets []bench.Target) (*bench.Router, error) {
+// server, no ext_proc) with a profile — or a simulator baseline's
+// scheduler — in front of fixed targets, listening on addrs.
+func routerStarter(addrs routerAddrs) bench.StartRouterFunc {
+	return func(ctx context.Context, spec bench.RouterSpec, targets []bench.Target) (*bench.Router, error) {
+		var sched *scheduler.Scheduler
+		if b := spec.Baseline; b != nil {
+			s, loop, err := b.Build(spec.Seed, spec.Scenario)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Name, err)
+			}
+			if loop != nil {
+				return nil, fmt.Errorf("%s: a baseline with a control loop cannot run in serve", b.Name)
+			}
+			sched = s
+		}
 		fts := make(fleet.Fixed, len(targets))
 		for i, t := range targets {
 			fts[i] = fleet.Target{Address: t.Address, Name: orElse(t.Name, t.Address), Models: []string{t.Model}, Capacity: t.Capacity, Ready: true}
 		}
-		httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+		httpLn, err := net.Listen("tcp", addrs.Proxy)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--router-addr %s: %w", addrs.Proxy, err)
 		}
-		adminLn, err := net.Listen("tcp", adminAddr)
-		if err != nil {
+		adminLn, err := net.Listen("tcp", addrs.Admin)
+		if err != nil && addrs.AdminFallback {
 			adminLn, err = net.Listen("tcp", "127.0.0.1:0")
 		}
 		if err != nil {
 			httpLn.Close()
-			return nil, err
+			return nil, fmt.Errorf("--admin-addr %s: %w", addrs.Admin, err)
 		}
-		svc, err := newService(f, serviceOptions{Logger: slog.New(slog.DiscardHandler), Discoverer: fts,
-			HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true})
+		svc, err := newService(spec.Profile, serviceOptions{Logger: slog.New(slog.DiscardHandler), Discoverer: fts,
+			HTTP: httpLn, Admin: adminLn, DisableExtProc: true, NoRuntimeM: true, Scheduler: sched})
 		if err != nil {
 			httpLn.Close()
 			adminLn.Close()

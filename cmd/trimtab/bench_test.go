@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,9 +92,130 @@ phases:
 	}
 }
 
-func TestBenchRejectsSimOnlyPolicy(t *testing.T) {
-	_, err := runRoot(t, "bench", "--scenario", "small-pool", "--policies", "round-robin", "--out", t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), "simulator-only") {
-		t.Errorf("err = %v, want a simulator-only policy error", err)
+// tinyScenario writes a 1.5 s closed-loop scenario on servers pods.
+func tinyScenario(t *testing.T, dir string, servers int) string {
+	t.Helper()
+	path := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+name: tiny
+duration: 1500ms
+warmup: 100ms
+servers: %d
+timeout: 10s
+workload: {kind: shared-prefix, groups: 6, prompts_per_group: 8, system_tokens: 600, question_tokens: 40, output_tokens: 12}
+load: {mode: closed, levels: [6]}
+`, servers)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBenchRunsSimBaselines: the simulator's baselines that are not
+// profiles run in real time — round-robin and sglang-switch on a fleet
+// of two, through serve with the simulator's scheduler for each. Every
+// request succeeds, and round-robin serves the two pods in turn (each
+// between 45 and 55 % of the requests: a pick alternates, and at most
+// the six requests in flight at the end can tip it).
+func TestBenchRunsSimBaselines(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	log, err := runRoot(t, "bench", "--scenario", tinyScenario(t, dir, 2), "--fleet", "2", "--fleet-speed", "20",
+		"--policies", "round-robin,sglang-switch", "--no-plots", "--out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	var sf struct {
+		Runs []struct {
+			Policy           string
+			Measured, Failed int
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if len(sf.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(sf.Runs))
+	}
+	for _, r := range sf.Runs {
+		if r.Measured < 10 || r.Failed != 0 {
+			t.Errorf("%s: measured %d, failed %d", r.Policy, r.Measured, r.Failed)
+		}
+	}
+	var tl struct {
+		Runs []struct {
+			Policy string
+			Served map[string]int `json:"served_by_pod"`
+		}
+	}
+	if data, err = os.ReadFile(filepath.Join(out, "timeline-tiny.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &tl); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range tl.Runs {
+		if r.Policy != "round-robin" {
+			continue
+		}
+		var counts []int
+		for _, k := range r.Served {
+			counts = append(counts, k)
+		}
+		if len(counts) != 2 {
+			t.Fatalf("round-robin served %v, want two pods", r.Served)
+		}
+		if a, n := counts[0], counts[0]+counts[1]; n < 10 || a*100 < n*45 || a*100 > n*55 {
+			t.Errorf("round-robin served %v, want each pod 45–55 %%", r.Served)
+		}
+	}
+}
+
+// freePort returns a loopback address nothing listens on (it was free a
+// moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestBenchRouterAddrs: --router-addr and --admin-addr set where each
+// run's router listens (every run binds them afresh), each router's
+// proxy, admin and status page URLs are printed when it starts, and a
+// busy port is refused naming its flag.
+func TestBenchRouterAddrs(t *testing.T) {
+	dir := t.TempDir()
+	scen := tinyScenario(t, dir, 2)
+	proxy, admin := freePort(t), freePort(t)
+	log, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "2", "--fleet-speed", "20", "--policies", "round-robin,adaptive-off",
+		"--router-addr", proxy, "--admin-addr", admin, "--no-plots", "--out", filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	for _, pol := range []string{"round-robin", "adaptive-off"} {
+		want := fmt.Sprintf("router for %s started: proxy http://%s, admin http://%s, status page http://%s/ui", pol, proxy, admin, admin)
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, flag := range []string{"--router-addr", "--admin-addr"} {
+		_, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "2", "--policies", "round-robin", flag, busy.Addr().String(),
+			"--no-plots", "--out", filepath.Join(dir, "busy"))
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s on a busy port: err %v, want one naming %s", flag, err, flag)
+		}
 	}
 }

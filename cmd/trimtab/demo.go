@@ -49,7 +49,7 @@ func runDemo(ctx context.Context, out io.Writer, o bench.DemoConfig, adminAddr s
 	ctx, cancel := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	defer func() { cancel(); _ = g.Wait() }()
-	return bench.Demo(gctx, g, out, o, routerStarter(adminAddr))
+	return bench.Demo(gctx, g, out, o, routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: adminAddr, AdminFallback: true}))
 }
 
 func isTerminal(w io.Writer) bool {

@@ -70,6 +70,9 @@ type serviceOptions struct {
 	Registerer func(prometheus.Registerer) prometheus.Registerer
 	// Tracer, when set, traces requests and weight changes (tracing.go).
 	Tracer trace.Tracer
+	// Scheduler, when set, replaces the one built from the profile's
+	// scorers (bench's simulator baselines that are not profiles).
+	Scheduler *scheduler.Scheduler
 }
 
 func newService(f *configs.File, opt serviceOptions) (*service, error) {
@@ -98,7 +101,9 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		reg = opt.Registerer(reg)
 	}
 	var err error
-	s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: reg, Logger: log, Clock: s.clk})
+	if s.sched = opt.Scheduler; s.sched == nil {
+		s.sched, err = f.BuildScheduler(scorers.InTree(), scheduler.Deps{Registerer: reg, Logger: log, Clock: s.clk})
+	}
 	if err != nil {
 		return nil, err
 	}
