@@ -122,6 +122,13 @@ func Run(cfg RunConfig) (*Result, error) {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
 	for i := range sc.Phases {
+		if sc.Load.Mode == ModeTrace && i > 0 {
+			// One trace feeds every phase: arrivals and rendering must
+			// walk the same entries (phases of a trace cannot change its
+			// workload).
+			r.gens = append(r.gens, r.gens[0])
+			continue
+		}
 		g, err := newGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
 		if err != nil {
 			return nil, err

@@ -461,3 +461,43 @@ func TestFirstByteReleasesPendingPrefill(t *testing.T) {
 		}
 	}
 }
+
+// TestTracePhases replays the shipped Mooncake trace split into two named
+// phases: every phase renders from the one trace, in trace order, so the
+// run issues exactly the entries before 60 s of trace time (162: 87 in the
+// first 30 s, 75 in the next) and reports requests in both phases.
+func TestTracePhases(t *testing.T) {
+	sc, err := ParseScenario([]byte(`
+name: trace-phases
+duration: 60s
+servers: 4
+timeout: 120s
+workload:
+  kind: trace
+  trace: scenarios/data/mooncake_conversation_trace.jsonl.gz
+  trace_tokens_per_id: 512
+load:
+  mode: trace
+  levels: [1]
+phases:
+  - {name: first, duration: 30s}
+  - {name: second, duration: 30s}
+`), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := Policies([]string{PolicyRoundRobin})
+	r, err := Run(RunConfig{Scenario: sc, Policy: pols[0], Level: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Issued != 162 {
+		t.Errorf("issued %d, want the 162 trace entries before 60 s", r.Issued)
+	}
+	if r.Completed+r.Failed+r.TimedOut != r.Issued {
+		t.Errorf("requests lost: %d completed + %d failed + %d timed out ≠ %d issued", r.Completed, r.Failed, r.TimedOut, r.Issued)
+	}
+	if got := []int{r.Phases[0].Measured, r.Phases[1].Measured}; got[0] != 87 || got[1] != 75 {
+		t.Errorf("measured per phase %v, want [87 75] (entries before 30 s, then the rest)", got)
+	}
+}
