@@ -140,7 +140,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	}
 	r.end = r.at(sc.Duration)
 	r.warm = r.at(sc.Warmup)
-	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers}
+	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers, SLO: sc.SLO}
 	if err := r.setup(); err != nil {
 		return nil, err
 	}

@@ -60,8 +60,14 @@ type Scenario struct {
 	// endpoint declares Capacity c to the router. Default: Servers of
 	// capacity 1.
 	Classes []ServerClass `yaml:"classes"`
-	// Timeout is the client timeout of one request (end to end).
+	// Timeout is the client timeout of one request (end to end). A
+	// measured request that fails or times out counts in the latency
+	// percentiles at this value (see Latencies).
 	Timeout time.Duration `yaml:"timeout"`
+	// SLO is the service level goodput counts against (default
+	// DefaultSLO: TTFT ≤ 2 s, TPOT ≤ 100 ms); a field left out keeps its
+	// default.
+	SLO SLO `yaml:"slo"`
 	// ScrapeInterval is how often the router sees fresh server metrics.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
 	// Model is the served model name.

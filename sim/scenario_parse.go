@@ -41,6 +41,9 @@ func (s *Scenario) Validate() error {
 	if s.ScrapeInterval <= 0 {
 		bad("scrape_interval: must be > 0")
 	}
+	if err := s.SLO.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.Engine.Apply(engine.DefaultConfig()).Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -200,6 +203,7 @@ func ParseScenario(data []byte, dir string) (*Scenario, error) {
 	s := &Scenario{
 		ScrapeInterval: 50 * time.Millisecond,
 		Timeout:        60 * time.Second,
+		SLO:            DefaultSLO(),
 		Model:          "llama-3.1-8b-instruct",
 	}
 	s.Workload.TraceTokensPerID = 512

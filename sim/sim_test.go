@@ -106,8 +106,24 @@ func TestConservation(t *testing.T) {
 				if sc.Engine.NumBlocks == 150 && r.Failed == 0 {
 					t.Errorf("%s: prompts longer than the KV cache did not fail", p.Name)
 				}
-				if len(r.TTFT) > r.Measured || len(r.TTFT) != len(r.E2E) {
+				// Every measured request is in the percentiles, a miss at
+				// the client timeout.
+				if len(r.TTFT) != r.Measured || len(r.E2E) != r.Measured {
 					t.Errorf("%s: %d TTFTs, %d E2Es for %d measured", p.Name, len(r.TTFT), len(r.E2E), r.Measured)
+				}
+				if r.Misses != r.MeasuredFailed+r.MeasuredTimedOut {
+					t.Errorf("%s: misses %d, want failed %d + timed out %d", p.Name, r.Misses, r.MeasuredFailed, r.MeasuredTimedOut)
+				}
+				if to := float64(sc.Timeout) / 1e6; r.Misses > 0 && r.E2E[len(r.E2E)-1] != to {
+					t.Errorf("%s: %d misses, slowest E2E %v ms; want the timeout, %v ms", p.Name, r.Misses, r.E2E[len(r.E2E)-1], to)
+				}
+				// More misses than 1 % of the requests put E2E p99 at the
+				// timeout: a collapsing policy cannot read fast.
+				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && Percentile(r.E2E, 99) != to {
+					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, Percentile(r.E2E, 99), to)
+				}
+				if r.Good > r.Measured-r.Misses {
+					t.Errorf("%s: %d within SLO, but only %d of %d measured completed", p.Name, r.Good, r.Measured-r.Misses, r.Measured)
 				}
 			}
 		})

@@ -33,6 +33,7 @@ func newSimCmd() *cobra.Command {
 		profiles  []string
 		think     time.Duration
 		routers   routerFlags
+		slo       sloFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -82,6 +83,9 @@ a profile can be tuned here before it goes to production.`,
 				if err := routers.apply(cmd, sc); err != nil {
 					return err
 				}
+				if err := slo.apply(cmd, sc); err != nil {
+					return err
+				}
 				start := time.Now()
 				bar := newProgress(stderr, sc.Name)
 				sw, err := sim.RunSweep(ctx, sim.SweepConfig{Scenario: sc, Policies: pols, Seed: seed, Seeds: seeds,
@@ -126,6 +130,7 @@ a profile can be tuned here before it goes to production.`,
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
 	routers.register(f)
+	slo.register(f)
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
 }
@@ -182,6 +187,30 @@ func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
 	sc.Routers = &rt
 	if err := sc.Validate(); err != nil {
 		return fmt.Errorf("router flags: %w", err)
+	}
+	return nil
+}
+
+// sloFlags override the scenarios' goodput SLO.
+type sloFlags struct{ ttft, tpot time.Duration }
+
+func (sf *sloFlags) register(f *pflag.FlagSet) {
+	d := sim.DefaultSLO()
+	f.DurationVar(&sf.ttft, "slo-ttft", d.TTFT, "goodput counts requests whose time to first token is at most this (default: the scenario's, else MLPerf's Llama-3.1-8B server bound)")
+	f.DurationVar(&sf.tpot, "slo-tpot", d.TPOT, "goodput counts requests whose mean time per output token after the first is at most this (default: the scenario's, else MLPerf's)")
+}
+
+// apply puts the flags that were given into sc.SLO.
+func (sf *sloFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
+	f := cmd.Flags()
+	if f.Changed("slo-ttft") {
+		sc.SLO.TTFT = sf.ttft
+	}
+	if f.Changed("slo-tpot") {
+		sc.SLO.TPOT = sf.tpot
+	}
+	if err := sc.SLO.Validate(); err != nil {
+		return fmt.Errorf("--slo-ttft/--slo-tpot: %w", err)
 	}
 	return nil
 }
