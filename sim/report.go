@@ -121,6 +121,17 @@ func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
 		sc.Servers, ec.NumBlocks, ec.BlockSize, ec.MaxNumSeqs, ec.MaxBatchedTokens, sc.Duration, sc.Warmup, sc.ScrapeInterval, sc.Timeout, len(sw.Seeds), joinSeeds(sw.Seeds))
 	fmt.Fprintf(&b, "Percentiles count every measured request: a failed or timed-out one (missed) at the client timeout, %v. Goodput: requests completed within TTFT ≤ %v and TPOT ≤ %v, per second.\n\n",
 		sc.Timeout, sc.SLO.TTFT, sc.SLO.TPOT)
+	if sc.EngineName != "" {
+		fmt.Fprintf(&b, "Engine calibration `%s` (docs/calibrations.md)", sc.EngineName)
+		for i, c := range sc.Engine.Classes {
+			sep := ", "
+			if i == 0 {
+				sep = ": a mixed pool of "
+			}
+			fmt.Fprintf(&b, "%s%s (%.0f %% of the servers, capacity %g)", sep, c.Name, 100*c.Share, c.Capacity)
+		}
+		b.WriteString("; the sizes above are the base engine's.\n\n")
+	}
 	if sc.Routers != nil {
 		fmt.Fprintf(&b, "Routed by %s.\n\n", sc.Routers)
 	}

@@ -12,6 +12,9 @@ type Result struct {
 	Policy   string
 	Level    float64
 	Seed     uint64
+	// Engine names the engine calibration the scenario ran with ("": its
+	// own engine section).
+	Engine string
 
 	// Issued counts every request; Completed + Failed + TimedOut ==
 	// Issued (conservation, checked by tests).

@@ -140,7 +140,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	}
 	r.end = r.at(sc.Duration)
 	r.warm = r.at(sc.Warmup)
-	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers, SLO: sc.SLO}
+	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers, SLO: sc.SLO, Engine: sc.EngineName}
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
@@ -207,14 +207,14 @@ func (r *runner) setup() error {
 // pool (the caller installs the pool).
 func (r *runner) addServer(c float64) error {
 	i := len(r.servers)
-	ecfg := r.sc.EngineFor(c)
+	ecfg, declared := r.sc.ServerEngine(i, c)
 	e, err := engine.New(ecfg)
 	if err != nil {
 		return err
 	}
 	addr := "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250+1) + ":8000"
 	r.servers = append(r.servers, e)
-	r.caps = append(r.caps, c)
+	r.caps = append(r.caps, declared)
 	r.dead = append(r.dead, false)
 	r.missed = append(r.missed, 0)
 	r.emit = append(r.emit, r.onEvent)
@@ -223,7 +223,7 @@ func (r *runner) addServer(c float64) error {
 		Address:        addr,
 		Name:           "pod-" + strconv.Itoa(i),
 		Models:         []string{r.sc.Model},
-		Capacity:       c,
+		Capacity:       declared,
 		CacheBlockSize: ecfg.BlockSize,
 		CacheBlocks:    ecfg.NumBlocks,
 		ScrapedAt:      Epoch.Add(r.now),

@@ -72,8 +72,12 @@ type Scenario struct {
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
 	// Model is the served model name.
 	Model string `yaml:"model"`
-	// Engine overrides the engine defaults (engine.DefaultConfig).
+	// Engine overrides the engine defaults (engine.DefaultConfig); an
+	// engine calibration (LoadEngine, trimtab sim --engine) replaces it.
 	Engine EngineOverrides `yaml:"engine"`
+	// EngineName names the calibration that replaced Engine, for reports
+	// ("": the scenario's own engine section).
+	EngineName string `yaml:"-"`
 	// Workload says what requests look like.
 	Workload Workload `yaml:"workload"`
 	// Load says how many arrive.
@@ -197,7 +201,9 @@ type Event struct {
 	DiscoveryDelay time.Duration `yaml:"discovery_delay"`
 }
 
-// EngineOverrides are optional replacements for engine defaults.
+// EngineOverrides are optional replacements for engine defaults: a
+// scenario's engine: section, or an engine calibration file (sim/engines).
+// Classes, when set, make the pool mixed (see EngineClass).
 type EngineOverrides struct {
 	BlockSize           int           `yaml:"block_size"`
 	NumBlocks           int           `yaml:"num_blocks"`
@@ -209,9 +215,13 @@ type EngineOverrides struct {
 	StepPerContextToken time.Duration `yaml:"step_per_context_token"`
 	PrefillAttention1k  time.Duration `yaml:"prefill_attention_per_1k"`
 	DisablePrefixCache  bool          `yaml:"disable_prefix_caching"`
+	// Classes split the servers into engine classes (GPU generations,
+	// models), each with its own engine.
+	Classes []EngineClass `yaml:"classes"`
 }
 
-// Apply returns base with the non-zero overrides applied.
+// Apply returns base with the non-zero overrides applied (Classes aside:
+// see Scenario.ServerEngine).
 func (o EngineOverrides) Apply(base engine.Config) engine.Config {
 	set := func(dst *int, v int) {
 		if v != 0 {
@@ -357,9 +367,28 @@ func (s *Scenario) Capacities() []float64 {
 }
 
 // EngineFor returns the engine configuration of a server of capacity c: c
-// times the KV blocks, every step cost divided by c.
+// times the KV blocks, every step cost divided by c. With engine classes
+// it is the base engine's; ServerEngine gives each server its class's.
 func (s *Scenario) EngineFor(c float64) engine.Config {
-	e := s.EngineConfig()
+	return scaleEngine(s.EngineConfig(), c)
+}
+
+// ServerEngine returns the engine of server i (in the order servers
+// start), whose scenario class has capacity c, and the capacity its
+// endpoint declares to the router. Without engine classes that is
+// EngineFor(c) and c. With them, server i belongs to engine class
+// ClassOf(i): it runs the base engine with that class's overrides,
+// scaled by c, and declares c × the class's capacity.
+func (s *Scenario) ServerEngine(i int, c float64) (engine.Config, float64) {
+	k := s.Engine.ClassOf(i)
+	if k < 0 {
+		return s.EngineFor(c), c
+	}
+	cl := &s.Engine.Classes[k]
+	return scaleEngine(cl.EngineOverrides.Apply(s.EngineConfig()), c), c * cl.Capacity
+}
+
+func scaleEngine(e engine.Config, c float64) engine.Config {
 	if c == 1 {
 		return e
 	}

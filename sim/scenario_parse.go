@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trimtab/trimtab/sim/engine"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -44,7 +43,7 @@ func (s *Scenario) Validate() error {
 	if err := s.SLO.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.Engine.Apply(engine.DefaultConfig()).Validate(); err != nil {
+	if err := s.Engine.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, s.Workload.validate("workload.", s.Load.Mode)...)
@@ -287,6 +286,7 @@ func (s *Scenario) resolve() error {
 	if rt := s.Routers; rt != nil {
 		rt.SetDefaults()
 	}
+	s.Engine.setDefaults()
 	for i := range s.Events {
 		ev := &s.Events[i]
 		if ev.Kind == EventPodJoin {

@@ -18,10 +18,13 @@ type SummaryFile struct {
 // timed out (a miss, counted in Misses) counts at the client timeout
 // (Latencies), so a policy whose requests time out cannot read fast.
 type RunSummary struct {
-	Scenario           string   `json:"scenario"`
-	Level              float64  `json:"level"`
-	Policy             string   `json:"policy"`
-	Seed               uint64   `json:"seed"`
+	Scenario string  `json:"scenario"`
+	Level    float64 `json:"level"`
+	Policy   string  `json:"policy"`
+	Seed     uint64  `json:"seed"`
+	// Engine names the engine calibration of the run (absent: the
+	// scenario's own engine section).
+	Engine             string   `json:"engine,omitempty"`
 	TTFTP50            *float64 `json:"ttft_p50_ms"`
 	TTFTP90            *float64 `json:"ttft_p90_ms"`
 	TTFTP99            *float64 `json:"ttft_p99_ms"`
@@ -120,7 +123,7 @@ func ms(v float64) *float64 {
 // Summary returns the run's machine-readable summary.
 func (r *Result) Summary() RunSummary {
 	s := RunSummary{
-		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed,
+		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed, Engine: r.Engine,
 		TTFTP50: ms(Percentile(r.TTFT, 50)), TTFTP90: ms(Percentile(r.TTFT, 90)), TTFTP99: ms(Percentile(r.TTFT, 99)),
 		E2EP50: ms(Percentile(r.E2E, 50)), E2EP99: ms(Percentile(r.E2E, 99)),
 		OutputTokensPerSec: r.OutputTokensPerSec, PrefixHitRatio: r.PrefixHitRate,

@@ -34,6 +34,7 @@ func newSimCmd() *cobra.Command {
 		think     time.Duration
 		routers   routerFlags
 		slo       sloFlags
+		engine    string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -47,10 +48,17 @@ phase, machine-readable).
 A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
 "all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `;
 --profile adds your own profile (configs schema, adaptive section included), so
-a profile can be tuned here before it goes to production.`,
+a profile can be tuned here before it goes to production.
+
+--engine applies one engine calibration to every scenario, replacing its
+engine: section: a shipped name (` + strings.Join(sim.EngineNames(), ", ") + `;
+docs/calibrations.md derives each) or a YAML file with the keys of a
+scenario's engine: section. Failed and timed-out requests count in the
+percentiles at the client timeout; goodput counts requests within
+--slo-ttft and --slo-tpot.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
+			scs, err := loadSimScenarios(scenarios, out, seeds, duration, engine)
 			if err != nil {
 				return err
 			}
@@ -131,6 +139,7 @@ a profile can be tuned here before it goes to production.`,
 	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
 	routers.register(f)
 	slo.register(f)
+	f.StringVar(&engine, "engine", "", "engine calibration for every scenario: a shipped name or a YAML file with the keys of a scenario's engine: section (default: each scenario's own)")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
 }
