@@ -121,17 +121,24 @@ func Run(cfg RunConfig) (*Result, error) {
 	if err := r.buildRouters(); err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
+	// A phase that does not override the workload continues the stream of
+	// the first such phase where restarting it would repeat what it
+	// already sent: a trace (arrivals and rendering walk the same
+	// entries), unique prompts, a group-major cycle.
+	continues := sc.Load.Mode == ModeTrace || sc.Workload.Kind == KindUniform || sc.Workload.Order == OrderGroupMajor
+	plain := -1
 	for i := range sc.Phases {
-		if sc.Load.Mode == ModeTrace && i > 0 {
-			// One trace feeds every phase: arrivals and rendering must
-			// walk the same entries (phases of a trace cannot change its
-			// workload).
-			r.gens = append(r.gens, r.gens[0])
+		zero := sc.Phases[i].Workload.IsZero()
+		if zero && plain >= 0 && continues {
+			r.gens = append(r.gens, r.gens[plain])
 			continue
 		}
 		g, err := newGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
 		if err != nil {
 			return nil, err
+		}
+		if zero && plain < 0 {
+			plain = i
 		}
 		r.gens = append(r.gens, g)
 	}
@@ -348,7 +355,10 @@ func (r *runner) setClients(n int) {
 
 func (r *runner) scheduleOpen() {
 	r.openGen++
-	gap := time.Duration(r.arng.ExpFloat64() / r.rate * float64(time.Second))
+	gap := time.Duration(float64(time.Second) / r.rate)
+	if r.sc.Load.Arrivals != ArrivalsConstant {
+		gap = time.Duration(r.arng.ExpFloat64() / r.rate * float64(time.Second))
+	}
 	if at := r.now + gap; at < r.end {
 		r.h.push(event{at: at, kind: evOpen, gen: r.openGen})
 	}

@@ -22,6 +22,18 @@ const (
 	KindTrace        = "trace"
 )
 
+// Orders of a shared-prefix workload.
+const (
+	OrderRandom     = "random"
+	OrderGroupMajor = "group-major"
+)
+
+// Arrival processes of an open-loop load.
+const (
+	ArrivalsPoisson  = "poisson"
+	ArrivalsConstant = "constant"
+)
+
 // Tenancies of a shared-prefix workload.
 const (
 	TenancyRequest = "request"
@@ -281,6 +293,14 @@ type Workload struct {
 	// session slot) to one tenant: client c uses group c mod groups, and
 	// the first hot_fraction of the clients send only hot requests.
 	Tenancy string `yaml:"tenancy"`
+	// Order is how shared-prefix requests pick their prompt: "random"
+	// (default) draws the group and question of every request; "group-
+	// major" cycles through all groups × prompts_per_group prompts in
+	// order, a group's prompts back to back (group 0's questions 0…n−1,
+	// then group 1's …), as inference-perf's shared_prefix data does. The
+	// cycle runs on across phases that do not override the workload.
+	// Group-major takes no hot prompt and no client tenancy.
+	Order string `yaml:"order"`
 	// Turns per chat session; the next turn's prompt repeats the whole
 	// conversation so far (chat).
 	Turns int `yaml:"turns"`
@@ -309,6 +329,9 @@ type Load struct {
 	// Base outside it: shorthand for the phases calm (base), burst (the
 	// level) and calm-after (base).
 	Burst *Burst `yaml:"burst"`
+	// Arrivals is the open-loop arrival process: "poisson" (default,
+	// exponential gaps) or "constant" (evenly spaced, 1/rate apart).
+	Arrivals string `yaml:"arrivals"`
 	// ThinkTime is the mean of a closed-loop client's pause between a
 	// response and its next request (exponentially distributed; 0: none).
 	ThinkTime time.Duration `yaml:"think_time"`

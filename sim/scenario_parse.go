@@ -77,6 +77,15 @@ func (s *Scenario) Validate() error {
 			bad("load.levels[%d]: a concurrency must be a whole number", i)
 		}
 	}
+	switch s.Load.Arrivals {
+	case "", ArrivalsPoisson:
+	case ArrivalsConstant:
+		if s.Load.Mode != ModeOpen {
+			bad("load.arrivals: constant applies to load.mode open only")
+		}
+	default:
+		bad("load.arrivals: %q, want %s or %s", s.Load.Arrivals, ArrivalsPoisson, ArrivalsConstant)
+	}
 	if s.Load.ThinkTime < 0 {
 		bad("load.think_time: must be ≥ 0")
 	}
@@ -154,6 +163,15 @@ func (w *Workload) validate(prefix, mode string) []error {
 		}
 		if w.Tenancy != "" && w.Tenancy != TenancyRequest && w.Tenancy != TenancyClient {
 			bad("tenancy: %q, want %s or %s", w.Tenancy, TenancyRequest, TenancyClient)
+		}
+		switch w.Order {
+		case "", OrderRandom:
+		case OrderGroupMajor:
+			if w.HotFraction > 0 || w.Tenancy == TenancyClient {
+				bad("order: group-major takes no hot_fraction and no client tenancy")
+			}
+		default:
+			bad("order: %q, want %s or %s", w.Order, OrderRandom, OrderGroupMajor)
 		}
 	case KindChat:
 		if w.Groups < 1 {

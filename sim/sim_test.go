@@ -337,6 +337,10 @@ func TestScenarioErrors(t *testing.T) {
 		{"name: x\nduration: 1m\nbogus: 1\n", "field bogus not found"},
 		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}\npolicies: [fastest]", `policies[0]: unknown policy "fastest"`},
 		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nengine: {num_blocks: -1}\nload: {levels: [1]}", "engine.num_blocks: must be > 0"},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1], arrivals: constant}", "load.arrivals: constant applies to load.mode open only"},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {mode: open, levels: [1], arrivals: bursty}", `load.arrivals: "bursty"`},
+		{"name: x\nduration: 1m\nworkload: {kind: shared-prefix, groups: 1, prompts_per_group: 1, question_tokens: 1, output_tokens: 1, order: sorted}\nload: {levels: [1]}", `workload.order: "sorted"`},
+		{"name: x\nduration: 1m\nworkload: {kind: shared-prefix, groups: 1, prompts_per_group: 1, question_tokens: 1, output_tokens: 1, order: group-major, hot_fraction: 0.5, hot_system_tokens: 10}\nload: {levels: [1]}", "workload.order: group-major takes no hot_fraction"},
 	}
 	for _, tt := range tests {
 		_, err := ParseScenario([]byte(tt.yaml), "")
