@@ -160,7 +160,8 @@ func TestTraceSliceSameAtEverySpeed(t *testing.T) {
 // TestSummarySchema: summary.json carries the fields the schema
 // names, one entry per run, with phases.
 func TestSummarySchema(t *testing.T) {
-	r := runOne(t, loadShipped(t, "small-pool-burst", 30*time.Second), PolicyAdaptive, 16)
+	sc := loadShipped(t, "small-pool-burst", 30*time.Second)
+	r := runOne(t, sc, PolicyAdaptive, 16)
 	b, err := json.Marshal(SummaryFile{Runs: []RunSummary{r.Summary()}})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestSummarySchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := got.Runs[0]
-	for _, k := range []string{"scenario", "level", "policy", "seed", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "output_tokens_per_s", "prefix_hit_ratio", "failed", "timed_out", "busiest_pod_share", "phases"} {
+	for _, k := range []string{"scenario", "level", "policy", "seed", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "output_tokens_per_s", "prefix_hit_ratio", "failed", "timed_out", "misses", "goodput", "slo", "busiest_pod_share", "phases"} {
 		if _, ok := run[k]; !ok {
 			t.Errorf("run lacks %q", k)
 		}
@@ -182,11 +183,20 @@ func TestSummarySchema(t *testing.T) {
 		t.Fatalf("%d phases, want 3", len(phases))
 	}
 	for _, p := range phases {
-		for _, k := range []string{"name", "rebalance_entries", "ttft_p99_ms"} {
+		for _, k := range []string{"name", "rebalance_entries", "ttft_p99_ms", "misses", "goodput"} {
 			if _, ok := p.(map[string]any)[k]; !ok {
 				t.Errorf("phase lacks %q", k)
 			}
 		}
+	}
+	// Goodput counts measured requests within SLO per second of the
+	// window: above 0 (the pool serves this load) and at most every
+	// measured request.
+	if g, ok := run["goodput"].(float64); !ok || g <= 0 || g > float64(r.Measured)/(sc.Duration-sc.Warmup).Seconds() {
+		t.Errorf("goodput %v, want in (0, %d measured ÷ window]", run["goodput"], r.Measured)
+	}
+	if slo := run["slo"].(map[string]any); slo["ttft_ms"] != 2000.0 || slo["tpot_ms"] != 100.0 {
+		t.Errorf("slo %v, want ttft_ms 2000, tpot_ms 100", slo)
 	}
 	if phases[0].(map[string]any)["name"] != "calm" {
 		t.Errorf("first phase %v, want calm", phases[0])

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"math"
-	"slices"
 
 	"github.com/trimtab/trimtab/configurator"
 	"github.com/trimtab/trimtab/scheduler"
@@ -140,8 +139,11 @@ func (r *runner) mark(end bool) {
 }
 
 func (r *runner) finish() {
-	slices.Sort(r.res.TTFT)
-	slices.Sort(r.res.E2E)
+	r.res.Sort()
+	r.res.Goodput = math.NaN()
+	if win := r.end - r.warm; win > 0 {
+		r.res.Goodput = r.res.Latencies.Goodput(win)
+	}
 	if r.loadN > 0 {
 		r.res.LoadMin = math.Inf(1)
 		var sum, capSum, top, topRatio float64

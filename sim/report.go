@@ -106,9 +106,10 @@ func (sw *Sweep) verdicts(sums [][]Summary, ai, si int) []Verdict {
 }
 
 // WriteMarkdown writes the scenario's report: a description, then one
-// table per level (per policy: TTFT p50/p90/p99, E2E p50/p99, output
-// tokens/s, prefix-cache hit rate, max/min time-averaged pod load,
-// failed and timed-out requests), then adaptive's standing. Statistics
+// table per level (per policy: TTFT p50/p90/p99 and E2E p50/p99, misses
+// counted at the timeout, the misses beside them, goodput, output
+// tokens/s, prefix-cache hit rate, max/min time-averaged pod load, failed
+// and timed-out requests), then adaptive's standing. Statistics
 // are means over the seeds. imgPrefix is prepended to image file names
 // (e.g. "img/"); command is the command line that produced the report.
 func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
@@ -118,6 +119,19 @@ func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
 	ec := sc.EngineConfig()
 	fmt.Fprintf(&b, "%d servers (%d KV blocks of %d tokens, max %d sequences, %d tokens/step), %v simulated (first %v excluded), scrape every %v, client timeout %v; %d seed(s): %s.\n\n",
 		sc.Servers, ec.NumBlocks, ec.BlockSize, ec.MaxNumSeqs, ec.MaxBatchedTokens, sc.Duration, sc.Warmup, sc.ScrapeInterval, sc.Timeout, len(sw.Seeds), joinSeeds(sw.Seeds))
+	fmt.Fprintf(&b, "Percentiles count every measured request: a failed or timed-out one (missed) at the client timeout, %v. Goodput: requests completed within TTFT ≤ %v and TPOT ≤ %v, per second.\n\n",
+		sc.Timeout, sc.SLO.TTFT, sc.SLO.TPOT)
+	if sc.EngineName != "" {
+		fmt.Fprintf(&b, "Engine calibration `%s` (docs/calibrations.md)", sc.EngineName)
+		for i, c := range sc.Engine.Classes {
+			sep := ", "
+			if i == 0 {
+				sep = ": a mixed pool of "
+			}
+			fmt.Fprintf(&b, "%s%s (%.0f %% of the servers, capacity %g)", sep, c.Name, 100*c.Share, c.Capacity)
+		}
+		b.WriteString("; the sizes above are the base engine's.\n\n")
+	}
 	if sc.Routers != nil {
 		fmt.Fprintf(&b, "Routed by %s.\n\n", sc.Routers)
 	}
@@ -127,12 +141,12 @@ func (sw *Sweep) WriteMarkdown(w io.Writer, imgPrefix, command string) error {
 	sums := sw.Summaries()
 	for l, row := range sums {
 		fmt.Fprintf(&b, "### %s %v\n\n", sc.LevelUnit(), fmtLevel(sw.Levels[l]))
-		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | output tok/s | prefix hit | pod load max / min | failed | timed out |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | missed (at timeout) | goodput req/s | output tok/s | prefix hit | pod load max / min | failed | timed out |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, s := range row {
-			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f%% | %.1f / %.1f | %s | %s |\n",
-				s.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.E2EP50, s.E2EP99, s.OutputTokensPerSec,
-				100*s.PrefixHitRate, s.LoadMax, s.LoadMin, fmtCount(s.Failed), fmtCount(s.TimedOut))
+			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %.0f | %.0f | %s of %s | %.2f | %.0f | %.1f%% | %.1f / %.1f | %s | %s |\n",
+				s.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.E2EP50, s.E2EP99, fmtCount(s.Misses), fmtCount(s.Measured), s.Goodput,
+				s.OutputTokensPerSec, 100*s.PrefixHitRate, s.LoadMax, s.LoadMin, fmtCount(s.Failed), fmtCount(s.TimedOut))
 		}
 		b.WriteString("\n")
 	}
@@ -185,8 +199,8 @@ func (sw *Sweep) GoldenSummary() string {
 	for l := range sw.Levels {
 		for p := range sw.Policies {
 			for _, r := range sw.Runs[l][p] {
-				fmt.Fprintf(&b, "%s level=%v policy=%s seed=%d issued=%d completed=%d failed=%d timedout=%d measured=%d ttft_us=%.0f/%.0f/%.0f e2e_us=%.0f/%.0f tok_s=%.1f hit=%.4f load=%.2f/%.2f preempt=%d weights=%d\n",
-					r.Scenario, r.Level, r.Policy, r.Seed, r.Issued, r.Completed, r.Failed, r.TimedOut, r.Measured,
+				fmt.Fprintf(&b, "%s level=%v policy=%s seed=%d issued=%d completed=%d failed=%d timedout=%d measured=%d misses=%d good=%d ttft_us=%.0f/%.0f/%.0f e2e_us=%.0f/%.0f tok_s=%.1f hit=%.4f load=%.2f/%.2f preempt=%d weights=%d\n",
+					r.Scenario, r.Level, r.Policy, r.Seed, r.Issued, r.Completed, r.Failed, r.TimedOut, r.Measured, r.Misses, r.Good,
 					1000*nz(Percentile(r.TTFT, 50)), 1000*nz(Percentile(r.TTFT, 90)), 1000*nz(Percentile(r.TTFT, 99)),
 					1000*nz(Percentile(r.E2E, 50)), 1000*nz(Percentile(r.E2E, 99)),
 					r.OutputTokensPerSec, r.PrefixHitRate, r.LoadMax, r.LoadMin, r.Preemptions, r.WeightChanges)

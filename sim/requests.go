@@ -126,11 +126,26 @@ func (r *runner) leave(q *simReq) {
 	r.active = r.active[:len(r.active)-1]
 }
 
+// miss records measured request q, which did not complete, in the
+// latency statistics at the client timeout (Latencies.Miss).
+func (r *runner) miss(q *simReq) {
+	if !q.measured {
+		return
+	}
+	var ttft time.Duration
+	if q.seq.Generated > 0 {
+		ttft = q.seq.FirstTokenAt - q.arrival
+	}
+	r.res.Miss(ttft, r.sc.Timeout)
+	r.res.Phases[q.phase].Miss(ttft, r.sc.Timeout)
+}
+
 func (r *runner) fail(q *simReq) {
 	r.res.Failed++
 	if q.measured {
 		r.res.MeasuredFailed++
 	}
+	r.miss(q)
 	if q.dec != nil {
 		q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Status: 503})
 	}
@@ -147,6 +162,7 @@ func (r *runner) timeout(q *simReq) {
 	if q.measured {
 		r.res.MeasuredTimedOut++
 	}
+	r.miss(q)
 	o := scheduler.Outcome{Kind: scheduler.OutcomeCanceled, Latency: r.now - q.arrival}
 	if q.seq.Generated > 0 {
 		o.TTFT = q.seq.FirstTokenAt - q.arrival
@@ -193,12 +209,9 @@ func (r *runner) onEvent(ev engine.Event) {
 	ttft := q.seq.FirstTokenAt - q.arrival
 	e2e := r.now - q.arrival
 	if q.measured {
-		t, e := float64(ttft)/1e6, float64(e2e)/1e6
-		r.res.TTFT = append(r.res.TTFT, t)
-		r.res.E2E = append(r.res.E2E, e)
-		p := &r.res.Phases[q.phase]
-		p.TTFT = append(p.TTFT, t)
-		p.E2E = append(p.E2E, e)
+		slo := r.sc.SLO
+		r.res.Complete(ttft, e2e, q.seq.OutputTokens, slo)
+		r.res.Phases[q.phase].Complete(ttft, e2e, q.seq.OutputTokens, slo)
 	}
 	r.res.Completed++
 	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e})

@@ -121,10 +121,24 @@ func Run(cfg RunConfig) (*Result, error) {
 	if err := r.buildRouters(); err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
+	// A phase that does not override the workload continues the stream of
+	// the first such phase where restarting it would repeat what it
+	// already sent: a trace (arrivals and rendering walk the same
+	// entries), unique prompts, a group-major cycle.
+	continues := sc.Load.Mode == ModeTrace || sc.Workload.Kind == KindUniform || sc.Workload.Order == OrderGroupMajor
+	plain := -1
 	for i := range sc.Phases {
+		zero := sc.Phases[i].Workload.IsZero()
+		if zero && plain >= 0 && continues {
+			r.gens = append(r.gens, r.gens[plain])
+			continue
+		}
 		g, err := newGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
 		if err != nil {
 			return nil, err
+		}
+		if zero && plain < 0 {
+			plain = i
 		}
 		r.gens = append(r.gens, g)
 	}
@@ -133,7 +147,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	}
 	r.end = r.at(sc.Duration)
 	r.warm = r.at(sc.Warmup)
-	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers}
+	r.res = Result{Scenario: sc.Name, Policy: cfg.Policy.Name, Level: cfg.Level, Seed: cfg.Seed, Routers: sc.Routers, SLO: sc.SLO, Engine: sc.EngineName}
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
@@ -200,14 +214,14 @@ func (r *runner) setup() error {
 // pool (the caller installs the pool).
 func (r *runner) addServer(c float64) error {
 	i := len(r.servers)
-	ecfg := r.sc.EngineFor(c)
+	ecfg, declared := r.sc.ServerEngine(i, c)
 	e, err := engine.New(ecfg)
 	if err != nil {
 		return err
 	}
 	addr := "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250+1) + ":8000"
 	r.servers = append(r.servers, e)
-	r.caps = append(r.caps, c)
+	r.caps = append(r.caps, declared)
 	r.dead = append(r.dead, false)
 	r.missed = append(r.missed, 0)
 	r.emit = append(r.emit, r.onEvent)
@@ -216,7 +230,7 @@ func (r *runner) addServer(c float64) error {
 		Address:        addr,
 		Name:           "pod-" + strconv.Itoa(i),
 		Models:         []string{r.sc.Model},
-		Capacity:       c,
+		Capacity:       declared,
 		CacheBlockSize: ecfg.BlockSize,
 		CacheBlocks:    ecfg.NumBlocks,
 		ScrapedAt:      Epoch.Add(r.now),
@@ -341,7 +355,10 @@ func (r *runner) setClients(n int) {
 
 func (r *runner) scheduleOpen() {
 	r.openGen++
-	gap := time.Duration(r.arng.ExpFloat64() / r.rate * float64(time.Second))
+	gap := time.Duration(float64(time.Second) / r.rate)
+	if r.sc.Load.Arrivals != ArrivalsConstant {
+		gap = time.Duration(r.arng.ExpFloat64() / r.rate * float64(time.Second))
+	}
 	if at := r.now + gap; at < r.end {
 		r.h.push(event{at: at, kind: evOpen, gen: r.openGen})
 	}

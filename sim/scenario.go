@@ -22,6 +22,18 @@ const (
 	KindTrace        = "trace"
 )
 
+// Orders of a shared-prefix workload.
+const (
+	OrderRandom     = "random"
+	OrderGroupMajor = "group-major"
+)
+
+// Arrival processes of an open-loop load.
+const (
+	ArrivalsPoisson  = "poisson"
+	ArrivalsConstant = "constant"
+)
+
 // Tenancies of a shared-prefix workload.
 const (
 	TenancyRequest = "request"
@@ -60,14 +72,24 @@ type Scenario struct {
 	// endpoint declares Capacity c to the router. Default: Servers of
 	// capacity 1.
 	Classes []ServerClass `yaml:"classes"`
-	// Timeout is the client timeout of one request (end to end).
+	// Timeout is the client timeout of one request (end to end). A
+	// measured request that fails or times out counts in the latency
+	// percentiles at this value (see Latencies).
 	Timeout time.Duration `yaml:"timeout"`
+	// SLO is the service level goodput counts against (default
+	// DefaultSLO: TTFT ≤ 2 s, TPOT ≤ 100 ms); a field left out keeps its
+	// default.
+	SLO SLO `yaml:"slo"`
 	// ScrapeInterval is how often the router sees fresh server metrics.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
 	// Model is the served model name.
 	Model string `yaml:"model"`
-	// Engine overrides the engine defaults (engine.DefaultConfig).
+	// Engine overrides the engine defaults (engine.DefaultConfig); an
+	// engine calibration (LoadEngine, trimtab sim --engine) replaces it.
 	Engine EngineOverrides `yaml:"engine"`
+	// EngineName names the calibration that replaced Engine, for reports
+	// ("": the scenario's own engine section).
+	EngineName string `yaml:"-"`
 	// Workload says what requests look like.
 	Workload Workload `yaml:"workload"`
 	// Load says how many arrive.
@@ -191,7 +213,9 @@ type Event struct {
 	DiscoveryDelay time.Duration `yaml:"discovery_delay"`
 }
 
-// EngineOverrides are optional replacements for engine defaults.
+// EngineOverrides are optional replacements for engine defaults: a
+// scenario's engine: section, or an engine calibration file (sim/engines).
+// Classes, when set, make the pool mixed (see EngineClass).
 type EngineOverrides struct {
 	BlockSize           int           `yaml:"block_size"`
 	NumBlocks           int           `yaml:"num_blocks"`
@@ -203,9 +227,13 @@ type EngineOverrides struct {
 	StepPerContextToken time.Duration `yaml:"step_per_context_token"`
 	PrefillAttention1k  time.Duration `yaml:"prefill_attention_per_1k"`
 	DisablePrefixCache  bool          `yaml:"disable_prefix_caching"`
+	// Classes split the servers into engine classes (GPU generations,
+	// models), each with its own engine.
+	Classes []EngineClass `yaml:"classes"`
 }
 
-// Apply returns base with the non-zero overrides applied.
+// Apply returns base with the non-zero overrides applied (Classes aside:
+// see Scenario.ServerEngine).
 func (o EngineOverrides) Apply(base engine.Config) engine.Config {
 	set := func(dst *int, v int) {
 		if v != 0 {
@@ -265,6 +293,14 @@ type Workload struct {
 	// session slot) to one tenant: client c uses group c mod groups, and
 	// the first hot_fraction of the clients send only hot requests.
 	Tenancy string `yaml:"tenancy"`
+	// Order is how shared-prefix requests pick their prompt: "random"
+	// (default) draws the group and question of every request; "group-
+	// major" cycles through all groups × prompts_per_group prompts in
+	// order, a group's prompts back to back (group 0's questions 0…n−1,
+	// then group 1's …), as inference-perf's shared_prefix data does. The
+	// cycle runs on across phases that do not override the workload.
+	// Group-major takes no hot prompt and no client tenancy.
+	Order string `yaml:"order"`
 	// Turns per chat session; the next turn's prompt repeats the whole
 	// conversation so far (chat).
 	Turns int `yaml:"turns"`
@@ -293,6 +329,9 @@ type Load struct {
 	// Base outside it: shorthand for the phases calm (base), burst (the
 	// level) and calm-after (base).
 	Burst *Burst `yaml:"burst"`
+	// Arrivals is the open-loop arrival process: "poisson" (default,
+	// exponential gaps) or "constant" (evenly spaced, 1/rate apart).
+	Arrivals string `yaml:"arrivals"`
 	// ThinkTime is the mean of a closed-loop client's pause between a
 	// response and its next request (exponentially distributed; 0: none).
 	ThinkTime time.Duration `yaml:"think_time"`
@@ -351,9 +390,28 @@ func (s *Scenario) Capacities() []float64 {
 }
 
 // EngineFor returns the engine configuration of a server of capacity c: c
-// times the KV blocks, every step cost divided by c.
+// times the KV blocks, every step cost divided by c. With engine classes
+// it is the base engine's; ServerEngine gives each server its class's.
 func (s *Scenario) EngineFor(c float64) engine.Config {
-	e := s.EngineConfig()
+	return scaleEngine(s.EngineConfig(), c)
+}
+
+// ServerEngine returns the engine of server i (in the order servers
+// start), whose scenario class has capacity c, and the capacity its
+// endpoint declares to the router. Without engine classes that is
+// EngineFor(c) and c. With them, server i belongs to engine class
+// ClassOf(i): it runs the base engine with that class's overrides,
+// scaled by c, and declares c × the class's capacity.
+func (s *Scenario) ServerEngine(i int, c float64) (engine.Config, float64) {
+	k := s.Engine.ClassOf(i)
+	if k < 0 {
+		return s.EngineFor(c), c
+	}
+	cl := &s.Engine.Classes[k]
+	return scaleEngine(cl.EngineOverrides.Apply(s.EngineConfig()), c), c * cl.Capacity
+}
+
+func scaleEngine(e engine.Config, c float64) engine.Config {
 	if c == 1 {
 		return e
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trimtab/trimtab/sim/engine"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,7 +40,10 @@ func (s *Scenario) Validate() error {
 	if s.ScrapeInterval <= 0 {
 		bad("scrape_interval: must be > 0")
 	}
-	if err := s.Engine.Apply(engine.DefaultConfig()).Validate(); err != nil {
+	if err := s.SLO.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.Engine.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, s.Workload.validate("workload.", s.Load.Mode)...)
@@ -74,6 +76,15 @@ func (s *Scenario) Validate() error {
 		if s.Load.Mode == ModeClosed && l != float64(int(l)) {
 			bad("load.levels[%d]: a concurrency must be a whole number", i)
 		}
+	}
+	switch s.Load.Arrivals {
+	case "", ArrivalsPoisson:
+	case ArrivalsConstant:
+		if s.Load.Mode != ModeOpen {
+			bad("load.arrivals: constant applies to load.mode open only")
+		}
+	default:
+		bad("load.arrivals: %q, want %s or %s", s.Load.Arrivals, ArrivalsPoisson, ArrivalsConstant)
 	}
 	if s.Load.ThinkTime < 0 {
 		bad("load.think_time: must be ≥ 0")
@@ -153,6 +164,15 @@ func (w *Workload) validate(prefix, mode string) []error {
 		if w.Tenancy != "" && w.Tenancy != TenancyRequest && w.Tenancy != TenancyClient {
 			bad("tenancy: %q, want %s or %s", w.Tenancy, TenancyRequest, TenancyClient)
 		}
+		switch w.Order {
+		case "", OrderRandom:
+		case OrderGroupMajor:
+			if w.HotFraction > 0 || w.Tenancy == TenancyClient {
+				bad("order: group-major takes no hot_fraction and no client tenancy")
+			}
+		default:
+			bad("order: %q, want %s or %s", w.Order, OrderRandom, OrderGroupMajor)
+		}
 	case KindChat:
 		if w.Groups < 1 {
 			bad("groups: must be ≥ 1")
@@ -200,6 +220,7 @@ func ParseScenario(data []byte, dir string) (*Scenario, error) {
 	s := &Scenario{
 		ScrapeInterval: 50 * time.Millisecond,
 		Timeout:        60 * time.Second,
+		SLO:            DefaultSLO(),
 		Model:          "llama-3.1-8b-instruct",
 	}
 	s.Workload.TraceTokensPerID = 512
@@ -283,6 +304,7 @@ func (s *Scenario) resolve() error {
 	if rt := s.Routers; rt != nil {
 		rt.SetDefaults()
 	}
+	s.Engine.setDefaults()
 	for i := range s.Events {
 		ev := &s.Events[i]
 		if ev.Kind == EventPodJoin {

@@ -106,8 +106,24 @@ func TestConservation(t *testing.T) {
 				if sc.Engine.NumBlocks == 150 && r.Failed == 0 {
 					t.Errorf("%s: prompts longer than the KV cache did not fail", p.Name)
 				}
-				if len(r.TTFT) > r.Measured || len(r.TTFT) != len(r.E2E) {
+				// Every measured request is in the percentiles, a miss at
+				// the client timeout.
+				if len(r.TTFT) != r.Measured || len(r.E2E) != r.Measured {
 					t.Errorf("%s: %d TTFTs, %d E2Es for %d measured", p.Name, len(r.TTFT), len(r.E2E), r.Measured)
+				}
+				if r.Misses != r.MeasuredFailed+r.MeasuredTimedOut {
+					t.Errorf("%s: misses %d, want failed %d + timed out %d", p.Name, r.Misses, r.MeasuredFailed, r.MeasuredTimedOut)
+				}
+				if to := float64(sc.Timeout) / 1e6; r.Misses > 0 && r.E2E[len(r.E2E)-1] != to {
+					t.Errorf("%s: %d misses, slowest E2E %v ms; want the timeout, %v ms", p.Name, r.Misses, r.E2E[len(r.E2E)-1], to)
+				}
+				// More misses than 1 % of the requests put E2E p99 at the
+				// timeout: a collapsing policy cannot read fast.
+				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && Percentile(r.E2E, 99) != to {
+					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, Percentile(r.E2E, 99), to)
+				}
+				if r.Good > r.Measured-r.Misses {
+					t.Errorf("%s: %d within SLO, but only %d of %d measured completed", p.Name, r.Good, r.Measured-r.Misses, r.Measured)
 				}
 			}
 		})
@@ -321,6 +337,10 @@ func TestScenarioErrors(t *testing.T) {
 		{"name: x\nduration: 1m\nbogus: 1\n", "field bogus not found"},
 		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}\npolicies: [fastest]", `policies[0]: unknown policy "fastest"`},
 		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nengine: {num_blocks: -1}\nload: {levels: [1]}", "engine.num_blocks: must be > 0"},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1], arrivals: constant}", "load.arrivals: constant applies to load.mode open only"},
+		{"name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {mode: open, levels: [1], arrivals: bursty}", `load.arrivals: "bursty"`},
+		{"name: x\nduration: 1m\nworkload: {kind: shared-prefix, groups: 1, prompts_per_group: 1, question_tokens: 1, output_tokens: 1, order: sorted}\nload: {levels: [1]}", `workload.order: "sorted"`},
+		{"name: x\nduration: 1m\nworkload: {kind: shared-prefix, groups: 1, prompts_per_group: 1, question_tokens: 1, output_tokens: 1, order: group-major, hot_fraction: 0.5, hot_system_tokens: 10}\nload: {levels: [1]}", "workload.order: group-major takes no hot_fraction"},
 	}
 	for _, tt := range tests {
 		_, err := ParseScenario([]byte(tt.yaml), "")
@@ -459,5 +479,45 @@ func TestFirstByteReleasesPendingPrefill(t *testing.T) {
 		if e.PendingPrefill() != 0 || e.InFlight() != 0 {
 			t.Errorf("%s after the run: pending prefill %d, in flight %d, want 0 and 0", e.Address, e.PendingPrefill(), e.InFlight())
 		}
+	}
+}
+
+// TestTracePhases replays the shipped Mooncake trace split into two named
+// phases: every phase renders from the one trace, in trace order, so the
+// run issues exactly the entries before 60 s of trace time (162: 87 in the
+// first 30 s, 75 in the next) and reports requests in both phases.
+func TestTracePhases(t *testing.T) {
+	sc, err := ParseScenario([]byte(`
+name: trace-phases
+duration: 60s
+servers: 4
+timeout: 120s
+workload:
+  kind: trace
+  trace: scenarios/data/mooncake_conversation_trace.jsonl.gz
+  trace_tokens_per_id: 512
+load:
+  mode: trace
+  levels: [1]
+phases:
+  - {name: first, duration: 30s}
+  - {name: second, duration: 30s}
+`), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := Policies([]string{PolicyRoundRobin})
+	r, err := Run(RunConfig{Scenario: sc, Policy: pols[0], Level: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Issued != 162 {
+		t.Errorf("issued %d, want the 162 trace entries before 60 s", r.Issued)
+	}
+	if r.Completed+r.Failed+r.TimedOut != r.Issued {
+		t.Errorf("requests lost: %d completed + %d failed + %d timed out ≠ %d issued", r.Completed, r.Failed, r.TimedOut, r.Issued)
+	}
+	if got := []int{r.Phases[0].Measured, r.Phases[1].Measured}; got[0] != 87 || got[1] != 75 {
+		t.Errorf("measured per phase %v, want [87 75] (entries before 30 s, then the rest)", got)
 	}
 }

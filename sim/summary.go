@@ -14,12 +14,17 @@ type SummaryFile struct {
 
 // RunSummary is one run: a scenario at one level under one policy with
 // one seed. Latencies are in milliseconds; a percentile of no requests is
-// null.
+// null. The percentiles count every measured request: one that failed or
+// timed out (a miss, counted in Misses) counts at the client timeout
+// (Latencies), so a policy whose requests time out cannot read fast.
 type RunSummary struct {
-	Scenario           string   `json:"scenario"`
-	Level              float64  `json:"level"`
-	Policy             string   `json:"policy"`
-	Seed               uint64   `json:"seed"`
+	Scenario string  `json:"scenario"`
+	Level    float64 `json:"level"`
+	Policy   string  `json:"policy"`
+	Seed     uint64  `json:"seed"`
+	// Engine names the engine calibration of the run (absent: the
+	// scenario's own engine section).
+	Engine             string   `json:"engine,omitempty"`
 	TTFTP50            *float64 `json:"ttft_p50_ms"`
 	TTFTP90            *float64 `json:"ttft_p90_ms"`
 	TTFTP99            *float64 `json:"ttft_p99_ms"`
@@ -27,9 +32,15 @@ type RunSummary struct {
 	E2EP99             *float64 `json:"e2e_p99_ms"`
 	OutputTokensPerSec float64  `json:"output_tokens_per_s"`
 	PrefixHitRatio     float64  `json:"prefix_hit_ratio"`
-	// Failed and TimedOut count measured requests.
+	// Failed and TimedOut count measured requests; Misses is their sum,
+	// the requests the percentiles count at the client timeout.
 	Failed   int `json:"failed"`
 	TimedOut int `json:"timed_out"`
+	Misses   int `json:"misses"`
+	// Goodput is the measured requests that completed within SLO per
+	// second of the window (null: not measured).
+	Goodput *float64    `json:"goodput"`
+	SLO     *SLOSummary `json:"slo,omitempty"`
 	// BusiestPodShare is the busiest pod's share of the time-averaged load
 	// (1/N when even); BusiestPodRatio its capacity-divided load ÷ the
 	// pool's (1 when even).
@@ -67,6 +78,17 @@ type RoutersSummary struct {
 	SyncPicks int `json:"sync_picks"`
 }
 
+// SLOSummary is the SLO goodput counts against, in milliseconds.
+type SLOSummary struct {
+	TTFTMS float64 `json:"ttft_ms"`
+	TPOTMS float64 `json:"tpot_ms"`
+}
+
+// SummaryOf returns slo for a run summary.
+func SummaryOf(slo SLO) *SLOSummary {
+	return &SLOSummary{TTFTMS: msec(slo.TTFT), TPOTMS: msec(slo.TPOT)}
+}
+
 // PhaseSummary is one phase of a run. Names starting with "calm" are calm
 // phases.
 type PhaseSummary struct {
@@ -80,6 +102,11 @@ type PhaseSummary struct {
 	E2EP99                 *float64 `json:"e2e_p99_ms"`
 	OutputTokensPerSec     float64  `json:"output_tokens_per_s"`
 	Measured               int      `json:"measured"`
+	// Misses are the phase's measured requests that failed or timed out;
+	// Goodput its requests within SLO per second of its part of the
+	// window.
+	Misses  int      `json:"misses"`
+	Goodput *float64 `json:"goodput"`
 	// OnsetBusiestRatio: the busiest pod's time-averaged capacity-divided
 	// load over the phase's first two seconds ÷ the pool's.
 	OnsetBusiestRatio float64 `json:"onset_busiest_ratio"`
@@ -96,11 +123,12 @@ func ms(v float64) *float64 {
 // Summary returns the run's machine-readable summary.
 func (r *Result) Summary() RunSummary {
 	s := RunSummary{
-		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed,
+		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed, Engine: r.Engine,
 		TTFTP50: ms(Percentile(r.TTFT, 50)), TTFTP90: ms(Percentile(r.TTFT, 90)), TTFTP99: ms(Percentile(r.TTFT, 99)),
 		E2EP50: ms(Percentile(r.E2E, 50)), E2EP99: ms(Percentile(r.E2E, 99)),
 		OutputTokensPerSec: r.OutputTokensPerSec, PrefixHitRatio: r.PrefixHitRate,
-		Failed: r.MeasuredFailed, TimedOut: r.MeasuredTimedOut,
+		Failed: r.MeasuredFailed, TimedOut: r.MeasuredTimedOut, Misses: r.Misses,
+		Goodput: ms(r.Goodput), SLO: SummaryOf(r.SLO),
 		BusiestPodShare: r.BusiestShare, BusiestPodRatio: r.BusiestRatio,
 		Measured: r.Measured, WeightChanges: r.WeightChanges, WatchdogFreezes: r.Freezes,
 		Phases:  []PhaseSummary{},
@@ -115,6 +143,7 @@ func (r *Result) Summary() RunSummary {
 			Name: p.Name, RebalanceEntries: p.RebalanceEntries, WarmupRebalanceEntries: p.WarmupRebalanceEntries,
 			TTFTP50: ms(Percentile(p.TTFT, 50)), TTFTP99: ms(Percentile(p.TTFT, 99)), E2EP99: ms(Percentile(p.E2E, 99)),
 			OutputTokensPerSec: p.OutputTokensPerSec, Measured: p.Measured, OnsetBusiestRatio: p.OnsetBusiestRatio,
+			Misses: p.Misses, Goodput: ms(p.Goodput),
 		})
 	}
 	return s

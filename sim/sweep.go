@@ -114,14 +114,17 @@ feed:
 
 // Summary is one policy at one level, averaged over seeds.
 type Summary struct {
-	Policy                            string
-	Level                             float64
-	TTFTP50, TTFTP90, TTFTP99         float64 // ms
-	E2EP50, E2EP99                    float64 // ms
-	OutputTokensPerSec                float64
-	PrefixHitRate                     float64
-	LoadMax, LoadMin                  float64
-	Measured, Failed, TimedOut        float64
+	Policy                     string
+	Level                      float64
+	TTFTP50, TTFTP90, TTFTP99  float64 // ms
+	E2EP50, E2EP99             float64 // ms
+	OutputTokensPerSec         float64
+	PrefixHitRate              float64
+	LoadMax, LoadMin           float64
+	Measured, Failed, TimedOut float64
+	// Misses are the measured requests the percentiles count at the
+	// timeout (Failed + TimedOut); Goodput is in requests/s within SLO.
+	Misses, Goodput                   float64
 	Issued, Completed, Preemptions    float64
 	WeightChanges                     float64
 	TTFTP99Min, TTFTP99Max, TTFTP50SD float64
@@ -156,6 +159,8 @@ func Summarise(runs []*Result) Summary {
 		s.Measured += float64(r.Measured) / n
 		s.Failed += float64(r.MeasuredFailed) / n
 		s.TimedOut += float64(r.MeasuredTimedOut) / n
+		s.Misses += float64(r.Misses) / n
+		s.Goodput += nz(r.Goodput) / n
 		s.Issued += float64(r.Issued) / n
 		s.Completed += float64(r.Completed) / n
 		s.Preemptions += float64(r.Preemptions) / n

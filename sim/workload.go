@@ -90,6 +90,16 @@ func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
 	var group uint64
 	sys := w.SystemTokens
 	var hot bool
+	if w.Order == OrderGroupMajor {
+		i := g.n - 1
+		ppg := uint64(w.PromptsPerGroup)
+		group = i / ppg % uint64(w.Groups)
+		if sys > 0 {
+			r.segs = append(r.segs, segment{mixKey(g.seed, 1, group), sys})
+		}
+		g.question(rng, group, i%ppg, r)
+		return
+	}
 	if w.Tenancy == TenancyClient {
 		// The golden-ratio sequence frac(c·φ) spreads the hot tenants evenly
 		// over client indexes, so any number of clients has close to
@@ -108,6 +118,12 @@ func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
 	if sys > 0 {
 		r.segs = append(r.segs, segment{mixKey(g.seed, 1, group), sys})
 	}
+	g.question(rng, group, q, r)
+}
+
+// question appends question q of group to r and draws the output.
+func (g *sharedPrefixGen) question(rng *rand.Rand, group, q uint64, r *reqSpec) {
+	w := g.w
 	// The question's length is a function of the question so a repeated
 	// question is a repeated prompt.
 	qrng := rand.New(rand.NewPCG(mixKey(g.seed, 2, group, q), 0))

@@ -25,6 +25,7 @@ func newBenchCmd() *cobra.Command {
 	var (
 		cfg                         bench.Config
 		scenario, out, endpoints    string
+		engine                      string
 		policies, profiles, targets []string
 		fleetN                      int
 		addrs                       routerAddrs
@@ -51,6 +52,9 @@ and --profile files (alone they replace the default policies).`,
 			sc, err := sim.LoadScenario(scenario)
 			if err != nil {
 				return err
+			}
+			if err := sim.ApplyEngine([]*sim.Scenario{sc}, engine); err != nil {
+				return fmt.Errorf("--engine: %w", err)
 			}
 			cfg.Scenario = sc
 			if len(profiles) > 0 && !cmd.Flags().Changed("policies") {
@@ -120,6 +124,7 @@ and --profile files (alone they replace the default policies).`,
 	}
 	f := c.Flags()
 	f.StringVar(&scenario, "scenario", "", "scenario YAML file or shipped scenario name")
+	f.StringVar(&engine, "engine", "", "engine calibration of the fake fleet (--fleet): a shipped name ("+strings.Join(sim.EngineNames(), ", ")+") or a YAML file with the keys of a scenario's engine: section")
 	f.StringSliceVar(&policies, "policies", []string{sim.PolicyAdaptive, sim.PolicyAdaptiveOff, sim.PolicyTunedStatic}, "policies to compare")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to run as an extra policy named after the file (repeatable)")
 	f.StringVar(&out, "out", "", "output directory")

@@ -33,6 +33,8 @@ func newSimCmd() *cobra.Command {
 		profiles  []string
 		think     time.Duration
 		routers   routerFlags
+		slo       sloFlags
+		engine    string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
@@ -46,10 +48,17 @@ phase, machine-readable).
 A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
 "all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `;
 --profile adds your own profile (configs schema, adaptive section included), so
-a profile can be tuned here before it goes to production.`,
+a profile can be tuned here before it goes to production.
+
+--engine applies one engine calibration to every scenario, replacing its
+engine: section: a shipped name (` + strings.Join(sim.EngineNames(), ", ") + `;
+docs/calibrations.md derives each) or a YAML file with the keys of a
+scenario's engine: section. Failed and timed-out requests count in the
+percentiles at the client timeout; goodput counts requests within
+--slo-ttft and --slo-tpot.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
+			scs, err := loadSimScenarios(scenarios, out, seeds, duration, engine)
 			if err != nil {
 				return err
 			}
@@ -80,6 +89,9 @@ a profile can be tuned here before it goes to production.`,
 					sc.Load.ThinkTime = think
 				}
 				if err := routers.apply(cmd, sc); err != nil {
+					return err
+				}
+				if err := slo.apply(cmd, sc); err != nil {
 					return err
 				}
 				start := time.Now()
@@ -126,6 +138,8 @@ a profile can be tuned here before it goes to production.`,
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.DurationVar(&think, "think-time", 0, "override closed-loop clients' mean think time between requests")
 	routers.register(f)
+	slo.register(f)
+	f.StringVar(&engine, "engine", "", "engine calibration for every scenario: a shipped name or a YAML file with the keys of a scenario's engine: section (default: each scenario's own)")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to simulate as an extra policy named after the file (repeatable; alone it replaces the built-in policies)")
 	return cmd
 }
@@ -182,6 +196,30 @@ func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
 	sc.Routers = &rt
 	if err := sc.Validate(); err != nil {
 		return fmt.Errorf("router flags: %w", err)
+	}
+	return nil
+}
+
+// sloFlags override the scenarios' goodput SLO.
+type sloFlags struct{ ttft, tpot time.Duration }
+
+func (sf *sloFlags) register(f *pflag.FlagSet) {
+	d := sim.DefaultSLO()
+	f.DurationVar(&sf.ttft, "slo-ttft", d.TTFT, "goodput counts requests whose time to first token is at most this (default: the scenario's, else MLPerf's Llama-3.1-8B server bound)")
+	f.DurationVar(&sf.tpot, "slo-tpot", d.TPOT, "goodput counts requests whose mean time per output token after the first is at most this (default: the scenario's, else MLPerf's)")
+}
+
+// apply puts the flags that were given into sc.SLO.
+func (sf *sloFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
+	f := cmd.Flags()
+	if f.Changed("slo-ttft") {
+		sc.SLO.TTFT = sf.ttft
+	}
+	if f.Changed("slo-tpot") {
+		sc.SLO.TPOT = sf.tpot
+	}
+	if err := sc.SLO.Validate(); err != nil {
+		return fmt.Errorf("--slo-ttft/--slo-tpot: %w", err)
 	}
 	return nil
 }

@@ -123,3 +123,52 @@ func TestSimRouterFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSimEngineFlag: --engine applies a calibration to every scenario
+// (summary.json and the report name it), a file with a bad key is an
+// error naming the key, and --help lists the shipped calibrations.
+func TestSimEngineFlag(t *testing.T) {
+	out := t.TempDir()
+	if log, err := runRoot(t, "sim", "--scenario", "small-pool", "--duration", "5s", "--levels", "2", "--policies", "round-robin",
+		"--engine", "h100-80gb-llama-3.1-8b", "--slo-ttft", "500ms", "--no-plots", "--out", out); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	var f sim.SummaryFile
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Runs) != 1 || f.Runs[0].Engine != "h100-80gb-llama-3.1-8b" || f.Runs[0].SLO == nil || f.Runs[0].SLO.TTFTMS != 500 {
+		t.Errorf("summary runs %+v, want one with engine h100-80gb-llama-3.1-8b and slo ttft_ms 500", f.Runs)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "small-pool.md"))
+	if err != nil || !strings.Contains(string(md), "Engine calibration `h100-80gb-llama-3.1-8b`") || !strings.Contains(string(md), "29205 KV blocks") {
+		t.Errorf("report does not name the calibration or its KV size: %v\n%s", err, md)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("num_blocks: 100\nstep_fixd: 2ms\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--engine", bad}, "step_fixd"},
+		{[]string{"--engine", "tpu-v9"}, "--engine"},
+		{[]string{"--slo-tpot", "0s"}, "slo.tpot"},
+	} {
+		args := append([]string{"sim", "--scenario", "small-pool", "--duration", "1s", "--policies", "round-robin", "--no-plots", "--out", t.TempDir()}, tt.args...)
+		if _, err := runRoot(t, args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want one naming %q", tt.args, err, tt.want)
+		}
+	}
+	help, _ := runRoot(t, "sim", "--help")
+	for _, n := range sim.EngineNames() {
+		if !strings.Contains(help, n) {
+			t.Errorf("sim --help does not list calibration %s", n)
+		}
+	}
+}

@@ -27,6 +27,7 @@ func newSimTuneCmd() *cobra.Command {
 		duration  time.Duration
 		out       string
 		loop      bool
+		engine    string
 	)
 	cmd := &cobra.Command{
 		Use:   "tune --scenario NAME|FILE|all [--profile FILE] [--seeds K] [--budget N] --out DIR",
@@ -48,7 +49,7 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 --loop).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
+			scs, err := loadSimScenarios(scenarios, out, seeds, duration, engine)
 			if err != nil {
 				return err
 			}
@@ -108,12 +109,15 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 	fl.DurationVar(&duration, "duration", 0, "play each scenario in this simulated time instead")
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.BoolVar(&loop, "loop", false, "search the calm weights with the profile's control loop on")
+	fl.StringVar(&engine, "engine", "", "engine calibration for every scenario: a shipped name ("+strings.Join(sim.EngineNames(), ", ")+") or a YAML file with the keys of a scenario's engine: section")
 	return cmd
 }
 
 // loadSimScenarios checks the flags sim and sim tune share, loads the
-// scenarios ("all": every shipped one) and creates the output directory.
-func loadSimScenarios(names []string, out string, seeds int, duration time.Duration) ([]*sim.Scenario, error) {
+// scenarios ("all": every shipped one), applies the engine calibration
+// (a shipped name or a file; "" keeps each scenario's engine) and creates
+// the output directory.
+func loadSimScenarios(names []string, out string, seeds int, duration time.Duration, engine string) ([]*sim.Scenario, error) {
 	switch {
 	case len(names) == 0:
 		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all)")
@@ -125,6 +129,9 @@ func loadSimScenarios(names []string, out string, seeds int, duration time.Durat
 	scs, err := sim.LoadScenarios(names, duration)
 	if err != nil {
 		return nil, err
+	}
+	if err := sim.ApplyEngine(scs, engine); err != nil {
+		return nil, fmt.Errorf("--engine: %w", err)
 	}
 	return scs, os.MkdirAll(out, 0o755)
 }

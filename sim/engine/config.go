@@ -89,8 +89,18 @@ func (c Config) Validate() error {
 	if c.StepFixed <= 0 {
 		errs = append(errs, errors.New("engine.step_fixed: must be > 0"))
 	}
-	if c.StepPerPrefillToken < 0 || c.StepPerDecodeSeq < 0 || c.StepPerContextToken < 0 || c.PrefillAttentionPer1k < 0 {
-		errs = append(errs, fmt.Errorf("engine.step_per_*: must be ≥ 0"))
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"step_per_prefill_token", c.StepPerPrefillToken},
+		{"step_per_decode_seq", c.StepPerDecodeSeq},
+		{"step_per_context_token", c.StepPerContextToken},
+		{"prefill_attention_per_1k", c.PrefillAttentionPer1k},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("engine.%s: %v, must be ≥ 0", f.name, f.v))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSLOMet(t *testing.T) {
+	ms := time.Millisecond
+	slo := DefaultSLO() // TTFT ≤ 2 s, TPOT ≤ 100 ms
+	tests := []struct {
+		name      string
+		ttft, e2e time.Duration
+		out       int
+		want      bool
+	}{
+		{"one token at the TTFT bound", 2000 * ms, 2000 * ms, 1, true},      // 2000 ≤ 2000; decode 0 ≤ 0·100
+		{"first token 1 ms late", 2001 * ms, 2001 * ms, 1, false},           // 2001 > 2000
+		{"decode at the TPOT bound", 100 * ms, 1100 * ms, 11, true},         // 1100 − 100 = 1000 ≤ 10·100
+		{"decode 1 ms over the TPOT bound", 100 * ms, 1101 * ms, 11, false}, // 1001 > 1000
+		{"slow decode, fast first token", 50 * ms, 30050 * ms, 200, false},  // 30000 > 199·100 = 19900
+		{"long answer within the bound", 1500 * ms, 21400 * ms, 200, true},  // 19900 ≤ 19900
+		{"no output token counted", 10 * ms, 10 * ms, 0, true},              // max(0−1, 0) = 0: decode 0 ≤ 0
+	}
+	for _, tt := range tests {
+		if got := slo.Met(tt.ttft, tt.e2e, tt.out); got != tt.want {
+			t.Errorf("%s: Met(%v, %v, %d) = %v, want %v", tt.name, tt.ttft, tt.e2e, tt.out, got, tt.want)
+		}
+	}
+}
+
+// TestLatenciesCountMisses: eight completed requests and two misses at a
+// 60 s timeout. The percentiles are nearest rank over all ten values, so
+// the misses move p90 and p99; leaving them out (the eight completed
+// alone) would put p99 at 800 ms.
+func TestLatenciesCountMisses(t *testing.T) {
+	ms := time.Millisecond
+	var l Latencies
+	slo := DefaultSLO()
+	// TTFT 100, 200, …, 800 ms; E2E = TTFT + 1 s over 11 tokens (decode
+	// 1000 ms ≤ 10·100 ms: within SLO), except the 800 ms one, which
+	// decodes 11 tokens in 2 s (2000 > 1000: outside SLO).
+	for i := 1; i <= 8; i++ {
+		ttft := time.Duration(i) * 100 * ms
+		e2e := ttft + time.Second
+		if i == 8 {
+			e2e = ttft + 2*time.Second
+		}
+		l.Complete(ttft, e2e, 11, slo)
+	}
+	l.Miss(1500*ms, 60*time.Second) // timed out after its first token at 1.5 s
+	l.Miss(0, 60*time.Second)       // failed or timed out without a token
+	l.Sort()
+	if l.Requests() != 10 || l.Misses != 2 || l.Good != 7 {
+		t.Fatalf("requests %d, misses %d, good %d; want 10, 2, 7", l.Requests(), l.Misses, l.Good)
+	}
+	tests := []struct {
+		name string
+		v    []float64
+		p    float64
+		want float64
+	}{
+		// TTFT sorted: 100 200 300 400 500 600 700 800 1500 60000.
+		{"TTFT p50", l.TTFT, 50, 500},   // rank ⌈0.5·10⌉ = 5
+		{"TTFT p90", l.TTFT, 90, 1500},  // rank 9: the miss with a first token
+		{"TTFT p99", l.TTFT, 99, 60000}, // rank ⌈9.9⌉ = 10: the miss at the timeout
+		// E2E sorted: 1100 1200 1300 1400 1500 1600 1700 2800 60000 60000.
+		{"E2E p50", l.E2E, 50, 1500},  // rank 5
+		{"E2E p90", l.E2E, 90, 60000}, // rank 9: a miss at the timeout
+		{"E2E p99", l.E2E, 99, 60000}, // rank 10
+	}
+	for _, tt := range tests {
+		if got := Percentile(tt.v, tt.p); got != tt.want {
+			t.Errorf("%s = %v ms, want %v", tt.name, got, tt.want)
+		}
+	}
+	// 7 requests within SLO in a 10 s window: 0.7 req/s.
+	if got := l.Goodput(10 * time.Second); math.Abs(got-0.7) > 1e-12 {
+		t.Errorf("goodput %v req/s, want 0.7", got)
+	}
+	if got := l.Goodput(0); !math.IsNaN(got) {
+		t.Errorf("goodput over no window %v, want NaN", got)
+	}
+	// A first token after the timeout cannot be: it counts at the timeout.
+	var c Latencies
+	c.Miss(90*time.Second, 60*time.Second)
+	if c.TTFT[0] != 60000 || c.E2E[0] != 60000 {
+		t.Errorf("miss with first token past the timeout: TTFT %v, E2E %v ms; want 60000, 60000", c.TTFT[0], c.E2E[0])
+	}
+}
+
+func TestScenarioSLO(t *testing.T) {
+	base := "name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}\n"
+	sc, err := ParseScenario([]byte(base), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.SLO != DefaultSLO() {
+		t.Errorf("default SLO %+v, want %+v", sc.SLO, DefaultSLO())
+	}
+	sc, err = ParseScenario([]byte(base+"slo: {ttft: 500ms}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (SLO{TTFT: 500 * time.Millisecond, TPOT: 100 * time.Millisecond}); sc.SLO != want {
+		t.Errorf("SLO with ttft set %+v, want %+v (tpot keeps its default)", sc.SLO, want)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"slo: {ttft: 0s}\n", "slo.ttft: must be > 0"},
+		{"slo: {tpot: -1ms}\n", "slo.tpot: must be > 0"},
+		{"slo: {e2e: 1s}\n", "field e2e not found"},
+	} {
+		_, err := ParseScenario([]byte(base+tt.yaml), "")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("slo %q: %v, want an error containing %q", tt.yaml, err, tt.want)
+		}
+	}
+}
