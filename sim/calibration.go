@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -115,17 +114,7 @@ func (o *EngineOverrides) setDefaults() {
 
 // EngineNames returns the names of the shipped engine calibrations
 // (sim/engines), sorted.
-func EngineNames() []string {
-	ents, _ := shippedEngines.ReadDir("engines")
-	var names []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".yaml") {
-			names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
-		}
-	}
-	sort.Strings(names)
-	return names
-}
+func EngineNames() []string { return embeddedNames(shippedEngines, "engines") }
 
 // maxEngineFile bounds an engine calibration file.
 const maxEngineFile = 1 << 20

@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"compress/gzip"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -33,12 +34,16 @@ func LoadScenario(path string) (*Scenario, error) {
 }
 
 // Shipped returns the names of the embedded scenarios, sorted.
-func Shipped() []string {
-	ents, _ := shipped.ReadDir("scenarios")
+func Shipped() []string { return embeddedNames(shipped, "scenarios") }
+
+// embeddedNames returns the names of the YAML files in dir of fsys,
+// without their extension, sorted.
+func embeddedNames(fsys embed.FS, dir string) []string {
+	ents, _ := fsys.ReadDir(dir)
 	var names []string
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".yaml") {
-			names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+		if name, ok := strings.CutSuffix(e.Name(), ".yaml"); ok {
+			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
