@@ -78,6 +78,18 @@ func (d *Decision) OverBound(i int) bool {
 	return d.guarded && i < len(d.keys) && d.keys[i] != d.totals[i]
 }
 
+// Seconds returns scorer s's estimate in seconds for candidate i when
+// the scorer is a SecondsReporter (the time-cost scorer); ok is false
+// otherwise. Valid until Done.
+func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
+	r, isR := d.s.entries[s].Scorer.(SecondsReporter)
+	if !isR || i < 0 || i >= len(d.cands) {
+		return 0, false
+	}
+	d.cs.cur = s
+	return r.Seconds(&d.cs, i)
+}
+
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
 func (d *Decision) Ranked() int { return len(d.order) }
 
@@ -234,6 +246,10 @@ type CandidateScore struct {
 	Address string             `json:"address"`
 	Total   float64            `json:"total"`
 	Scores  map[string]float64 `json:"scores"`
+	// Seconds holds, per scorer that estimates seconds (the time-cost
+	// scorer), its estimate for the candidate: the expected seconds
+	// until the request's first token there.
+	Seconds map[string]float64 `json:"seconds,omitempty"`
 	// OverBound: the guard ranked the candidate after those within its
 	// bound.
 	OverBound bool `json:"over_bound,omitempty"`
@@ -263,6 +279,12 @@ func (d *Decision) Explain() Explanation {
 		cs := CandidateScore{Address: c.Address, Total: d.totals[i], Scores: make(map[string]float64, len(ents)), OverBound: d.OverBound(i)}
 		for si, e := range ents {
 			cs.Scores[e.Name] = d.Score(si, i)
+			if v, ok := d.Seconds(si, i); ok {
+				if cs.Seconds == nil {
+					cs.Seconds = make(map[string]float64, 1)
+				}
+				cs.Seconds[e.Name] = v
+			}
 		}
 		x.Candidates[i] = cs
 	}
