@@ -20,6 +20,7 @@ type Decision struct {
 	scores []float64 // scorer-major: scores[s*n+i]
 	totals []float64
 	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
+	waits  []float64 // the seconds guard's expected waits (GuardConfig.Unit seconds)
 	order  []int     // candidate indexes, best first; order[0] chosen
 	at     int       // index in order of the current endpoint
 	rnd    Rand      // per-decision random source (here so it does not escape per call)
@@ -88,6 +89,16 @@ func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
 	}
 	d.cs.cur = s
 	return r.Seconds(&d.cs, i)
+}
+
+// GuardWait returns candidate i's expected wait in seconds as the guard
+// measured it; ok is false unless the pick ran under a guard in the
+// seconds unit. Valid until Done.
+func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
+	if !d.guarded || !d.s.cfg.Guard.seconds() || i < 0 || i >= len(d.waits) {
+		return 0, false
+	}
+	return d.waits[i], true
 }
 
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
@@ -250,6 +261,9 @@ type CandidateScore struct {
 	// scorer), its estimate for the candidate: the expected seconds
 	// until the request's first token there.
 	Seconds map[string]float64 `json:"seconds,omitempty"`
+	// GuardWaitSeconds is the candidate's expected wait as a guard in
+	// the seconds unit measured it (absent otherwise).
+	GuardWaitSeconds *float64 `json:"guard_wait_seconds,omitempty"`
 	// OverBound: the guard ranked the candidate after those within its
 	// bound.
 	OverBound bool `json:"over_bound,omitempty"`
@@ -285,6 +299,9 @@ func (d *Decision) Explain() Explanation {
 				}
 				cs.Seconds[e.Name] = v
 			}
+		}
+		if w, ok := d.GuardWait(i); ok {
+			cs.GuardWaitSeconds = &w
 		}
 		x.Candidates[i] = cs
 	}
