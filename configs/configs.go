@@ -206,6 +206,16 @@ func (f *File) resolveGuard(isSet func(key string) bool) error {
 			*sv = *av
 		}
 	}
+	// In seconds, a slack not written in either spelling takes the
+	// seconds unit's default: the requests defaults mean nothing there.
+	if f.Scheduler.Guard.Unit == scheduler.GuardSeconds {
+		for _, k := range guardKeys {
+			def, ok := map[string]float64{"slack": scheduler.DefaultGuardSlackSeconds, "crowd_slack": scheduler.DefaultCrowdSlackSeconds}[k.sched]
+			if ok && !isSet("scheduler::guard::"+k.sched) && !isSet("adaptive::"+k.adaptive) {
+				*k.s(&f.Scheduler.Guard), *k.a(&f.Adaptive) = def, def
+			}
+		}
+	}
 	// A guard configured by its factor alone takes the adaptive loop's
 	// slack and crowd bound when those were not written either, so both
 	// modes run the same bound.

@@ -72,7 +72,7 @@ type Config struct {
 	// does. 0 turns the guard, and with it the herd signal, off. Default 2.5.
 	GuardFactor float64 `mapstructure:"guard_factor"`
 	// GuardSlack is the guard's slack s ≥ 0, in requests per unit of
-	// capacity. Default 6: a small pool's chance imbalance (a few requests) never trips it.
+	// capacity (in seconds when scheduler.guard.unit is seconds). Default 6: a small pool's chance imbalance (a few requests) never trips it.
 	GuardSlack float64 `mapstructure:"guard_slack"`
 	// CrowdFactor and CrowdSlack bound a crowded prefix (scheduler.Weights.Crowd):
 	// when a prefix is already held by two or more endpoints and the calm

@@ -40,6 +40,10 @@ const (
 	// AttrScorePrefix + a scorer's name is the chosen endpoint's score
 	// from that scorer, in [0,1].
 	AttrScorePrefix = "trimtab.score."
+	// AttrSecondsPrefix + a scorer's name is the chosen endpoint's
+	// estimate in seconds from a scorer that makes one (time-cost:
+	// the expected seconds to the first token).
+	AttrSecondsPrefix = "trimtab.seconds."
 	// AttrStatus is the HTTP status answered (semantic convention key).
 	AttrStatus = "http.response.status_code"
 	// AttrErrorCode is the trimtab error code of a refused request.
@@ -57,6 +61,7 @@ var traceContext propagation.TraceContext
 type tracer struct {
 	t         trace.Tracer
 	scoreKeys []attribute.Key // index-aligned with the profile's scorers
+	secKeys   []attribute.Key // … "" for scorers without seconds
 }
 
 // scorerLister is implemented by *scheduler.Scheduler.
@@ -72,6 +77,11 @@ func newTracer(t trace.Tracer, s Scheduler) *tracer {
 	if sl, ok := s.(scorerLister); ok {
 		for _, e := range sl.Scorers() {
 			tr.scoreKeys = append(tr.scoreKeys, attribute.Key(AttrScorePrefix+e.Name))
+			var sk attribute.Key
+			if _, ok := e.Scorer.(scheduler.SecondsReporter); ok {
+				sk = attribute.Key(AttrSecondsPrefix + e.Name)
+			}
+			tr.secKeys = append(tr.secKeys, sk)
 		}
 	}
 	return tr
@@ -162,6 +172,11 @@ func (t *tracer) decision(span trace.Span, d *scheduler.Decision) {
 		chosen := d.RankedIndex(0)
 		for si, k := range t.scoreKeys {
 			attrs = append(attrs, attribute.Float64(string(k), d.Score(si, chosen)))
+			if sk := t.secKeys[si]; sk != "" {
+				if v, ok := d.Seconds(si, chosen); ok {
+					attrs = append(attrs, attribute.Float64(string(sk), v))
+				}
+			}
 		}
 	}
 	span.SetAttributes(attrs...)

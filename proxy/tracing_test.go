@@ -264,3 +264,50 @@ func httptestRequest(traceparent string) *http.Request {
 	r.Header.Set("traceparent", traceparent)
 	return r
 }
+
+// secondsScorer prefers the first endpoint (1, then 0.5) and reports
+// 0.25 s for it, 0.5 s for the others, as the time-cost scorer does.
+type secondsScorer struct{}
+
+func (secondsScorer) Category() scheduler.Category { return scheduler.CategoryDistribution }
+func (secondsScorer) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	for i := range eps {
+		out[i] = 0.5
+	}
+	out[0] = 1
+}
+func (secondsScorer) Seconds(_ *scheduler.CycleState, i int) (float64, bool) {
+	if i == 0 {
+		return 0.25, true
+	}
+	return 0.5, true
+}
+
+// TestDecisionSpanSeconds: a scorer that estimates seconds puts the
+// chosen endpoint's estimate on the span; one that does not, none.
+func TestDecisionSpanSeconds(t *testing.T) {
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+		{Name: "cost", Scorer: secondsScorer{}, Weight: 1},
+		{Name: "test", Scorer: &testScorer{prefer: preferOrder()}, Weight: 0},
+	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPool(s, "a:1", "b:1")
+	rec, tr := recorder()
+	d, err := s.Pick(context.Background(), &scheduler.Request{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tr.Start(context.Background(), SpanHTTP)
+	newTracer(tr, s).decision(span, d)
+	span.End()
+	d.Done(scheduler.Outcome{})
+	a := attrMap(rec.Ended()[0])
+	if got, ok := a[AttrSecondsPrefix+"cost"]; !ok || got.AsFloat64() != 0.25 || a[AttrEndpoint].AsString() != "a:1" {
+		t.Errorf("span attributes %v, want %scost 0.25 for a:1", rec.Ended()[0].Attributes(), AttrSecondsPrefix)
+	}
+	if _, ok := a[AttrSecondsPrefix+"test"]; ok {
+		t.Errorf("a scorer without seconds put %stest on the span", AttrSecondsPrefix)
+	}
+}

@@ -20,6 +20,7 @@ type Decision struct {
 	scores []float64 // scorer-major: scores[s*n+i]
 	totals []float64
 	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
+	waits  []float64 // the seconds guard's expected waits (GuardConfig.Unit seconds)
 	order  []int     // candidate indexes, best first; order[0] chosen
 	at     int       // index in order of the current endpoint
 	rnd    Rand      // per-decision random source (here so it does not escape per call)
@@ -76,6 +77,28 @@ func (d *Decision) Total(i int) float64 { return d.totals[i] }
 // ranked after the candidates within it); always false without a guard.
 func (d *Decision) OverBound(i int) bool {
 	return d.guarded && i < len(d.keys) && d.keys[i] != d.totals[i]
+}
+
+// Seconds returns scorer s's estimate in seconds for candidate i when
+// the scorer is a SecondsReporter (the time-cost scorer); ok is false
+// otherwise. Valid until Done.
+func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
+	r, isR := d.s.entries[s].Scorer.(SecondsReporter)
+	if !isR || i < 0 || i >= len(d.cands) {
+		return 0, false
+	}
+	d.cs.cur = s
+	return r.Seconds(&d.cs, i)
+}
+
+// GuardWait returns candidate i's expected wait in seconds as the guard
+// measured it; ok is false unless the pick ran under a guard in the
+// seconds unit. Valid until Done.
+func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
+	if !d.guarded || !d.s.cfg.Guard.seconds() || i < 0 || i >= len(d.waits) {
+		return 0, false
+	}
+	return d.waits[i], true
 }
 
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
@@ -234,6 +257,13 @@ type CandidateScore struct {
 	Address string             `json:"address"`
 	Total   float64            `json:"total"`
 	Scores  map[string]float64 `json:"scores"`
+	// Seconds holds, per scorer that estimates seconds (the time-cost
+	// scorer), its estimate for the candidate: the expected seconds
+	// until the request's first token there.
+	Seconds map[string]float64 `json:"seconds,omitempty"`
+	// GuardWaitSeconds is the candidate's expected wait as a guard in
+	// the seconds unit measured it (absent otherwise).
+	GuardWaitSeconds *float64 `json:"guard_wait_seconds,omitempty"`
 	// OverBound: the guard ranked the candidate after those within its
 	// bound.
 	OverBound bool `json:"over_bound,omitempty"`
@@ -263,6 +293,15 @@ func (d *Decision) Explain() Explanation {
 		cs := CandidateScore{Address: c.Address, Total: d.totals[i], Scores: make(map[string]float64, len(ents)), OverBound: d.OverBound(i)}
 		for si, e := range ents {
 			cs.Scores[e.Name] = d.Score(si, i)
+			if v, ok := d.Seconds(si, i); ok {
+				if cs.Seconds == nil {
+					cs.Seconds = make(map[string]float64, 1)
+				}
+				cs.Seconds[e.Name] = v
+			}
+		}
+		if w, ok := d.GuardWait(i); ok {
+			cs.GuardWaitSeconds = &w
 		}
 		x.Candidates[i] = cs
 	}

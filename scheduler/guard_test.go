@@ -305,3 +305,131 @@ func TestGuardConfigValidate(t *testing.T) {
 		t.Errorf("default guard %+v crowd %+v, want both off", g, c)
 	}
 }
+
+// TestGuardBoundSeconds checks Guard.OverSeconds against the bound
+// written out: w > max(factor·μ, μ + slack), in seconds.
+func TestGuardBoundSeconds(t *testing.T) {
+	g := Guard{Factor: 2.5, Slack: 0.5}
+	for _, tc := range []struct {
+		w, mu float64
+		over  bool
+	}{
+		{0.6, 0.2, false}, // bound max(0.5, 0.7) = 0.7
+		{0.75, 0.2, true}, // 0.75 > 0.7
+		{2.4, 1, false},   // bound max(2.5, 1.5) = 2.5
+		{2.6, 1, true},    // 2.6 > 2.5
+		{0.4, 0, false},   // an idle pool: bound the slack, 0.5
+	} {
+		if got := g.OverSeconds(tc.w, tc.mu); got != tc.over {
+			t.Errorf("OverSeconds(%v, %v) = %v, want %v", tc.w, tc.mu, got, tc.over)
+		}
+	}
+}
+
+// TestSchedulerGuardSeconds: the guard in seconds lets a pod carry the
+// queue its speed clears. Pods a:1 (capacity 1, prior 1,000 tokens/s),
+// b:1 (calibrated 4,000 tokens/s) and c:1 (capacity 2: 2,000 tokens/s);
+// affinity a 1, b 0.9, c 0; factor 2, slack 0.15 s; every request 400
+// bytes = 100 tokens (no prefix index: bytes ÷ 4), held. Waits count the
+// request on each pod:
+//
+//	pick 1: a .1, b .025, c .05; μ .0583, bound max(.1167, .2083); a ok
+//	pick 2: a .2, b .025, c .05; μ .0917, bound max(.1833, .2417); a ok
+//	pick 3: a .3, b .025, c .05; μ .125, bound max(.25, .275); a over → b
+//	pick 4: a .3, b .05, c .05; μ .1333, bound .2833; a over → b
+//	pick 5: a .3, b .075, c .05; μ .1417, bound .2917; a over → b
+//
+// a:1 is charged a herd pick for each of picks 3–5. In requests, the
+// same factor and slack divert pick 1 already: a at 0 → (0+1)/1 = 1 >
+// max(2·1/4, 0.25 + 0.15) = 0.5 (Σ capacity 4).
+func TestSchedulerGuardSeconds(t *testing.T) {
+	for _, unit := range []string{GuardSeconds, GuardRequests} {
+		cfg := DefaultConfig()
+		cfg.Guard = GuardConfig{Factor: 2, Slack: 0.15, Unit: unit, PrefillTokensPerSecond: 1000}
+		entries := []ScorerEntry{{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1, "b:1": 0.9, "c:1": 0}}, Weight: 1}}
+		s, err := New(cfg, entries, nil, MaxScore{}, Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := eps("a:1", "b:1", "c:1")
+		pool[2].Capacity = 2
+		s.SetEndpoints(pool)
+		s.SetCalibration("b:1", Calibration{PrefillTokensPerSecond: 4000, Samples: 9})
+		want := "a:1 a:1 b:1 b:1 b:1"
+		var got []string
+		var held []*Decision
+		var wait3 *float64
+		for i := range 5 {
+			d, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 400)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.Endpoint.Address)
+			if i == 2 {
+				wait3 = d.Explain().Candidates[0].GuardWaitSeconds
+			}
+			held = append(held, d)
+		}
+		if unit == GuardSeconds {
+			if g := strings.Join(got, " "); g != want {
+				t.Errorf("seconds: picks %s, want %s", g, want)
+			}
+			if wait3 == nil || *wait3 < 0.3-1e-12 || *wait3 > 0.3+1e-12 {
+				t.Errorf("seconds: pick 3 explains a:1's wait as %v, want 0.3", wait3)
+			}
+			if h := s.Pool().Pointers()[0].HerdPicks(); h != 3 {
+				t.Errorf("seconds: a:1 charged %d herd picks, want 3", h)
+			}
+		} else {
+			if got[0] == "a:1" {
+				t.Errorf("requests: pick 1 went to a:1; want it diverted (picks %v)", got)
+			}
+			if wait3 != nil {
+				t.Errorf("requests: explanation carries a wait %v", *wait3)
+			}
+		}
+		for _, d := range held {
+			d.Done(Outcome{})
+		}
+	}
+}
+
+func TestGuardConfigValidateUnit(t *testing.T) {
+	for _, tc := range []struct {
+		g    GuardConfig
+		want string
+	}{
+		{GuardConfig{Factor: 2, Unit: "tokens", PrefillTokensPerSecond: 1}, "guard.unit"},
+		{GuardConfig{Factor: 2, Unit: GuardSeconds}, "guard.prefill_tokens_per_second"},
+	} {
+		if err := tc.g.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.g, err, tc.want)
+		}
+	}
+}
+
+func TestGuardedPickSecondsAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; CI runs this test in its no-race pass")
+	}
+	cfg := DefaultConfig()
+	cfg.Guard = GuardConfig{Factor: 2.5, Slack: 0.5, CrowdFactor: 1.5, CrowdSlack: 0.25, Unit: GuardSeconds, PrefillTokensPerSecond: 13100}
+	s, err := New(cfg, []ScorerEntry{{Name: "f", Scorer: fixedScorer{cat: CategoryAffinity}, Weight: 1}}, []Filter{ModelFilter{}, HealthyFilter{}}, MaxScore{}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	s.SetCalibration("a:1", Calibration{PrefillTokensPerSecond: 20000})
+	req := &Request{ID: "r", Model: "m", Prompt: make([]byte, 4096)}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		d, err := s.Pick(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(Outcome{})
+	})
+	if allocs != 0 {
+		t.Errorf("Pick+Done under the seconds guard allocates %v times per request, want 0", allocs)
+	}
+}

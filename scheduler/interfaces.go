@@ -59,6 +59,16 @@ type DoneObserver interface {
 	Done(req *Request, ep *Endpoint, o Outcome)
 }
 
+// SecondsReporter is implemented by scorers whose scores rank an
+// estimate in seconds (the time-cost scorer). Seconds returns candidate
+// i's estimate, in seconds ≥ 0, as the last Score of this decision
+// computed it (read back from the scorer's CycleState slot); ok is false
+// when Score left none. Called off the hot path (Decision.Seconds,
+// Explain), by the decision's owner, before Done.
+type SecondsReporter interface {
+	Seconds(cs *CycleState, i int) (seconds float64, ok bool)
+}
+
 // PoolObserver is implemented by scorers that keep per-endpoint state.
 // PoolChanged is called with every newly installed pool (off the request
 // path, from Scheduler.SetEndpoints) so they can size or purge that state;

@@ -89,13 +89,43 @@ type GuardConfig struct {
 	// CrowdFactor 0 turns crowd accounting off. Defaults 1.5 and 3.
 	CrowdFactor float64 `mapstructure:"crowd_factor"`
 	CrowdSlack  float64 `mapstructure:"crowd_slack"`
+	// Unit is what the bound counts (unit): GuardRequests (the default)
+	// compares router-local in-flight requests per unit of capacity;
+	// GuardSeconds compares each candidate's expected wait, its queued
+	// uncached prompt tokens (this request's included) ÷ its prefill
+	// rate, so Slack and CrowdSlack are seconds (see Guard). The unit
+	// applies to every guard the scheduler runs, the adaptive loop's too.
+	Unit string `mapstructure:"unit"`
+	// PrefillTokensPerSecond is the prefill rate of an endpoint of
+	// capacity 1 that has no Calibration, for the seconds unit
+	// (prefill_tokens_per_second). Default 13,100, the time-cost
+	// scorer's prior (scorers.TimeCostConfig).
+	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
 }
 
+// Guard units (GuardConfig.Unit).
+const (
+	GuardRequests = "requests"
+	GuardSeconds  = "seconds"
+)
+
+// The seconds unit's slacks when a profile writes none: the requests
+// unit's 6 and 3 requests at SMG's mean prefill of 1,024 tokens
+// (docs/field-policies.md) and the prior 13,100 tokens/s, rounded:
+// 6 × 1,024 ÷ 13,100 ≈ 0.47 s and half that.
+const (
+	DefaultGuardSlackSeconds = 0.5
+	DefaultCrowdSlackSeconds = 0.25
+)
+
 // DefaultGuardConfig returns the guard off, with the slack and crowd
-// bound the adaptive loop's guard uses (factor 2.5 there).
+// bound the adaptive loop's guard uses (factor 2.5 there), in requests.
 func DefaultGuardConfig() GuardConfig {
-	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3}
+	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: GuardRequests, PrefillTokensPerSecond: 13100}
 }
+
+// seconds reports whether the guard counts seconds.
+func (g GuardConfig) seconds() bool { return g.Unit == GuardSeconds }
 
 // Validate checks the guard; errors name the field under scheduler.
 func (g GuardConfig) Validate() error {
@@ -109,6 +139,10 @@ func (g GuardConfig) Validate() error {
 		return fmt.Errorf("guard.crowd_factor: must be 0 (off) or a finite number ≥ 1, got %v", g.CrowdFactor)
 	case !(g.CrowdSlack >= 0) || !finite(g.CrowdSlack):
 		return fmt.Errorf("guard.crowd_slack: must be a finite number ≥ 0, got %v", g.CrowdSlack)
+	case g.Unit != "" && g.Unit != GuardRequests && g.Unit != GuardSeconds:
+		return fmt.Errorf("guard.unit: must be %q or %q, got %q", GuardRequests, GuardSeconds, g.Unit)
+	case g.seconds() && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
+		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with unit %q, got %v", GuardSeconds, g.PrefillTokensPerSecond)
 	}
 	return nil
 }
@@ -243,6 +277,8 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 			consumer = true
 		}
 	}
+	// The seconds guard reads the match and the pending tokens it counts.
+	consumer = consumer || cfg.Guard.seconds()
 	for i, e := range entries {
 		if _, ok := e.Scorer.(MatchProducer); ok && consumer && s.matchBy < 0 {
 			s.matchBy = i
@@ -493,9 +529,25 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	cands := d.cands
 	n := len(cands)
 	var sum, capSum, penalty float64
-	for _, e := range cands {
-		sum += float64(max(e.InFlight(), 0))
-		capSum += e.CapacityOrOne()
+	secs := s.cfg.Guard.seconds()
+	if secs {
+		d.waits = growFloats(d.waits, n)
+		for i, e := range cands {
+			d.waits[i] = s.wait(d, e)
+			sum += d.waits[i]
+		}
+		sum /= float64(n) // the mean wait
+	} else {
+		for _, e := range cands {
+			sum += float64(max(e.InFlight(), 0))
+			capSum += e.CapacityOrOne()
+		}
+	}
+	over := func(g Guard, i int, e *Endpoint) bool {
+		if secs {
+			return g.OverSeconds(d.waits[i], sum)
+		}
+		return g.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum)
 	}
 	for _, v := range w.Values {
 		penalty += v
@@ -533,7 +585,7 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 				holders++
 			}
 		}
-		if g.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum) {
+		if over(g, i, e) {
 			d.keys[i] -= penalty
 		}
 	}
@@ -546,12 +598,39 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	e := cands[calmAt]
 	herd := d.keys[calmAt] != d.totals[calmAt]
 	if !herd && crowd.Factor > 0 && holders >= 2 && calmAff >= topAff-eps {
-		herd = crowd.Over(float64(max(e.InFlight(), 0)), e.CapacityOrOne(), sum, capSum)
+		herd = over(crowd, calmAt, e)
 	}
 	if herd {
 		e.st.herd.Add(1)
 	}
 	return d.keys
+}
+
+// bytesPerToken converts prompt bytes to tokens where the seconds guard
+// has no token count (other replicas' pending prefill, a profile
+// without a prefix index): the prefix scorer's default.
+const bytesPerToken = 4
+
+// wait returns e's expected wait for the decision's request in seconds,
+// the seconds guard's measure: e's pending uncached prompt tokens
+// (PendingTokens, plus other replicas' pending bytes ÷ 4) and the
+// request's own uncached tokens on e, over e's prefill rate
+// (Calibration, else GuardConfig.PrefillTokensPerSecond × capacity).
+// Without a match (no prefix index) the tokens are undiscounted
+// prompt bytes ÷ 4.
+func (s *Scheduler) wait(d *Decision, e *Endpoint) float64 {
+	var work int64
+	if m, ok := d.cs.Match(e); ok {
+		peer := max(e.PendingPrefill()-e.LocalPendingPrefill(), 0)
+		work = max(e.PendingTokens(), 0) + peer/bytesPerToken + m.Uncached()
+	} else {
+		work = (max(e.PendingPrefill(), 0) + int64(len(d.Request.Prompt))) / bytesPerToken
+	}
+	rate := e.Calibration().PrefillTokensPerSecond
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = s.cfg.Guard.PrefillTokensPerSecond * e.CapacityOrOne()
+	}
+	return float64(work) / rate
 }
 
 func inSubset(subset []string, addr string) bool {

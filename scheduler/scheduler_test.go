@@ -592,3 +592,51 @@ func TestMoveToCreditsServedEndpoint(t *testing.T) {
 		t.Errorf("picked %v, want %v", c.picked, want)
 	}
 }
+
+// secondsScorer scores 1/(1+i) and reports 0.1·(i+1) seconds for
+// candidate i, stashed in its slot as a time-unit scorer does.
+type secondsScorer struct{}
+
+func (secondsScorer) Category() Category { return CategoryDistribution }
+func (secondsScorer) Score(cs *CycleState, _ *Request, eps []*Endpoint, out []float64) {
+	buf, _ := (*cs.Slot()).(*[]float64)
+	if buf == nil {
+		buf = new([]float64)
+		*cs.Slot() = buf
+	}
+	*buf = (*buf)[:0]
+	for i := range eps {
+		*buf = append(*buf, 0.1*float64(i+1))
+		out[i] = 1 / float64(1+i)
+	}
+}
+func (secondsScorer) Seconds(cs *CycleState, i int) (float64, bool) {
+	buf, _ := (*cs.Slot()).(*[]float64)
+	if buf == nil || i >= len(*buf) {
+		return 0, false
+	}
+	return (*buf)[i], true
+}
+
+// TestExplainSeconds: a SecondsReporter's estimates reach the
+// explanation under its name; other scorers add none.
+func TestExplainSeconds(t *testing.T) {
+	s := newTestScheduler(t, []ScorerEntry{
+		{Name: "cost", Scorer: secondsScorer{}, Weight: 1},
+		{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity}, Weight: 1},
+	})
+	s.SetEndpoints(eps("a:1", "b:1"))
+	d, _ := s.Pick(context.Background(), &Request{Model: "m"})
+	x := d.Explain()
+	if v, ok := d.Seconds(1, 0); ok {
+		t.Errorf("fixed scorer reported %v seconds", v)
+	}
+	d.Done(Outcome{})
+	// a: 0.1·1 s, b: 0.1·2 s.
+	for i, want := range []float64{0.1, 0.2} {
+		c := x.Candidates[i]
+		if got, ok := c.Seconds["cost"]; !ok || math.Abs(got-want) > 1e-12 || len(c.Seconds) != 1 {
+			t.Errorf("%s seconds %v, want cost %v only", c.Address, c.Seconds, want)
+		}
+	}
+}

@@ -62,8 +62,23 @@ type Weights struct {
 type Guard struct {
 	// Factor is c ≥ 1; 0 turns the guard off.
 	Factor float64
-	// Slack is s ≥ 0, in requests per unit of capacity.
+	// Slack is s ≥ 0, in requests per unit of capacity (in seconds under
+	// the seconds unit, OverSeconds).
 	Slack float64
+}
+
+// OverSeconds is the bound in the seconds unit (GuardConfig.Unit): a
+// candidate whose expected wait is w seconds is over it when
+//
+//	w  >  max(Factor·μ, μ + Slack),   μ = the candidates' mean wait,
+//
+// each candidate's wait counting the request being placed (its queued
+// uncached prompt tokens and the request's own, over its prefill rate),
+// with Slack in seconds. A pod twice as fast carries twice the queue at
+// the same wait, so its share follows its measured speed rather than a
+// per-capacity request count.
+func (g Guard) OverSeconds(w, mu float64) bool {
+	return w > max(g.Factor*mu, mu+g.Slack)
 }
 
 // Over reports whether a candidate with inflight requests and capacity

@@ -20,6 +20,7 @@ const (
 
 	TypePendingPrefill = "pending-prefill"
 	TypeTokenLoad      = "token-load"
+	TypeTimeCost       = "time-cost"
 )
 
 // Deps are a scorer's collaborators. Nil fields get harmless defaults: no
@@ -57,6 +58,7 @@ func InTree() map[string]Factory {
 		TypePendingPrefill: FactoryOf(DefaultPendingPrefillConfig, NewPendingPrefill),
 		TypeLoRA:           FactoryOf(DefaultLoRAConfig, NewLoRA),
 		TypeTokenLoad:      FactoryOf(DefaultTokenLoadConfig, NewTokenLoad),
+		TypeTimeCost:       FactoryOf(DefaultTimeCostConfig, NewTimeCost),
 	}
 }
 
@@ -82,19 +84,22 @@ func FactoryOf[C any, S scheduler.Scorer](defaults func() C, build func(name str
 // Compile-time checks: every scorer is a scheduler.Scorer, with the
 // optional interfaces it relies on.
 var (
-	_ scheduler.Scorer        = (*Prefix)(nil)
-	_ scheduler.PickObserver  = (*Prefix)(nil)
-	_ scheduler.PoolObserver  = (*Prefix)(nil)
-	_ scheduler.Scorer        = (*Session)(nil)
-	_ scheduler.PoolObserver  = (*Session)(nil)
-	_ scheduler.Scorer        = (*Queue)(nil)
-	_ scheduler.Scorer        = (*KVCache)(nil)
-	_ scheduler.Scorer        = (*InFlight)(nil)
-	_ scheduler.Scorer        = (*PendingPrefill)(nil)
-	_ scheduler.Scorer        = (*LoRA)(nil)
-	_ scheduler.Scorer        = (*TokenLoad)(nil)
-	_ scheduler.MatchConsumer = (*TokenLoad)(nil)
-	_ scheduler.MatchProducer = (*Prefix)(nil)
-	_ scheduler.StateFilter   = (*PrefixAffinity)(nil)
-	_ scheduler.MatchConsumer = (*PrefixAffinity)(nil)
+	_ scheduler.Scorer          = (*Prefix)(nil)
+	_ scheduler.PickObserver    = (*Prefix)(nil)
+	_ scheduler.PoolObserver    = (*Prefix)(nil)
+	_ scheduler.Scorer          = (*Session)(nil)
+	_ scheduler.PoolObserver    = (*Session)(nil)
+	_ scheduler.Scorer          = (*Queue)(nil)
+	_ scheduler.Scorer          = (*KVCache)(nil)
+	_ scheduler.Scorer          = (*InFlight)(nil)
+	_ scheduler.Scorer          = (*PendingPrefill)(nil)
+	_ scheduler.Scorer          = (*LoRA)(nil)
+	_ scheduler.Scorer          = (*TokenLoad)(nil)
+	_ scheduler.MatchConsumer   = (*TokenLoad)(nil)
+	_ scheduler.Scorer          = (*TimeCost)(nil)
+	_ scheduler.MatchConsumer   = (*TimeCost)(nil)
+	_ scheduler.SecondsReporter = (*TimeCost)(nil)
+	_ scheduler.MatchProducer   = (*Prefix)(nil)
+	_ scheduler.StateFilter     = (*PrefixAffinity)(nil)
+	_ scheduler.MatchConsumer   = (*PrefixAffinity)(nil)
 )

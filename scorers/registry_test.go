@@ -21,6 +21,7 @@ func TestInTreeBuildsEveryScorer(t *testing.T) {
 		TypeInFlight:       scheduler.CategoryDistribution,
 		TypePendingPrefill: scheduler.CategoryDistribution,
 		TypeTokenLoad:      scheduler.CategoryDistribution,
+		TypeTimeCost:       scheduler.CategoryDistribution,
 	}
 	reg := InTree()
 	if len(reg) != len(want) {

@@ -1,0 +1,197 @@
+package scorers
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// TimeCostConfig configures the time-cost scorer (YAML params of a scorer
+// with type "time-cost"). The rates and step times are priors: an
+// endpoint's published scheduler.Calibration replaces them where it has a
+// value.
+type TimeCostConfig struct {
+	// PrefillTokensPerSecond is the prior prefill rate of an endpoint of
+	// capacity 1 with no calibration, in uncached prompt tokens per
+	// second (prefill_tokens_per_second). Default 13,100: the simulator's
+	// default engine (Llama-3.1-8B on an A100-40GB, docs/benchmarks.md)
+	// computes a 2,048-token chunk in 13 ms + 2,048 × 70 µs = 156.4 ms.
+	// The field's reference point is SMG's fallback when no rate is
+	// reported, 2,000 tokens/s (docs/field-policies.md); only the ratio
+	// between endpoints matters while every one uses the prior.
+	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
+	// StepSeconds is the prior time of one engine step (step_seconds):
+	// what a request waits at least, for the step in progress and its
+	// own first decode. Default 0.013, the same engine's fixed step cost
+	// (single-stream decode at ≈ 75 tokens/s).
+	StepSeconds float64 `mapstructure:"step_seconds"`
+	// DecodeSecondsPerRunning is what each running request adds to every
+	// step that carries a prefill chunk (decode_seconds_per_running).
+	// Default 70 µs, the same engine's step_per_decode_seq. 0 leaves the
+	// decode-interference term out.
+	DecodeSecondsPerRunning float64 `mapstructure:"decode_seconds_per_running"`
+	// ChunkTokens is the engine's prefill chunk, the tokens one step
+	// prefills (chunk_tokens; vLLM's max_num_batched_tokens). Default
+	// 2,048.
+	ChunkTokens int `mapstructure:"chunk_tokens"`
+	// BytesPerToken converts prompt bytes to tokens where no token count
+	// exists: other replicas' pending prefill and profiles without a
+	// prefix scorer (bytes_per_token, default 4, the prefix scorer's).
+	BytesPerToken int `mapstructure:"bytes_per_token"`
+}
+
+// DefaultTimeCostConfig returns the defaults documented on TimeCostConfig.
+func DefaultTimeCostConfig() TimeCostConfig {
+	return TimeCostConfig{
+		PrefillTokensPerSecond:  13100,
+		StepSeconds:             0.013,
+		DecodeSecondsPerRunning: 70e-6,
+		ChunkTokens:             2048,
+		BytesPerToken:           4,
+	}
+}
+
+// Validate checks the config; errors name the field.
+func (c TimeCostConfig) Validate() error {
+	switch {
+	case !(c.PrefillTokensPerSecond > 0 && c.PrefillTokensPerSecond <= 1e9):
+		return fmt.Errorf("time-cost.prefill_tokens_per_second: must be in (0, 1e9], got %v", c.PrefillTokensPerSecond)
+	case !(c.StepSeconds > 0 && c.StepSeconds <= 60):
+		return fmt.Errorf("time-cost.step_seconds: must be in (0, 60], got %v", c.StepSeconds)
+	case !(c.DecodeSecondsPerRunning >= 0 && c.DecodeSecondsPerRunning <= 1):
+		return fmt.Errorf("time-cost.decode_seconds_per_running: must be in [0, 1], got %v", c.DecodeSecondsPerRunning)
+	case c.ChunkTokens <= 0 || c.ChunkTokens > 1<<20:
+		return fmt.Errorf("time-cost.chunk_tokens: must be in 1…1048576, got %d", c.ChunkTokens)
+	case c.BytesPerToken <= 0 || c.BytesPerToken > 64:
+		return fmt.Errorf("time-cost.bytes_per_token: must be in 1…64, got %d", c.BytesPerToken)
+	}
+	return nil
+}
+
+// TimeCost is a cache-aware distribution scorer in seconds: the expected
+// time until a request's first token on each candidate e,
+//
+//	cost_e  = step_e + work_e / rate_e + ⌈work_e / chunk⌉ · running_e · κ_e
+//	work_e  = queued_e + uncached_e(r)
+//
+// with queued_e the uncached prompt tokens already waiting for their first
+// byte on e (Endpoint.PendingTokens, plus other replicas' pending prompt
+// bytes ÷ bytes_per_token), uncached_e(r) the request's prompt tokens e
+// does not hold by the prefix index (prompt − matched tokens), rate_e e's
+// prefill rate (Calibration.PrefillTokensPerSecond, else the prior ×
+// Capacity), step_e one engine step (Calibration.DecodeStepSeconds, else
+// the prior step scaled by prior rate ÷ rate_e), running_e the scraped
+// running requests (0 when the scrape is stale: the term is then left
+// out), κ_e decode_seconds_per_running scaled like the step, and chunk
+// chunk_tokens. Each chunk of prefill shares its step with e's running
+// decodes, which lengthen it by κ each.
+//
+// A prefix cached on e lowers cost_e by exactly the seconds of prefill it
+// saves (cached tokens ÷ rate_e), and every token queued ahead raises it
+// by the seconds it adds, so the scorer alone settles the affinity–load
+// trade in the fleet's own units; the pending tokens are released at the
+// first response byte, like token-load's.
+//
+// Score: score_e = min cost ÷ cost_e, in (0,1]: 1 for the cheapest
+// candidate, ½ for one expected to take twice as long. cost_e ≥ step_e > 0,
+// so the ratio is always defined; candidates whose costs differ by little
+// score alike, so a weighted profile does not stretch a millisecond into
+// the whole scale. Neutral rule: the counts are router-local and current,
+// so none is needed; without a prefix scorer in the profile (no index) the
+// work is undiscounted prompt bytes ÷ bytes_per_token (reason
+// no_prefix_index). Category: distribution, since against the prefix
+// scorer it is the load side (it prefers a cache holder only by the
+// seconds saved, which a queue can outweigh), so moving weight to it
+// moves the profile towards load. It reads the prefix scorer's match
+// (scheduler.MatchConsumer). Seconds reports cost_e for explanations.
+type TimeCost struct {
+	rate, step, kappa float64
+	chunk, bpt        int64
+	noIdx             interface{ Inc() }
+}
+
+// NewTimeCost builds a time-cost scorer named name.
+func NewTimeCost(name string, cfg TimeCostConfig, deps Deps) (*TimeCost, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("scorer %q: %w", name, err)
+	}
+	n, err := newNeutralCounters(name, deps.Registerer, reasonNoIndex)
+	if err != nil {
+		return nil, err
+	}
+	return &TimeCost{
+		rate: cfg.PrefillTokensPerSecond, step: cfg.StepSeconds, kappa: cfg.DecodeSecondsPerRunning,
+		chunk: int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
+	}, nil
+}
+
+// Category implements scheduler.Scorer: distribution.
+func (*TimeCost) Category() scheduler.Category { return scheduler.CategoryDistribution }
+
+// ConsumesMatch implements scheduler.MatchConsumer.
+func (*TimeCost) ConsumesMatch() {}
+
+// costs is the scorer's CycleState slot: the last decision's costs.
+type costs struct{ s []float64 }
+
+// Score implements scheduler.Scorer.
+func (t *TimeCost) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+	c, _ := (*cs.Slot()).(*costs)
+	if c == nil {
+		c = &costs{}
+		*cs.Slot() = c
+	}
+	if cap(c.s) < len(eps) {
+		c.s = make([]float64, len(eps))
+	}
+	c.s = c.s[:len(eps)]
+	lo := math.Inf(1)
+	for i, e := range eps {
+		v := t.Cost(cs, req, e)
+		c.s[i] = v
+		if v < lo {
+			lo = v
+		}
+	}
+	for i, v := range c.s {
+		out[i] = lo / v
+	}
+}
+
+// Cost returns cost_e for req on e, in seconds (see TimeCost), with cs the
+// decision's state (its match, when a MatchProducer ran).
+func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *scheduler.Endpoint) float64 {
+	var work int64
+	if m, ok := cs.Match(e); ok {
+		work = inFlightTokens(e, t.bpt) + m.Uncached()
+	} else {
+		work = max(e.PendingPrefill(), 0)/t.bpt + int64(len(req.Prompt))/t.bpt
+		t.noIdx.Inc()
+	}
+	cal := e.Calibration()
+	rate := cal.PrefillTokensPerSecond
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = t.rate * e.CapacityOrOne()
+	}
+	scale := t.rate / rate // this endpoint's time per token against the prior's
+	step := cal.DecodeStepSeconds
+	if !(step > 0) || math.IsInf(step, 0) {
+		step = t.step * scale
+	}
+	cost := step + float64(work)/rate
+	if run := e.Running; fresh(e) && run > 0 && !math.IsInf(run, 0) && t.kappa > 0 {
+		chunks := (work + t.chunk - 1) / t.chunk
+		cost += float64(chunks) * run * t.kappa * scale
+	}
+	return cost
+}
+
+// Seconds implements scheduler.SecondsReporter: candidate i's cost_e.
+func (*TimeCost) Seconds(cs *scheduler.CycleState, i int) (float64, bool) {
+	c, _ := (*cs.Slot()).(*costs)
+	if c == nil || i < 0 || i >= len(c.s) {
+		return 0, false
+	}
+	return c.s[i], true
+}

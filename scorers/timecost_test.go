@@ -1,0 +1,229 @@
+package scorers
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// timeRig is a real scheduler over a:1 (capacity 1), b:1 (capacity 2) and
+// c:1 (capacity 1, calibrated at 4,000 tokens/s and 2 ms a step), a
+// prefix scorer learning at the pick (4-token blocks of 4 bytes; weight
+// 0, the index alone) and the time-cost scorer (weight 1) with round
+// priors: 1,000 tokens/s, 10 ms a step, 1 ms per running request per
+// 8-token chunk.
+func timeRig(t *testing.T, bRunning float64) (*scheduler.Scheduler, *TimeCost) {
+	t.Helper()
+	pcfg := DefaultPrefixConfig()
+	pcfg.BlockSize, pcfg.Learn = 4, LearnPick
+	p, err := NewPrefix("prefix", pcfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
+		{Name: "time-cost", Type: TypeTimeCost, Scorer: tc, Weight: 1},
+	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := eps("a:1", "b:1", "c:1")
+	pool[1].Capacity, pool[1].Running = 2, bRunning
+	s.SetEndpoints(pool)
+	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
+	return s, tc
+}
+
+// TestTimeCostScores: hand-computed seconds and scores. P (16 tokens) is
+// held on a:1 (16 uncached tokens pending there, its 4 blocks indexed);
+// then R (shares P's first 12 tokens) is scored.
+func TestTimeCostScores(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		running  float64 // b:1's scraped running requests
+		release  bool    // P's first byte arrived before R
+		seconds  map[string]float64
+		scores   map[string]float64
+		choosing string
+	}{
+		// a: 0.01 + (16 queued + 4 uncached)/1000 = 0.030.
+		// b: rate 2 × 1000, step 0.01 × ½: 0.005 + 16/2000 = 0.013.
+		// c: calibrated 0.002 + 16/4000 = 0.006.
+		// Scores min/cost: a 0.006/0.030 = 0.2, b 0.006/0.013, c 1.
+		{"held", 0, false, map[string]float64{"a:1": 0.030, "b:1": 0.013, "c:1": 0.006}, map[string]float64{"a:1": 0.2, "b:1": 0.006 / 0.013, "c:1": 1}, "c:1"},
+		// b runs 3 decodes: ⌈16/8⌉ = 2 chunks × 3 × 0.001 × ½ = 0.003 more:
+		// b 0.016, score 0.006/0.016 = 0.375.
+		{"held, b decoding", 3, false, map[string]float64{"a:1": 0.030, "b:1": 0.016, "c:1": 0.006}, map[string]float64{"a:1": 0.2, "b:1": 0.375, "c:1": 1}, "c:1"},
+		// P released: a 0.01 + 4/1000 = 0.014; its cached 12 tokens save
+		// exactly 12/1000 s against holding nothing (0.026).
+		{"released", 0, true, map[string]float64{"a:1": 0.014, "b:1": 0.013, "c:1": 0.006}, map[string]float64{"a:1": 0.006 / 0.014, "b:1": 0.006 / 0.013, "c:1": 1}, "c:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := timeRig(t, tc.running)
+			p, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptP), Subset: []string{"a:1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.release {
+				p.FirstByte()
+			}
+			d, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptR)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := d.Explain()
+			for i, e := range d.Candidates() {
+				sec, ok := d.Seconds(1, i)
+				if !ok || math.Abs(sec-tc.seconds[e.Address]) > 1e-12 {
+					t.Errorf("%s: %v seconds (ok %v), want %v", e.Address, sec, ok, tc.seconds[e.Address])
+				}
+				if got := x.Candidates[i].Seconds["time-cost"]; math.Abs(got-tc.seconds[e.Address]) > 1e-12 {
+					t.Errorf("%s: explanation says %v seconds, want %v", e.Address, got, tc.seconds[e.Address])
+				}
+				if got := d.Score(1, i); math.Abs(got-tc.scores[e.Address]) > 1e-9 {
+					t.Errorf("%s scored %v, want %v", e.Address, got, tc.scores[e.Address])
+				}
+			}
+			if d.Endpoint.Address != tc.choosing {
+				t.Errorf("chose %s, want %s", d.Endpoint.Address, tc.choosing)
+			}
+			d.Done(scheduler.Outcome{})
+			p.Done(scheduler.Outcome{})
+		})
+	}
+}
+
+// TestTimeCostTradesAffinityForQueue: alone, the scorer sends R to the
+// holder of its prefix while the prefix saves more seconds than the
+// holder's queue adds, and elsewhere once it does not. Pool a:1 and b:1
+// of capacity 1 (c:1 left out by the subset). P is held on a:1 and
+// released (its 4 blocks indexed), then Q (16 tokens, shares nothing) is
+// queued on a:1 k times: a costs 0.01 + (16k + 4)/1000, b 0.01 + 16/1000.
+// k = 0: 0.014 < 0.026, a; k = 1: 0.030 > 0.026, b.
+func TestTimeCostTradesAffinityForQueue(t *testing.T) {
+	for k, want := range []string{"a:1", "b:1"} {
+		s, _ := timeRig(t, 0)
+		s.SetEndpoints(eps("a:1", "b:1", "c:1")) // b:1 back to capacity 1
+		p, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptP), Subset: []string{"a:1"}})
+		p.FirstByte()
+		var held []*scheduler.Decision
+		for range k {
+			q, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptQ), Subset: []string{"a:1"}})
+			held = append(held, q)
+		}
+		d, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptR), Subset: []string{"a:1", "b:1"}})
+		if d.Endpoint.Address != want {
+			t.Errorf("%d requests queued on the holder: R went to %s, want %s", k, d.Endpoint.Address, want)
+		}
+		d.Done(scheduler.Outcome{})
+		for _, q := range append(held, p) {
+			q.Done(scheduler.Outcome{})
+		}
+	}
+}
+
+func TestTimeCostConfigValidate(t *testing.T) {
+	ok := DefaultTimeCostConfig()
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mut  func(*TimeCostConfig)
+		want string
+	}{
+		{func(c *TimeCostConfig) { c.PrefillTokensPerSecond = 0 }, "time-cost.prefill_tokens_per_second"},
+		{func(c *TimeCostConfig) { c.PrefillTokensPerSecond = math.NaN() }, "time-cost.prefill_tokens_per_second"},
+		{func(c *TimeCostConfig) { c.StepSeconds = 0 }, "time-cost.step_seconds"},
+		{func(c *TimeCostConfig) { c.DecodeSecondsPerRunning = -1 }, "time-cost.decode_seconds_per_running"},
+		{func(c *TimeCostConfig) { c.ChunkTokens = 0 }, "time-cost.chunk_tokens"},
+		{func(c *TimeCostConfig) { c.BytesPerToken = 65 }, "time-cost.bytes_per_token"},
+	} {
+		c := DefaultTimeCostConfig()
+		tc.mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c, err, tc.want)
+		}
+	}
+}
+
+// TestTimeCostPickAllocatesNothing: the prefix index and time-cost pick,
+// explain-free, release at the first byte and finish without allocating.
+func TestTimeCostPickAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
+	}
+	s := timeCostScheduler(t, benchEndpoints(64, 1))
+	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
+	warm(t, s, reqs)
+	i := 0
+	allocs := testing.AllocsPerRun(500, func() {
+		d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.FirstByte()
+		d.Done(scheduler.Outcome{})
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("Pick+FirstByte+Done with time-cost allocates %v times per request, want 0", allocs)
+	}
+}
+
+func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {
+	tb.Helper()
+	p, err := NewPrefix("prefix", DefaultPrefixConfig(), Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tc, err := NewTimeCost("time-cost", DefaultTimeCostConfig(), Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+		{Name: "prefix", Scorer: p, Weight: 0},
+		{Name: "time-cost", Scorer: tc, Weight: 1},
+	}, []scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.SetEndpoints(pool)
+	for i, e := range pool {
+		if i%2 == 0 {
+			s.SetCalibration(e.Address, scheduler.Calibration{PrefillTokensPerSecond: 9000, DecodeStepSeconds: 0.02, Samples: 50})
+		}
+	}
+	return s
+}
+
+// BenchmarkPickTimeCost is BenchmarkPick for the time-cost composition:
+// the prefix lookup before the filters, the time-cost scorer (half the
+// endpoints calibrated), tokens released at the first byte.
+func BenchmarkPickTimeCost(b *testing.B) {
+	for _, n := range benchSizes.endpoints {
+		tok := 8 << 10
+		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
+			s := timeCostScheduler(b, benchEndpoints(n, 1))
+			reqs := benchWorkload(tok, 16, 8, 1024, 1)
+			warm(b, s, reqs)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.FirstByte()
+				d.Done(scheduler.Outcome{})
+			}
+		})
+	}
+}
