@@ -33,9 +33,10 @@ func newSimCmd() *cobra.Command {
 		profiles  []string
 		think     time.Duration
 		routers   routerFlags
+		replay    traceFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
+		Use:   "sim --scenario FILE|NAME|all | --trace FILE --servers N [--policies a,b] [--seed N] [--seeds K] --out DIR",
 		Short: "Simulate a fleet of vLLM-like servers and compare routing policies",
 		Long: `sim runs the real trimtab scheduler, scorers, detector and configurator against
 a discrete-event model of vLLM servers on virtual time, for every policy at every
@@ -46,10 +47,18 @@ phase, machine-readable).
 A scenario is a YAML file or the name of a shipped one (` + strings.Join(sim.Shipped(), ", ") + `);
 "all" runs every shipped scenario. Policies: ` + strings.Join(sim.PolicyNames(), ", ") + `;
 --profile adds your own profile (configs schema, adaptive section included), so
-a profile can be tuned here before it goes to production.`,
+a profile can be tuned here before it goes to production.
+
+--trace FILE without --scenario replays a Mooncake-format trace (one
+recorded by trimtab serve at /debug/trace, say) once at its own pace on
+--servers servers; with --scenario it replaces the trace of trace scenarios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration)
+			own := ""
+			if len(scenarios) == 0 {
+				own = trace // the trace is the scenario, not an override
+			}
+			scs, err := loadSimScenarios(scenarios, own, replay, out, seeds, duration)
 			if err != nil {
 				return err
 			}
@@ -119,7 +128,8 @@ a profile can be tuned here before it goes to production.`,
 	f.Uint64Var(&seed, "seed", 1, "first seed")
 	f.IntVar(&seeds, "seeds", 1, "number of consecutive seeds; statistics are means over them")
 	f.StringVar(&out, "out", "", "output directory")
-	f.StringVar(&trace, "trace", "", "trace file for trace scenarios (overrides the scenario's path)")
+	f.StringVar(&trace, "trace", "", "Mooncake-format trace file: alone, replay it (with --servers); with --scenario, the trace of trace scenarios")
+	replay.register(f)
 	f.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	f.DurationVar(&duration, "duration", 0, "play the scenario in this simulated time instead (warm-up, phases and events keep their share)")
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")
