@@ -26,7 +26,9 @@ func TestTuneOnRecordedTraffic(t *testing.T) {
 	ts := startServiceWith(t, addrs, false, "server:\n  admin:\n    record:\n      enabled: true\n")
 	// Three families of prompts, each a 4096-token (16384-byte) shared
 	// prefix and a question of its own, three questions each.
-	prefix := func(f int) string { return strings.Repeat(fmt.Sprintf("family %d shares this. ", f), 16384/22+1)[:16384] }
+	prefix := func(f int) string {
+		return strings.Repeat(fmt.Sprintf("family %d shares this. ", f), 16384/22+1)[:16384]
+	}
 	for q := range 3 {
 		for f := range 3 {
 			body, _ := json.Marshal(map[string]any{"model": "llama-3.1-8b-instruct", "max_tokens": 4,
