@@ -223,3 +223,23 @@ func TestSectionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestServerAdminRecord: server.admin.record decodes from a profile, off by
+// default, and a bad value is refused naming its key.
+func TestServerAdminRecord(t *testing.T) {
+	if Default().Server.Admin.Record.Enabled {
+		t.Error("traffic recording is on by default")
+	}
+	const scorer = "scorers:\n  - type: queue\n    weight: 1\n"
+	f, err := Parse([]byte(scorer + "server:\n  admin:\n    record:\n      enabled: true\n      window: 90s\n      max_requests: 500\n      max_blocks: 4096\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Server.Admin.Record; !r.Enabled || r.Window != 90*time.Second || r.MaxRequests != 500 || r.MaxBlocks != 4096 {
+		t.Errorf("decoded %+v", r)
+	}
+	_, err = Parse([]byte(scorer + "server:\n  admin:\n    record:\n      enabled: true\n      window: 100ms\n"))
+	if err == nil || !strings.Contains(err.Error(), "server.admin.record.window") {
+		t.Errorf("window 100ms: %v; want an error naming server.admin.record.window", err)
+	}
+}

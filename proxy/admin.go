@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 )
 
 // Admin is the admin HTTP server: /metrics, /healthz, /readyz and the JSON
-// debug views /debug/weights, /debug/endpoints, /debug/decisions. More
+// debug views /debug/weights, /debug/endpoints, /debug/decisions, and the
+// recorded traffic /debug/trace (traffic.go). More
 // handlers (a UI) can be added with Handle before Run. With
 // Config.Admin.Token set, everything but /metrics, /healthz and /readyz
 // needs the token.
@@ -61,6 +63,8 @@ func NewAdmin(cfg Config, deps Deps) (*Admin, error) {
 	a.Handle("GET /debug/weights", http.HandlerFunc(a.weights))
 	a.Handle("GET /debug/endpoints", http.HandlerFunc(a.endpoints))
 	a.Handle("GET /debug/decisions", http.HandlerFunc(a.decisions))
+	a.Handle("GET /debug/trace", http.HandlerFunc(a.trace))
+	a.Handle("POST /debug/trace/restart", http.HandlerFunc(a.traceRestart))
 	return a, nil
 }
 
@@ -257,4 +261,41 @@ func (a *Admin) decisions(w http.ResponseWriter, _ *http.Request) {
 		d = []scheduler.Explanation{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"decisions": d})
+}
+
+// HeaderTraceEndpoints, on a /debug/trace download, is the number of
+// endpoints in the pool when it was taken: the pool size to replay the
+// trace on (`trimtab sim --trace FILE --servers N`).
+const HeaderTraceEndpoints = "Trimtab-Trace-Endpoints"
+
+var errRecordingOff = map[string]any{"error": map[string]string{
+	"message": "traffic recording is off: set server.admin.record.enabled: true and restart",
+	"type":    "not_found_error",
+}}
+
+// trace streams the traffic window as Mooncake JSONL (TrafficRecorder.WriteTrace).
+func (a *Admin) trace(w http.ResponseWriter, _ *http.Request) {
+	if !a.deps.Traffic.Enabled() {
+		writeJSON(w, http.StatusNotFound, errRecordingOff)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/jsonl")
+	h.Set("Content-Disposition", `attachment; filename="trimtab-trace.jsonl"`)
+	if p := a.deps.View.Pool(); p != nil {
+		h.Set(HeaderTraceEndpoints, strconv.Itoa(len(p.Endpoints)))
+	}
+	if _, err := a.deps.Traffic.WriteTrace(w); err != nil {
+		a.deps.Logger.Debug("trace download cut", "err", err)
+	}
+}
+
+// traceRestart discards the traffic window; the next request opens a new one.
+func (a *Admin) traceRestart(w http.ResponseWriter, _ *http.Request) {
+	if !a.deps.Traffic.Enabled() {
+		writeJSON(w, http.StatusNotFound, errRecordingOff)
+		return
+	}
+	a.deps.Traffic.Restart()
+	w.WriteHeader(http.StatusNoContent)
 }

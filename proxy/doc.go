@@ -19,7 +19,9 @@
 //     header and envoy.lb dynamic metadata (and, opt-in, the decision's
 //     scores); it watches the response to finish the decision.
 //   - Admin serves /metrics, /healthz, /readyz and JSON debug views
-//     (/debug/weights, /debug/endpoints, /debug/decisions).
+//     (/debug/weights, /debug/endpoints, /debug/decisions), and
+//     /debug/trace: the TrafficRecorder's window of scheduled requests as
+//     a Mooncake-format trace.
 //
 // Both request paths finish every scheduler.Decision exactly once (success,
 // error or cancellation), so in-flight counts cannot leak, and neither lets
@@ -34,5 +36,6 @@
 // the per-connection and per-stream goroutines; Run waits for them. A
 // handler goroutine owns its request from parse to Done; the only shared
 // state is the scheduler (lock-free), the metrics, the Recorder (a mutex
-// held for a slice copy) and sync.Pools of per-request buffers.
+// held for a slice copy), the TrafficRecorder (atomic slot reservations in
+// fixed arrays) and sync.Pools of per-request buffers.
 package proxy

@@ -278,6 +278,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		return x.immediate(asError(err))
 	}
 	x.d = d
+	e.deps.Traffic.Record(req)
 	x.picked = e.deps.Clock.Now()
 	x.addr = d.Endpoint.Address
 	dest := d.Endpoint.Address

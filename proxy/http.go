@@ -265,6 +265,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 		h.rejectAPI(w, api, asError(err))
 		return
 	}
+	h.deps.Traffic.Record(req)
 	h.tr.decided(r.Context(), d)
 	h.forward(w, r, api, d, st.body)
 }

@@ -68,6 +68,9 @@ type Deps struct {
 	// Recorder keeps recent decisions for /debug/decisions; nil records
 	// nothing. Share one between the servers and the admin server.
 	Recorder *Recorder
+	// Traffic records the scheduled requests for /debug/trace; nil
+	// records nothing. Share one between the servers and the admin server.
+	Traffic *TrafficRecorder
 	// Tracer, when set, gives every scheduled request a span (see
 	// tracing.go); nil traces nothing and adds no work to the request path.
 	Tracer trace.Tracer

@@ -26,7 +26,8 @@
 // timeout), the workload (shared-prefix groups with an optional hot
 // prefix, multi-turn chat sessions with session ids, unique uniform
 // prompts, or a Mooncake-format JSONL trace replayed with prompts
-// synthesised from its block hash ids) and the load (closed-loop
+// synthesised from its block hash ids; TraceScenario builds a scenario
+// around a trace file alone, such as one trimtab serve recorded) and the load (closed-loop
 // concurrencies, open-loop Poisson rates or trace speed-ups, optionally
 // shaped as a burst). Prompt bytes are synthesised deterministically from
 // segment keys, four bytes per token, so shared segments are shared

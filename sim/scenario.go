@@ -275,7 +275,9 @@ type Workload struct {
 	// QuestionTokens is the mean length of the user part of a prompt
 	// (uniform: the whole prompt).
 	QuestionTokens int `yaml:"question_tokens"`
-	// OutputTokens is the mean output length.
+	// OutputTokens is the mean output length; for a trace, the output
+	// length of entries whose output_length is 0 (unknown, as in a trace
+	// recorded by trimtab serve).
 	OutputTokens int `yaml:"output_tokens"`
 	// Jitter spreads question and output lengths uniformly over
 	// mean·[1−jitter, 1+jitter]; 0 ≤ jitter < 1.

@@ -117,5 +117,12 @@ func (s *Scenario) LoadTrace(override string) ([]TraceEntry, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("%s: no entry before %v of trace time", name, s.Duration)
 	}
+	if s.Workload.OutputTokens < 1 {
+		for i := range entries[:n] {
+			if entries[i].OutputLength == 0 {
+				return nil, fmt.Errorf("%s: entry %d has output_length 0 (unknown): set workload.output_tokens, the output length to replay it with", name, i+1)
+			}
+		}
+	}
 	return entries[:n], nil
 }

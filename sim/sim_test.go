@@ -281,7 +281,8 @@ func TestTraceSynthesis(t *testing.T) {
 
 func TestParseTraceErrors(t *testing.T) {
 	tests := []struct{ in, want string }{
-		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length and output_length must be ≥ 1"},
+		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length must be ≥ 1"},
+		{`{"timestamp": 0, "input_length": 1, "output_length": -1, "hash_ids": []}`, "output_length ≥ 0"},
 		{`{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": []}` + "\n" + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": []}`, "timestamp 4 before 5"},
 		{`not json`, "trace line 1"},
 		{``, "no entries"},
@@ -309,7 +310,7 @@ func FuzzParseTrace(f *testing.F) {
 		}
 		var last int64
 		for _, e := range es {
-			if e.InputLength < 1 || e.OutputLength < 1 || e.Timestamp < last {
+			if e.InputLength < 1 || e.OutputLength < 0 || e.Timestamp < last {
 				t.Fatalf("accepted a bad entry %+v", e)
 			}
 			last = e.Timestamp
@@ -519,5 +520,43 @@ phases:
 	}
 	if got := []int{r.Phases[0].Measured, r.Phases[1].Measured}; got[0] != 87 || got[1] != 75 {
 		t.Errorf("measured per phase %v, want [87 75] (entries before 30 s, then the rest)", got)
+	}
+}
+
+// TestTraceUnknownOutput: an entry with output_length 0 (unknown, as
+// trimtab serve records them) replays with workload.output_tokens; a
+// scenario without it is refused naming the setting.
+func TestTraceUnknownOutput(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.jsonl")
+	if err := os.WriteFile(trace, []byte(`{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [0, 1]}
+{"timestamp": 10, "input_length": 100, "output_length": 7, "hash_ids": [0]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := func(extra string) string {
+		return "name: t\nduration: 1s\nservers: 1\nload:\n  levels: [1]\nworkload:\n  kind: trace\n  trace: t.jsonl\n" + extra
+	}
+	sc, err := ParseScenario([]byte(yaml("")), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newGenerator(sc, &sc.Workload, 1, ""); err == nil || !strings.Contains(err.Error(), "workload.output_tokens") {
+		t.Errorf("no output_tokens: %v; want an error naming workload.output_tokens", err)
+	}
+	sc, err = ParseScenario([]byte(yaml("  output_tokens: 123\n")), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGenerator(sc, &sc.Workload, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reqSpec
+	for i, want := range []int{123, 7} { // unknown → output_tokens; known kept
+		g.next(nil, 0, &r)
+		if r.out.tokens != want {
+			t.Errorf("entry %d: output %d tokens, want %d", i, r.out.tokens, want)
+		}
 	}
 }

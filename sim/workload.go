@@ -203,7 +203,9 @@ type TraceEntry struct {
 // ParseTrace reads Mooncake JSONL: one object per line with timestamp
 // (ms), input_length, output_length and hash_ids. Blank lines are
 // skipped; max > 0 stops after max entries. Entries must be in timestamp
-// order.
+// order. An output_length of 0 means unknown (a trace recorded by
+// `trimtab serve`, whose router never counts output tokens); the replay
+// uses the workload's output_tokens for it.
 func ParseTrace(sc *bufio.Scanner, max int) ([]TraceEntry, error) {
 	var out []TraceEntry
 	line := 0
@@ -218,8 +220,8 @@ func ParseTrace(sc *bufio.Scanner, max int) ([]TraceEntry, error) {
 		if err := json.Unmarshal(b, &e); err != nil {
 			return nil, fmt.Errorf("trace line %d: %w", line, err)
 		}
-		if e.InputLength < 1 || e.OutputLength < 1 || e.Timestamp < 0 {
-			return nil, fmt.Errorf("trace line %d: input_length and output_length must be ≥ 1, timestamp ≥ 0", line)
+		if e.InputLength < 1 || e.OutputLength < 0 || e.Timestamp < 0 {
+			return nil, fmt.Errorf("trace line %d: input_length must be ≥ 1, output_length ≥ 0 (0: unknown), timestamp ≥ 0", line)
 		}
 		if e.Timestamp < last {
 			return nil, fmt.Errorf("trace line %d: timestamp %d before %d", line, e.Timestamp, last)
@@ -281,7 +283,11 @@ func (g *traceGen) next(_ *rand.Rand, _ int, r *reqSpec) {
 	if left > 0 { // more tokens than ids cover: a unique tail
 		r.segs = append(r.segs, segment{mixKey(g.seed, 32, uint64(g.i)), left})
 	}
-	r.out = segment{mixKey(g.seed, 33, uint64(g.i)), e.OutputLength}
+	out := e.OutputLength
+	if out == 0 { // unknown: LoadTrace made sure output_tokens is set
+		out = g.w.OutputTokens
+	}
+	r.out = segment{mixKey(g.seed, 33, uint64(g.i)), out}
 	r.arrival = time.Duration(e.Timestamp) * time.Millisecond
 	r.sessionID = ""
 	capPrompt(g.w, r)

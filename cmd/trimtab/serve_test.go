@@ -94,6 +94,13 @@ scrape:
 
 func startService(t *testing.T, addrs []string, adaptive bool, opts ...func(*serviceOptions)) *testService {
 	t.Helper()
+	return startServiceWith(t, addrs, adaptive, "", opts...)
+}
+
+// startServiceWith is startService with extra appended to the profile
+// (top-level sections the profile does not set, such as server:).
+func startServiceWith(t *testing.T, addrs []string, adaptive bool, extra string, opts ...func(*serviceOptions)) *testService {
+	t.Helper()
 	dir := t.TempDir()
 	var eps strings.Builder
 	eps.WriteString("endpoints:\n")
@@ -114,7 +121,7 @@ func startService(t *testing.T, addrs []string, adaptive bool, opts ...func(*ser
 		// the burst's queue imbalance does move.
 		body = strings.Replace(profileYAML(epsFile, 16, true), "  enabled: true\n", "  enabled: true\n  detector:\n    signal: cv\n", 1)
 	}
-	path := writeProfile(t, dir, body)
+	path := writeProfile(t, dir, body+extra)
 	f, err := configs.Load(path)
 	if err != nil {
 		t.Fatal(err)

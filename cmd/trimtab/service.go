@@ -153,9 +153,10 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		}
 	}
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
+	traffic := proxy.NewTrafficRecorder(srv.Admin.Record, reg)
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
-			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Control: s.loop, Listener: l, Tracer: opt.Tracer}
+			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Traffic: traffic, Control: s.loop, Listener: l, Tracer: opt.Tracer}
 	}
 	if srv.HTTP.Enabled {
 		if s.http, err = proxy.NewHTTP(srv, pdeps(opt.HTTP)); err != nil {

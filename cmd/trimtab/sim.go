@@ -35,9 +35,10 @@ func newSimCmd() *cobra.Command {
 		routers   routerFlags
 		slo       sloFlags
 		engine    string
+		replay    traceFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "sim --scenario FILE|NAME|all [--policies a,b] [--seed N] [--seeds K] --out DIR",
+		Use:   "sim --scenario FILE|NAME|all | --trace FILE --servers N [--policies a,b] [--seed N] [--seeds K] --out DIR",
 		Short: "Simulate a fleet of vLLM-like servers and compare routing policies",
 		Long: `sim runs the real trimtab scheduler, scorers, detector and configurator against
 a discrete-event model of vLLM servers on virtual time, for every policy at every
@@ -55,10 +56,18 @@ engine: section: a shipped name (` + strings.Join(sim.EngineNames(), ", ") + `;
 docs/calibrations.md derives each) or a YAML file with the keys of a
 scenario's engine: section. Failed and timed-out requests count in the
 percentiles at the client timeout; goodput counts requests within
---slo-ttft and --slo-tpot.`,
+--slo-ttft and --slo-tpot.
+
+--trace FILE without --scenario replays a Mooncake-format trace (one
+recorded by trimtab serve at /debug/trace, say) once at its own pace on
+--servers servers; with --scenario it replaces the trace of trace scenarios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration, engine)
+			own := ""
+			if len(scenarios) == 0 {
+				own = trace // the trace is the scenario, not an override
+			}
+			scs, err := loadSimScenarios(scenarios, own, replay, out, seeds, duration, engine)
 			if err != nil {
 				return err
 			}
@@ -131,7 +140,8 @@ percentiles at the client timeout; goodput counts requests within
 	f.Uint64Var(&seed, "seed", 1, "first seed")
 	f.IntVar(&seeds, "seeds", 1, "number of consecutive seeds; statistics are means over them")
 	f.StringVar(&out, "out", "", "output directory")
-	f.StringVar(&trace, "trace", "", "trace file for trace scenarios (overrides the scenario's path)")
+	f.StringVar(&trace, "trace", "", "Mooncake-format trace file: alone, replay it (with --servers); with --scenario, the trace of trace scenarios")
+	replay.register(f)
 	f.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	f.DurationVar(&duration, "duration", 0, "play the scenario in this simulated time instead (warm-up, phases and events keep their share)")
 	f.Float64SliceVar(&levels, "levels", nil, "override the scenario's load levels")

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/sim"
 )
 
@@ -28,9 +30,11 @@ func newSimTuneCmd() *cobra.Command {
 		out       string
 		loop      bool
 		engine    string
+		trace     string
+		replay    traceFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "tune --scenario NAME|FILE|all [--profile FILE] [--seeds K] [--budget N] --out DIR",
+		Use:   "tune --scenario NAME|FILE|all | --trace FILE --servers N [--profile FILE] [--seeds K] [--budget N] --out DIR",
 		Short: "Search for the best single static weight vector over a scenario suite",
 		Long: `tune searches the weights of a profile's scorers (the loop off) for the single
 static vector that serves a whole scenario suite best, as a careful operator
@@ -39,6 +43,10 @@ built-in static policy its scorers can express (static-3-2-2, prefix-only,
 least-queue, load-only), then runs a coordinate search. Each vector runs every
 scenario at every level over every seed. The objective is the mean of the
 worst and the mean ratio to the per-cell best (TTFT p99 and output tokens/s).
+
+--trace FILE --servers N adds to the suite (or is, alone) the replay of a
+Mooncake-format trace, such as the window of your own traffic that trimtab
+serve records at /debug/trace: the weights are tuned for your traffic.
 
 With --loop it searches the calm weights of an adaptive profile instead: every
 vector runs with the profile's control loop on (vectors the loop refuses are
@@ -49,7 +57,7 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 --loop).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scs, err := loadSimScenarios(scenarios, out, seeds, duration, engine)
+			scs, err := loadSimScenarios(scenarios, trace, replay, out, seeds, duration, engine)
 			if err != nil {
 				return err
 			}
@@ -110,25 +118,67 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.BoolVar(&loop, "loop", false, "search the calm weights with the profile's control loop on")
 	fl.StringVar(&engine, "engine", "", "engine calibration for every scenario: a shipped name ("+strings.Join(sim.EngineNames(), ", ")+") or a YAML file with the keys of a scenario's engine: section")
+	fl.StringVar(&trace, "trace", "", "Mooncake-format trace file to replay as one more scenario (with --servers)")
+	replay.register(fl)
 	return cmd
 }
 
+// traceFlags say how a trace file given with --trace is replayed as a
+// scenario of its own (sim.TraceScenario).
+type traceFlags struct {
+	servers, outputTokens int
+}
+
+func (tf *traceFlags) register(f *pflag.FlagSet) {
+	f.IntVar(&tf.servers, "servers", 0, "servers to replay --trace on (a /debug/trace download names the pool it was recorded on in its "+proxy.HeaderTraceEndpoints+" header)")
+	f.IntVar(&tf.outputTokens, "output-tokens", sim.DefaultTraceOutputTokens, "output length of --trace requests whose output_length is 0 (unknown), when the trace knows no other to average")
+}
+
+// scenario builds the scenario that replays the trace at path.
+func (tf traceFlags) scenario(path string) (*sim.Scenario, error) {
+	if tf.servers < 1 {
+		return nil, fmt.Errorf("--servers: %d; --trace needs the number of servers to replay on (≥ 1)", tf.servers)
+	}
+	if tf.outputTokens < 1 {
+		return nil, fmt.Errorf("--output-tokens: %d, must be ≥ 1", tf.outputTokens)
+	}
+	sc, err := sim.TraceScenario(path, sim.TraceConfig{Servers: tf.servers, OutputTokens: tf.outputTokens})
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	return sc, nil
+}
+
 // loadSimScenarios checks the flags sim and sim tune share, loads the
-// scenarios ("all": every shipped one), applies the engine calibration
-// (a shipped name or a file; "" keeps each scenario's engine) and creates
-// the output directory.
-func loadSimScenarios(names []string, out string, seeds int, duration time.Duration, engine string) ([]*sim.Scenario, error) {
+// scenarios ("all": every shipped one) and, when trace is set, the
+// scenario replaying it, applies the engine calibration (a shipped name or
+// a file; "" keeps each scenario's engine) and creates the output
+// directory.
+func loadSimScenarios(names []string, trace string, tf traceFlags, out string, seeds int, duration time.Duration, engine string) ([]*sim.Scenario, error) {
 	switch {
-	case len(names) == 0:
-		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all)")
+	case len(names) == 0 && trace == "":
+		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all), or --trace")
 	case out == "":
 		return nil, fmt.Errorf("--out: required")
 	case seeds < 1:
 		return nil, fmt.Errorf("--seeds: must be ≥ 1")
 	}
-	scs, err := sim.LoadScenarios(names, duration)
-	if err != nil {
-		return nil, err
+	var scs []*sim.Scenario
+	if len(names) > 0 {
+		var err error
+		if scs, err = sim.LoadScenarios(names, duration); err != nil {
+			return nil, err
+		}
+	}
+	if trace != "" {
+		sc, err := tf.scenario(trace)
+		if err != nil {
+			return nil, err
+		}
+		if duration > 0 {
+			sc = sc.Scaled(duration)
+		}
+		scs = append(scs, sc)
 	}
 	if err := sim.ApplyEngine(scs, engine); err != nil {
 		return nil, fmt.Errorf("--engine: %w", err)

@@ -265,7 +265,39 @@ type AdminConfig struct {
 	// Recording copies the decision's scores, so the default, 16, keeps it
 	// off the hot path.
 	DecisionsEvery int `mapstructure:"decisions_every"`
+	// Record configures the traffic recorder behind /debug/trace.
+	Record RecordConfig `mapstructure:"record"`
 }
+
+// RecordConfig configures the traffic recorder: a bounded window of the
+// scheduled requests kept as a Mooncake-format trace (arrival time, input
+// length and prefix block ids; never prompt text), downloadable from the
+// admin server's /debug/trace for `trimtab sim --trace`. A window opens at
+// the first request after start (or after POST /debug/trace/restart) and
+// closes when Window has passed or MaxRequests or MaxBlocks is reached;
+// later requests are dropped and counted. Its memory is fixed when
+// recording is enabled: about 24 bytes per request and 8 per block.
+type RecordConfig struct {
+	// Enabled turns recording on. Default false.
+	Enabled bool `mapstructure:"enabled"`
+	// Window is the longest span of arrivals one window keeps, 1s…24h.
+	// Default 10m.
+	Window time.Duration `mapstructure:"window"`
+	// MaxRequests is how many requests one window keeps, 1…1,000,000.
+	// Default 10,000.
+	MaxRequests int `mapstructure:"max_requests"`
+	// MaxBlocks is how many 512-token prefix block ids one window keeps
+	// over all its requests, 1…16,777,216 (8 bytes each). Default 262,144
+	// (2 MiB), two dozen blocks (a 12k-token prompt, the Mooncake trace's
+	// mean) for each of MaxRequests.
+	MaxBlocks int `mapstructure:"max_blocks"`
+}
+
+// Bounds of RecordConfig.MaxRequests and RecordConfig.MaxBlocks.
+const (
+	MaxRecordRequests = 1_000_000
+	MaxRecordBlocks   = 1 << 24
+)
 
 // MinAdminToken is the shortest AdminConfig.Token accepted, in bytes.
 const MinAdminToken = 16
@@ -298,6 +330,7 @@ func DefaultConfig() Config {
 			Addr:           "127.0.0.1:9090",
 			Decisions:      256,
 			DecisionsEvery: 16,
+			Record:         RecordConfig{Window: 10 * time.Minute, MaxRequests: 10000, MaxBlocks: 1 << 18},
 		},
 		MaxBodyBytes:    16 << 20,
 		BodyMemoryBytes: 256 << 20,
@@ -415,6 +448,15 @@ func (c Config) Validate() error {
 	}
 	if c.Admin.DecisionsEvery < 1 {
 		bad("admin.decisions_every", "%d, must be ≥ 1", c.Admin.DecisionsEvery)
+	}
+	if r := c.Admin.Record; r.Window < time.Second || r.Window > 24*time.Hour {
+		bad("admin.record.window", "%v, want 1s…24h (write e.g. 10m)", r.Window)
+	}
+	if n := c.Admin.Record.MaxRequests; n < 1 || n > MaxRecordRequests {
+		bad("admin.record.max_requests", "%d, want 1…%d", n, MaxRecordRequests)
+	}
+	if n := c.Admin.Record.MaxBlocks; n < 1 || n > MaxRecordBlocks {
+		bad("admin.record.max_blocks", "%d, want 1…%d", n, MaxRecordBlocks)
 	}
 	return errors.Join(errs...)
 }

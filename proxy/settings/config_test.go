@@ -3,6 +3,7 @@ package settings
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTrustedPrefixes(t *testing.T) {
@@ -47,4 +48,39 @@ func FuzzTrustedPrefixes(f *testing.F) {
 			t.Fatalf("%q parsed as %v", s, ps)
 		}
 	})
+}
+
+func TestRecordConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if DefaultConfig().Admin.Record.Enabled {
+		t.Error("recording is on by default; it must be off")
+	}
+	tests := []struct {
+		name string
+		set  func(*RecordConfig)
+		want string // "" when valid
+	}{
+		{"one second window", func(r *RecordConfig) { r.Window = time.Second }, ""},
+		{"window under a second", func(r *RecordConfig) { r.Window = 999 * time.Millisecond }, "server.admin.record.window"},
+		{"window over a day", func(r *RecordConfig) { r.Window = 25 * time.Hour }, "server.admin.record.window"},
+		{"no requests", func(r *RecordConfig) { r.MaxRequests = 0 }, "server.admin.record.max_requests"},
+		{"too many requests", func(r *RecordConfig) { r.MaxRequests = MaxRecordRequests + 1 }, "server.admin.record.max_requests"},
+		{"no blocks", func(r *RecordConfig) { r.MaxBlocks = 0 }, "server.admin.record.max_blocks"},
+		{"too many blocks", func(r *RecordConfig) { r.MaxBlocks = MaxRecordBlocks + 1 }, "server.admin.record.max_blocks"},
+		{"largest", func(r *RecordConfig) { r.MaxRequests, r.MaxBlocks = MaxRecordRequests, MaxRecordBlocks }, ""},
+	}
+	for _, tt := range tests {
+		c := DefaultConfig()
+		c.Admin.Record.Enabled = true
+		tt.set(&c.Admin.Record)
+		err := c.Validate()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v; want an error naming %s", tt.name, err, tt.want)
+		}
+	}
 }
