@@ -18,13 +18,10 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/trimtab/trimtab/internal/testenv"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/scheduler"
 )
-
-// chromium is Debian's headless-capable browser; CI installs it with
-// `apt-get install -y chromium`.
-const chromium = "/usr/bin/chromium"
 
 // funcScorer scores with a func; the browser test needs real decisions
 // with varied per-scorer scores, not a particular policy.
@@ -227,11 +224,10 @@ func (f *pageFixture) pick(id string) {
 // Recorder that is being fed live samples and checks that the page polls,
 // draws the charts and fills every table, with no console error (a CSP
 // violation or a script exception fails the test). Screenshots go to
-// $TRIMTAB_SCREENSHOT_DIR when set.
+// $TRIMTAB_SCREENSHOT_DIR when set. It needs Chromium (Debian's
+// headless-capable browser; see internal/testenv).
 func TestStatusPageInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
-	}
+	chromium := testenv.Program(t, "chromium", "apt-get update && apt-get install -y chromium (./test.sh does it on Debian)")
 	shots := os.Getenv("TRIMTAB_SCREENSHOT_DIR")
 	if shots == "" {
 		shots = t.TempDir()
