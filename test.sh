@@ -2,7 +2,8 @@
 # The test command (README "Test"). It installs the two programs the
 # end-to-end tests drive — Chromium (status page in a real browser) and
 # Prometheus (dashboard queries against a real server) — when they are
-# missing and this is a Debian machine we may administer, then runs vet,
+# missing and this is a Debian machine we may administer (apt's output is
+# shown only when it fails), then runs vet,
 # the whole suite under the race detector, the zero-allocation tests,
 # which need a build without -race (the race detector makes sync.Pool drop
 # items on purpose), and every fuzz target for FUZZTIME (default 5000x: 5,000 inputs) each.
@@ -16,13 +17,23 @@ if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    aptlog="$(mktemp)"
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$aptlog" 2>&1; then
+      cat "$aptlog" >&2
+      rm -f "$aptlog"
+      echo "test.sh: installing ${need[*]} failed (output above)" >&2
+      exit 1
+    fi
+    rm -f "$aptlog"
   else
     echo "test.sh: ${need[*]} missing; install them (Debian: apt-get install ${need[*]}) — the browser and dashboard tests need them" >&2
     exit 1
   fi
 fi
+
+# End-to-end tests skip when their program is missing unless TRIMTAB_E2E=1
+# (internal/testenv): here they must run, so a missing program fails.
+export TRIMTAB_E2E=1
 
 go vet ./...
 go test -race -count=1 -timeout 20m ./...

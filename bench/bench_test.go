@@ -67,6 +67,9 @@ func counter() func() uint64 {
 // own prefixes); with the same salt both times, the second run finds the
 // first's prompts cached and its ratio is higher.
 func TestSaltingPreventsCarryOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("four real-time bench runs: skipped under -short")
+	}
 	ratios := func(salt func() uint64) [2]float64 {
 		// 512 groups of one prompt: a run sees most of its prompts once,
 		// so what it finds cached is mostly what an earlier run left.

@@ -330,7 +330,7 @@ func cleanDecodeError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
+	msg := inUserWords(err).Error()
 	msg = strings.TrimPrefix(msg, "decoding failed due to the following error(s):\n\n")
 	msg = strings.ReplaceAll(msg, "\n", "; ")
 	msg = invalidKeys.ReplaceAllStringFunc(msg, func(m string) string {

@@ -359,6 +359,9 @@ func (im *importer) render() ([]byte, error) {
 	var b strings.Builder
 	b.WriteString("# trimtab profile imported from an EndpointPickerConfig by `trimtab config import`.\n")
 	b.WriteString("# Add an endpoints: section (docs/fleet.md) before running serve with it.\n")
+	b.WriteString("# The weights are static, as in the input. To let trimtab move weight between\n")
+	b.WriteString("# affinity and load scorers while it runs, add (docs/operating-adaptive-mode.md):\n")
+	b.WriteString("#   adaptive:\n#     enabled: true\n")
 	if len(im.unmapped) == 0 {
 		b.WriteString("# Everything in the input was carried over.\n")
 	} else {

@@ -79,7 +79,7 @@ type Config struct {
 	// weights' choice among them carries more than max(CrowdFactor × the
 	// mean, the mean + CrowdSlack) in-flight requests per unit of capacity,
 	// the pick counts towards the herd signal. It measures only; it diverts
-	// nothing. CrowdFactor 0 turns it off. Defaults 1.5 and 2.
+	// nothing. CrowdFactor 0 turns it off. Defaults 1.5 and 3.
 	CrowdFactor float64 `mapstructure:"crowd_factor"`
 	CrowdSlack  float64 `mapstructure:"crowd_slack"`
 

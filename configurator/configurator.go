@@ -142,7 +142,7 @@ func (c *Configurator) Names() []string { return c.names }
 // first). Not safe for concurrent use with Step.
 func (c *Configurator) Mode() string { return c.mode }
 
-// Weights returns the latest weights Step produced (Deps.Start, or the
+// Weights returns the latest weights Step produced (New's start, or the
 // profile weights, before the first Step). Safe for concurrent use.
 func (c *Configurator) Weights() *scheduler.Weights { return c.cur.Load() }
 
@@ -242,13 +242,13 @@ func (c *Configurator) values(d float64) []float64 {
 // the version was made.
 //
 // Static mode (Enabled false): the first Step returns the profile weights,
-// as a new version if Deps.Start differed from them; later steps change
+// as a new version if New's start differed from them; later steps change
 // nothing.
 //
 // Adaptive mode, in this order on each step:
 //
 //  1. The first Step enters calm (a new version with mode "calm") and
-//     keeps D where Deps.Start put it (capped at 1 − AffinityFloor);
+//     keeps D where New's start put it (capped at 1 − AffinityFloor);
 //     later steps move D from there.
 //  2. Mode machine. calm → rebalance when r ≥ ThetaOn at every step for
 //     OnHold (from the first step of the run at or above it); rebalance →

@@ -1,7 +1,17 @@
-// Package configurator turns the detector's imbalance signal into scoring
-// weights: affinity (prefix cache, session, LoRA) while the pool is calm,
-// more and more distribution (queue, KV, in-flight) as load piles up on a
-// few endpoints.
+// Package configurator turns the detector's signal into scoring weights:
+// affinity (prefix cache, session, LoRA) while the pool is calm, more and
+// more distribution (queue, KV, in-flight, pending prefill) while affinity
+// herds requests onto a few endpoints. The signal is by default the herd
+// share (package detector): the share of recent picks whose calm-weights
+// choice was over the load guard's bound.
+//
+// In adaptive mode every weights version also carries the load guard
+// (GuardFactor, GuardSlack), the crowd bound (CrowdFactor, CrowdSlack) and
+// the calm weights (scheduler.Weights.Guard, Crowd, Calm). The scheduler
+// applies the guard on the request path — no request goes to an endpoint
+// over its bound while another is within it — and counts against the calm
+// weights the herd picks the herd signal is made of, so the loop's signal
+// does not depend on the weights it publishes.
 //
 // # Budgets
 //
@@ -11,7 +21,7 @@
 //	calm:      D = DMin                                   (affinity wins)
 //	rebalance: D = DMin + σ(r)·(DMax − DMin)·(1 − PressureCut·pressure)
 //	           σ(r) = (1 + e^(−K(r − S0)))^(−1/ν)         (generalised logistic)
-//	frozen:    D = max(hold, the rebalance value)
+//	frozen:    D = the profile's share (the watchdog's safe state)
 //
 // and always D ≤ 1 − AffinityFloor, so affinity never drops below the
 // floor. Budgets become weights keeping the profile's scale: with T the sum
@@ -41,12 +51,11 @@
 // # Replicas
 //
 // Step is a deterministic function of the sequence of (now, input) and of
-// the starting weights, and the detector is a deterministic function of
-// the endpoint views. Replicas that see the same scraped metrics at the
-// same ticks therefore compute the same weights and modes without talking
-// to each other; replicas whose views differ slightly converge on nearby
-// weights, because the whole loop is continuous apart from the hysteresis
-// switches.
+// the starting weights, so replicas fed the same signals compute the same
+// weights and modes without talking to each other. Each replica's herd
+// signal judges its own picks; replicas that receive similar traffic see
+// nearby signals and publish nearby weights, because the whole loop is
+// continuous apart from the hysteresis switches.
 //
 // # Concurrency
 //

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -427,4 +428,28 @@ func waitFor(t *testing.T, cond func() bool) {
 		case <-time.After(100 * time.Microsecond):
 		}
 	}
+}
+
+// TestSignalHelpSaysWhatItMeasures: the signal gauge's help text names
+// both signals the detector can hand over — the default herd share and
+// the CV of load — not only the CV's "0 even, 1 all on one endpoint".
+func TestSignalHelpSaysWhatItMeasures(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newMetrics(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "trimtab_detector_signal_ratio" {
+			continue
+		}
+		for _, want := range []string{"herd", "load guard", "signal: cv"} {
+			if !strings.Contains(mf.GetHelp(), want) {
+				t.Errorf("help %q lacks %q", mf.GetHelp(), want)
+			}
+		}
+		return
+	}
+	t.Fatal("trimtab_detector_signal_ratio is not registered")
 }

@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		signal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_detector_signal_ratio",
-			Help: "Imbalance signal handed to the configurator, in [0,1] (0 even load, 1 all load on one endpoint).",
+			Help: "Signal handed to the configurator, in [0,1]: by default the herd share (share of recent picks whose calm-weights choice was over the load guard's bound); with signal: cv the normalised CV of per-endpoint load (0 even, 1 all on one endpoint). 0 while gated.",
 		}),
 		gated:       map[detector.Gate]prometheus.Counter{},
 		mode:        map[string]prometheus.Gauge{},

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -197,4 +198,39 @@ func writeError(w http.ResponseWriter, api API, e *Error, retryAfter time.Durati
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSONFor(api))
+}
+
+// maxEchoedModel bounds the bytes of a client's model name that an error
+// message repeats.
+const maxEchoedModel = 64
+
+// pickError is asError for an error from picking req: an unknown model is
+// answered with a message that names what the request asked for — the
+// model, and the LoRA adapter mapped onto it if any — quoted and cut to
+// maxEchoedModel bytes each, so a client sees its typo. It allocates only
+// on that path.
+func pickError(err error, req *scheduler.Request) *Error {
+	e := asError(err)
+	if e != ErrUnknownModel || req == nil {
+		return e
+	}
+	named := *e
+	named.Message = e.Message + " " + echoModel(req.Model)
+	if req.LoRA != "" {
+		named.Message += " (adapter " + echoModel(req.LoRA) + ")"
+	}
+	return &named
+}
+
+// echoModel quotes a client's model name for an error message, cut to
+// maxEchoedModel bytes (on a UTF-8 boundary) and marked "…" when cut.
+func echoModel(s string) string {
+	if len(s) <= maxEchoedModel {
+		return strconv.Quote(s)
+	}
+	cut := maxEchoedModel
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut] + "…")
 }

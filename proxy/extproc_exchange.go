@@ -275,7 +275,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	d, err := e.sched.Pick(x.srv.Context(), req)
 	if err != nil {
 		x.freeSlot() // no decision will call done: free the slot now
-		return x.immediate(asError(err))
+		return x.immediate(pickError(err, req))
 	}
 	x.d = d
 	e.deps.Traffic.Record(req)

@@ -262,7 +262,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	req.Arrival = arrival
 	d, err := h.sched.Pick(r.Context(), req)
 	if err != nil {
-		h.rejectAPI(w, api, asError(err))
+		h.rejectAPI(w, api, pickError(err, req))
 		return
 	}
 	h.deps.Traffic.Record(req)

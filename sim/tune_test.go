@@ -20,6 +20,9 @@ import (
 // baselines; and the written profile loads with the best weights and the
 // loop off.
 func TestTune(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a weight search over two scenarios: skipped under -short")
+	}
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		t.Fatal(err)

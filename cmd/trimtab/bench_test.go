@@ -15,6 +15,9 @@ import (
 // and errors included), the tables, a plot per policy, and with
 // --compare-sim both rankings.
 func TestBenchFleetSummary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real-time bench against a fleet: skipped under -short")
+	}
 	dir := t.TempDir()
 	scen := filepath.Join(dir, "tiny.yaml")
 	if err := os.WriteFile(scen, []byte(`

@@ -16,6 +16,9 @@ import (
 // serve the whole load without failures, bench's tables are printed, and
 // every server is gone when it returns.
 func TestDemoRunsAndCleansUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo in real time, both policies: skipped under -short")
+	}
 	var out bytes.Buffer
 	o := bench.DemoConfig{Servers: 2, Duration: 4 * time.Second, Speed: 20, Compare: true, Seed: 1}
 	if err := runDemo(context.Background(), &out, o, "127.0.0.1:0"); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/trimtab/trimtab/internal/dashboards"
 	"github.com/trimtab/trimtab/internal/loadgen"
 	"github.com/trimtab/trimtab/internal/status"
+	"github.com/trimtab/trimtab/internal/testenv"
 )
 
 // TestLiveDashboardAndStatusPage runs serve in front of simulated vLLM
@@ -27,16 +28,10 @@ import (
 // every query of the Grafana dashboard returns data through its HTTP API;
 // and the status page, opened in a real headless Chromium, fills its chart
 // and tables with live data. A screenshot is saved (TRIMTAB_SCREENSHOT_DIR,
-// else the test's temp dir).
+// else the test's temp dir). It needs both programs (see internal/testenv).
 func TestLiveDashboardAndStatusPage(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatal("prometheus is not installed: run `apt-get install prometheus` (./test.sh does it on Debian)")
-	}
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium is not installed: run `apt-get install chromium` (./test.sh does it on Debian)")
-	}
+	promBin := testenv.Program(t, "prometheus", "apt-get install prometheus (./test.sh does it on Debian)")
+	chromium := testenv.Program(t, "chromium", "apt-get install chromium (./test.sh does it on Debian)")
 	addrs := startFakeFleet(t, 4)
 	ts := startService(t, addrs, true)
 	admin := strings.TrimPrefix(ts.adminURL, "http://")

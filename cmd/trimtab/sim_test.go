@@ -28,6 +28,9 @@ func runRoot(t *testing.T, args ...string) (string, error) {
 // scenario, summary.json with a run per (scenario, level, policy) and
 // compare.md with adaptive against both fair baselines.
 func TestSimAllFromClone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sweeps every shipped scenario: skipped under -short")
+	}
 	out := t.TempDir()
 	t.Chdir(t.TempDir()) // nothing may be read from the working tree
 	if log, err := runRoot(t, "sim", "--scenario", "all", "--duration", "10s", "--policies", "adaptive,adaptive-off,tuned-static", "--no-plots", "--out", out); err != nil {

@@ -13,7 +13,7 @@ const module = "github.com/trimtab/trimtab"
 // allowed lists, for each top-level package directory (and each
 // sub-package with a row of its own), the trimtab directories its non-test
 // code imports. Anything absent is forbidden and anything listed must be
-// used. The graph, as DESIGN.md rule 1 and docs/architecture.md state it:
+// used. The graph, as docs/design.md rule 1 and docs/architecture.md state it:
 //
 //   - leaves: scheduler, proxy/settings (the server: section's types),
 //     telemetry (the OpenTelemetry provider) and deploy (manifests and
@@ -119,7 +119,7 @@ func TestDependencyDirection(t *testing.T) {
 }
 
 func TestTableCatchesAViolation(t *testing.T) {
-	// The table itself must forbid the edges DESIGN.md rules out, or the
+	// The table itself must forbid the edges docs/design.md rules out, or the
 	// test above could never fail.
 	for _, bad := range [][2]string{
 		{"scheduler", "scorers"}, {"scheduler", "fleet"}, {"scorers", "proxy"},

@@ -1,3 +1,5 @@
-// Package arch holds the test that keeps trimtab's package dependencies
-// pointing the way DESIGN.md says. It has no code of its own.
+// Package arch holds the tests that keep the repository's shape: package
+// dependencies point the way docs/design.md (rule 1) and
+// docs/architecture.md say, and every relative link in the Markdown
+// documentation resolves. It has no code of its own.
 package arch

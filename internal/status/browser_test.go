@@ -21,13 +21,10 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/trimtab/trimtab/internal/testenv"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/scheduler"
 )
-
-// chromium is Debian's headless-capable browser; CI installs it with
-// `apt-get install -y chromium`.
-const chromium = "/usr/bin/chromium"
 
 // funcScorer scores with a func; the browser test needs real decisions
 // with varied per-scorer scores, not a particular policy.
@@ -196,9 +193,10 @@ func (f *pageFixture) tick(at time.Time, sec float64) {
 			w = nw
 		}
 	}
+	// The herd signal (the default): the signal is the herd component.
 	s := Sample{At: at, Signal: sig, Components: map[string]float64{
-		"request_cv": math.Min(1, sig*1.05), "kv_cv": sig * 0.7, "raw": math.Min(1, sig*1.05),
-		"smoothed": sig, "pressure": 0.1 + 0.3*sig, "endpoints": 4, "total_load": 80 + 120*sig,
+		"herd": sig, "request_cv": math.Min(1, sig*1.05), "kv_cv": sig * 0.7, "raw": math.Min(1, sig*1.05),
+		"smoothed": sig * 0.9, "pressure": 0.1 + 0.3*sig, "endpoints": 4, "total_load": 80 + 120*sig,
 	}}
 	s.SetWeights(w, f.names)
 	f.rec.Record(s)
@@ -234,11 +232,10 @@ func (f *pageFixture) pick(id string) {
 // Recorder that is being fed live samples and checks that the page polls,
 // draws the charts and fills every table, with no console error (a CSP
 // violation or a script exception fails the test). Screenshots go to
-// $TRIMTAB_SCREENSHOT_DIR when set.
+// $TRIMTAB_SCREENSHOT_DIR when set. It needs Chromium (Debian's
+// headless-capable browser; see internal/testenv).
 func TestStatusPageInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
-	}
+	chromium := testenv.Program(t, "chromium", "apt-get update && apt-get install -y chromium (./test.sh does it on Debian)")
 	shots := os.Getenv("TRIMTAB_SCREENSHOT_DIR")
 	if shots == "" {
 		shots = t.TempDir()
@@ -356,11 +353,24 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if mode := eval(`document.getElementById("kpi-mode").textContent`); mode != "calm" && mode != "rebalance" {
 		t.Errorf("mode KPI = %q, want calm or rebalance", mode)
 	}
-	// The signal plus request_cv, kv_cv, raw and pressure (smoothed is
-	// hidden by default): 5 lines.
-	if lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#signal-chart path.line").length`)); err != nil || lines != 5 {
-		t.Errorf("signal chart draws %d lines (%v), want 5", lines, err)
+	// The herd signal leads: the signal and the herd share, 2 lines; the
+	// other components are folded behind one legend item.
+	if lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#signal-chart path.line").length`)); err != nil || lines != 2 {
+		t.Errorf("signal chart draws %d lines (%v), want 2 (signal, herd)", lines, err)
 	}
+	if label := eval(`document.querySelector('#signal-legend [data-key="signal"]').innerText`); !strings.Contains(label, "signal (herd)") {
+		t.Errorf("signal legend %q does not say the herd signal is in force", label)
+	}
+	// Unfolded: + request_cv, kv_cv, raw and pressure (smoothed is hidden
+	// by default): 6 lines.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#signal-legend [data-key="fold"]`))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the folded components drawn", `document.querySelectorAll("#signal-chart path.line").length === 6`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#signal-legend [data-key="fold"]`))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the other components folded again", `document.querySelectorAll("#signal-chart path.line").length === 2`)
 	row := eval(`document.querySelector('#endpoints tbody tr[data-address="10.0.0.11:8000"]').innerText`)
 	// Endpoint 0: waiting 14, running 48, KV 0.93 → 93%.
 	for _, want := range []string{"10.0.0.11:8000", "vllm-0", "fresh", "14", "48", "93%"} {

@@ -21,6 +21,8 @@
     pickSnaps: [],           // [{t, counts: {addr: n}}] from endpoint pick counters
     range: 300000,
     hidden: new Set(["smoothed"]),
+    signalKind: "herd",      // the detector's signal, inferred from the samples (signalKind)
+    foldOpen: false,         // the signal chart shows the components its signal is not made of
     open: new Set(),         // expanded decision rows
     fails: 0, polls: 0, lastOk: 0,
   };
@@ -159,6 +161,7 @@
   };
   const COMPONENTS = {
     signal: { color: "var(--accent)", label: "signal" },
+    herd: { color: "#f59e0b", label: "herd share" },
     request_cv: { color: "#8b5cf6", label: "request CV" },
     kv_cv: { color: "#14b8a6", label: "KV CV" },
     raw: { color: "#94a3b8", label: "raw (combined)" },
@@ -578,9 +581,37 @@
     return () => { if (S.hidden.has(key)) S.hidden.delete(key); else S.hidden.add(key); };
   }
 
+  // The components each signal is made of (detector.Signal): the herd
+  // signal is the herd share itself; the CV signal smooths raw, which
+  // combines request_cv and kv_cv.
+  const LEADS = { herd: ["herd"], cv: ["request_cv", "kv_cv", "raw"] };
+
+  // signalKind says which signal the detector hands over: on an ungated
+  // tick with a signal above 0 it equals the herd component (herd) or the
+  // smoothed one (cv). With no such tick in the window the last answer
+  // stands (at first the default, herd).
+  function signalKind(list) {
+    let herd = 0, cv = 0;
+    for (const x of list) {
+      const c = x.components;
+      if (!c || x.gate || !(x.signal > 0)) continue;
+      if (c.herd === x.signal) herd++;
+      else if (c.smoothed === x.signal) cv++;
+    }
+    if (herd > cv) S.signalKind = "herd";
+    else if (cv > herd) S.signalKind = "cv";
+    return S.signalKind;
+  }
+
+  // renderSignalChart leads with the signal and the components it is made
+  // of; the others are folded behind one legend item.
   function renderSignalChart() {
     const { list, tEnd } = visibleSamples();
-    const keys = componentKeys(list);
+    const kind = signalKind(list);
+    const all = componentKeys(list);
+    const lead = all.filter((k) => LEADS[kind].includes(k));
+    const folded = all.filter((k) => !LEADS[kind].includes(k));
+    const keys = S.foldOpen ? lead.concat(folded) : lead;
     const series = [{ key: "signal", color: COMPONENTS.signal.color, main: true, hidden: S.hidden.has("signal"),
       points: list.map((x) => [x.at_ms, x.signal]) }];
     keys.forEach((k, i) => {
@@ -590,9 +621,14 @@
     });
     const last = list.length ? list[list.length - 1] : null;
     const items = series.map((x) => ({
-      key: x.key, color: x.color, label: (COMPONENTS[x.key] || { label: x.key }).label, off: x.hidden, toggle: toggler(x.key),
+      key: x.key, color: x.color, off: x.hidden, toggle: toggler(x.key),
+      label: x.key === "signal" ? "signal (" + (kind === "cv" ? "CV" : "herd") + ")" : (COMPONENTS[x.key] || { label: x.key }).label,
       val: last ? fmt(x.key === "signal" ? last.signal : last.components && last.components[x.key], 3) : undefined,
     }));
+    if (folded.length) {
+      items.push({ key: "fold", color: "transparent", label: S.foldOpen ? "hide the other components" : "+ " + folded.length + " other components",
+        title: folded.join(", "), toggle: () => { S.foldOpen = !S.foldOpen; } });
+    }
     items.push({ key: "band", color: "var(--band-rebalance)", label: "rebalance", band: true });
     items.push({ key: "band2", color: "var(--band-frozen)", label: "frozen", band: true });
     legend($("signal-legend"), items);
