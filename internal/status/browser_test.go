@@ -527,9 +527,7 @@ func checkMeters(t *testing.T, eval func(string) string) {
 // unless only exceptions count, console errors) it logged.
 func browser(t *testing.T, onlyExceptions bool) (context.Context, func() []string) {
 	t.Helper()
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("the status page test needs Debian's chromium at %s (%v): run `apt-get update && apt-get install -y chromium`", chromium, err)
-	}
+	chromium := testenv.Program(t, "chromium", "apt-get update && apt-get install -y chromium (./test.sh does it on Debian)")
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
