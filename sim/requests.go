@@ -201,7 +201,7 @@ func (r *runner) onEvent(ev engine.Event) {
 		p.E2E = append(p.E2E, e)
 	}
 	r.res.Completed++
-	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e})
+	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e, Usage: usage(&q.seq)})
 	r.leave(q)
 	r.inflight--
 	c := q.client

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"math"
+
+	"github.com/trimtab/trimtab/fleet"
 	"slices"
 	"time"
 )
@@ -58,6 +60,10 @@ type Result struct {
 	Phases []PhaseResult
 
 	Timeline *Timeline
+
+	// Calibration is what the first router's calibrator had learned of
+	// each endpoint when the run ended (see docs/calibration.md).
+	Calibration []fleet.EndpointCalibration `json:"-"`
 }
 
 // PhaseResult is one phase of a run.
