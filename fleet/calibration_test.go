@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -232,5 +233,48 @@ trimtab_fleet_calibration_observations_total 40
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_prefill_tokens_per_second", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_observations_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		c.Ring().Record(obs("a:1", int64(100*(i+1)), int64(i%8), 11))
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var f map[string]string
+	if err := yaml.Unmarshal(c.EngineFile(), &f); err != nil {
+		t.Fatalf("%v\n%s", err, c.EngineFile())
+	}
+	d := func(k string) float64 {
+		v, err := time.ParseDuration(f[k])
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		return v.Seconds()
+	}
+	keys := []string{"block_size", "num_blocks", "max_num_seqs", "max_batched_tokens", "step_fixed", "step_per_prefill_token", "step_per_decode_seq", "step_per_context_token", "prefill_attention_per_1k"}
+	if len(f) != len(keys) {
+		t.Errorf("keys %v, want exactly %v", f, keys)
+	}
+	// num_blocks 1,000 scraped; prefill at the mean prompt (100…4,000,
+	// mean 2,050): B / (fixed + B·(per_token + attention·(2,050−1)/2,000))
+	// must give back the learned 10,000 tokens/s.
+	if f["num_blocks"] != "1000" || f["block_size"] != "16" {
+		t.Errorf("blocks %s × %s, want 1000 × 16", f["num_blocks"], f["block_size"])
+	}
+	b := 2048.0
+	r := b / (d("step_fixed") + b*(d("step_per_prefill_token")+d("prefill_attention_per_1k")*(2050-1)/2000))
+	if math.Abs(r/10000-1) > 1e-3 {
+		t.Errorf("the file's engine prefills %.0f tokens/s, want the learned 10,000\n%s", r, c.EngineFile())
+	}
+	// Decode: 13 ms fixed fitted; per sequence 0.1 ms less the prior's
+	// 80 ns × 2,050 context tokens = 100 − 164 µs < 0 → 0.
+	if math.Abs(d("step_fixed")-0.013) > 1e-6 || d("step_per_decode_seq") != 0 {
+		t.Errorf("step_fixed %s, step_per_decode_seq %s; want 13ms and 0", f["step_fixed"], f["step_per_decode_seq"])
 	}
 }
