@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -83,3 +85,29 @@ func orPrior(v, prior float64) float64 {
 }
 
 func nanos(sec float64) int64 { return int64(math.Round(sec * 1e9)) }
+
+// Paths of the calibrator's admin views.
+const (
+	PathCalibration       = "/debug/calibration"
+	PathCalibrationEngine = "/debug/calibration/engine.yaml"
+)
+
+// Handler serves the last snapshot as JSON (PathCalibration): per
+// endpoint the published values, their source (prior, blended, learned),
+// the samples and the fitted terms.
+func (c *Calibrator) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(c.Snapshot())
+	})
+}
+
+// EngineHandler serves EngineFile (PathCalibrationEngine).
+func (c *Calibrator) EngineHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(c.EngineFile())
+	})
+}
