@@ -40,4 +40,13 @@
 // the snapshot for as long as they need a consistent view. Subscribe gives
 // a coalescing notification channel (capacity one, never blocks the
 // publisher). All times come from the injected clock.
+//
+// Calibration. A Calibrator learns each endpoint's prefill throughput,
+// decode step and KV capacity from the Observations the scheduler records
+// of finished requests (docs/calibration.md). Its Run is one goroutine, a
+// ticker on the injected clock that drains the observation buffer, steps
+// the estimator and publishes with Scheduler.SetCalibration; the
+// simulator calls Tick on virtual time instead. The last result is an
+// immutable snapshot behind an atomic pointer, which the metrics and the
+// admin views read.
 package fleet

@@ -32,9 +32,12 @@ type Decision struct {
 	prefill int64
 	// tokens is the uncached prompt tokens counted on Endpoint
 	// (PendingTokens) until the first byte; 0 without a MatchProducer.
-	tokens    int64
-	firstByte atomic.Bool
-	done      atomic.Bool
+	tokens int64
+	// queue and inflightAt are the endpoint's pending work (tokens) and
+	// in-flight count at the pick, before this request (Observation).
+	queue, inflightAt int64
+	firstByte         atomic.Bool
+	done              atomic.Bool
 }
 
 func (s *Scheduler) newDecision() *Decision {
@@ -167,6 +170,7 @@ func (d *Decision) move(e *Endpoint) {
 	d.Endpoint.st.tokens.Add(-d.tokens)
 	d.tokens = 0
 	d.Endpoint = e
+	d.markPick()
 	e.st.inflight.Add(1)
 	e.st.picks.Add(1)
 	if prefill {
@@ -232,6 +236,9 @@ func (d *Decision) Done(o Outcome) {
 	d.firstByteSeen(o.Kind == OutcomeSuccess)
 	d.Endpoint.st.inflight.Add(-1)
 	s.observe(d.Endpoint, d.Request, o)
+	if ring := s.obs.Load(); ring != nil {
+		ring.Record(d.observation(o))
+	}
 	for _, si := range s.doneObs {
 		s.entries[si].Scorer.(DoneObserver).Done(d.Request, d.Endpoint, o)
 	}

@@ -209,6 +209,7 @@ type Scheduler struct {
 	pool    atomic.Pointer[Pool]
 	weights atomic.Pointer[Weights]
 	seq     atomic.Uint64
+	obs     atomic.Pointer[ObservationRing] // where Done records Observations; nil: nowhere
 
 	mu     sync.Mutex                // serialises SetEndpoints
 	states map[string]*endpointState // by address, across pools
@@ -492,6 +493,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.order = d.order[:k]
 	d.at = 0
 	d.Endpoint = cands[d.order[0]]
+	d.markPick()
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
 	d.Endpoint.st.pending.Add(d.prefill)

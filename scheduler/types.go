@@ -312,6 +312,9 @@ type Outcome struct {
 	TTFT time.Duration
 	// Latency is the total time from pick to completion.
 	Latency time.Duration
+	// Usage is what the response reported of the request's tokens (zero:
+	// nothing), for the calibration (Observation).
+	Usage Usage
 }
 
 // OutcomeKind classifies an Outcome.

@@ -19,6 +19,7 @@ const (
 	evMark                      // warm-up ends (idx 0) or issuing ends (idx 1)
 	evSync                      // every replica sends its sync batch
 	evSyncDeliver               // a replica's batch (msg) reaches the others
+	evCalibrate                 // every replica's calibrator steps and publishes
 )
 
 // event is one scheduled happening. Events at the same time run in the

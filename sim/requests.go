@@ -214,7 +214,7 @@ func (r *runner) onEvent(ev engine.Event) {
 		r.res.Phases[q.phase].Complete(ttft, e2e, q.seq.OutputTokens, slo)
 	}
 	r.res.Completed++
-	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e})
+	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e, Usage: usage(&q.seq)})
 	r.leave(q)
 	r.inflight--
 	c := q.client

@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"time"
+
+	"github.com/trimtab/trimtab/fleet"
 )
 
 // Result is what one run measured. Latency statistics cover requests that
@@ -68,6 +70,10 @@ type Result struct {
 	Phases []PhaseResult
 
 	Timeline *Timeline
+
+	// Calibration is what the first router's calibrator had learned of
+	// each endpoint when the run ended (see docs/calibration.md).
+	Calibration []fleet.EndpointCalibration `json:"-"`
 }
 
 // PhaseResult is one phase of a run.

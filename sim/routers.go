@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/trimtab/trimtab/control"
+	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -20,8 +21,9 @@ import (
 type router struct {
 	sched  *scheduler.Scheduler
 	ctl    *control.Loop
-	signal float64 // the loop's latest signal
-	mode   string  // the loop's latest mode
+	cal    *fleet.Calibrator // learns the engines from the router's observations, as serve's does
+	signal float64           // the loop's latest signal
+	mode   string            // the loop's latest mode
 
 	prefix *scorers.Prefix    // nil when the policy has none
 	log    *scorers.PickLog   // nil without sync
@@ -60,7 +62,16 @@ func (r *runner) buildRouters() error {
 		if err != nil {
 			return err
 		}
-		rt := &router{sched: sched, ctl: loop, name: "router-" + strconv.Itoa(i)}
+		ccfg := fleet.DefaultCalibrationConfig()
+		if r.cfg.Calibration != nil {
+			ccfg = *r.cfg.Calibration
+		}
+		cal, err := fleet.NewCalibrator(ccfg, sched, fleet.CalibrationDeps{})
+		if err != nil {
+			return err
+		}
+		sched.ObserveInto(cal.Ring())
+		rt := &router{sched: sched, ctl: loop, cal: cal, name: "router-" + strconv.Itoa(i)}
 		if syncOn {
 			for _, e := range sched.Scorers() {
 				if p, ok := e.Scorer.(*scorers.Prefix); ok {

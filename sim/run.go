@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/control"
+	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim/engine"
 )
@@ -38,6 +39,9 @@ type RunConfig struct {
 	TracePath string
 	// Timeline records per-pod load, signal and weights over time.
 	Timeline bool
+	// Calibration configures every router's calibrator (nil:
+	// fleet.DefaultCalibrationConfig).
+	Calibration *fleet.CalibrationConfig
 }
 
 type simReq struct {
@@ -189,6 +193,7 @@ func (r *runner) setup() error {
 	if r.syncing() {
 		r.h.push(event{at: r.sc.Routers.SyncInterval, kind: evSync})
 	}
+	r.h.push(event{at: r.routers[0].cal.Interval(), kind: evCalibrate})
 	r.h.push(event{at: 0, kind: evSample})
 	r.h.push(event{at: r.warm, kind: evMark, idx: 0})
 	r.h.push(event{at: r.end, kind: evMark, idx: 1})
@@ -304,6 +309,11 @@ func (r *runner) loop() {
 			}
 		case evSyncDeliver:
 			r.deliverSync(ev.msg)
+		case evCalibrate:
+			r.calibrate()
+			if r.running() {
+				r.h.push(event{at: r.now + r.routers[0].cal.Interval(), kind: evCalibrate})
+			}
 		}
 	}
 }

@@ -36,6 +36,7 @@ type service struct {
 	srv   proxy.Config
 	sched *scheduler.Scheduler
 	loop  *control.Loop
+	cal   *fleet.Calibrator // learns the endpoints' speed from the requests served
 	fleet *fleet.Fleet
 	hist  *status.Recorder
 	http  *proxy.HTTP
@@ -136,6 +137,11 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.cal, err = fleet.NewCalibrator(fleet.DefaultCalibrationConfig(), s.sched, fleet.CalibrationDeps{Clock: s.clk, Registerer: reg, Logger: log.With("component", "calibration")})
+	if err != nil {
+		return nil, err
+	}
+	s.sched.ObserveInto(s.cal.Ring())
 	if f.Replicas.Enabled {
 		rc := f.Replicas
 		if rc.ID == "" {
@@ -173,6 +179,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 			return nil, err
 		}
 		s.admin.Handle(status.PathHistory, s.hist.Handler())
+		s.admin.Handle("GET "+fleet.PathCalibration, s.cal.Handler())
+		s.admin.Handle("GET "+fleet.PathCalibrationEngine, s.cal.EngineHandler())
 		ui := status.NewUI(status.UIConfig{AdminAddr: srv.Admin.Addr, AdminToken: srv.Admin.Token != ""})
 		s.admin.Handle("/ui", ui)
 		s.admin.Handle("/ui/", ui)
@@ -201,6 +209,7 @@ func (s *service) Run(ctx context.Context) error {
 	back.Go(func() error { return s.fleet.Run(bctx) })
 	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
 	back.Go(func() error { return s.loop.Run(bctx) })
+	back.Go(func() error { return s.cal.Run(bctx) })
 	if s.repl != nil {
 		// Like the loop, sync keeps running while the servers drain, so
 		// the peers keep counting this replica's last requests.

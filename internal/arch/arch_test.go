@@ -24,7 +24,7 @@ const module = "github.com/trimtab/trimtab"
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
 //     scorers, fleet, control, proxy/settings, replica);
-//   - sim → scheduler, scorers, configurator, control, configs: the
+//   - sim → scheduler, scorers, fleet, configurator, control, configs: the
 //     packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
 //   - bench (the real-time bench machinery) → sim, configs, internal;
@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica"},
-	"sim":            {"scheduler", "scorers", "configurator", "control", "configs"},
+	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
 	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry"},

@@ -1,0 +1,57 @@
+package fleet
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descCalPrefill = prometheus.NewDesc("trimtab_fleet_calibration_prefill_tokens_per_second",
+		"Prefill throughput the calibrator publishes for the endpoint: uncached prompt tokens per second when busy prefilling (the prior blended with what was learned).",
+		[]string{"endpoint"}, nil)
+	descCalDecode = prometheus.NewDesc("trimtab_fleet_calibration_decode_step_seconds",
+		"Decode step time the calibrator publishes for the endpoint at its recent batch: the time between two output tokens of a running request.",
+		[]string{"endpoint"}, nil)
+	descCalKV = prometheus.NewDesc("trimtab_fleet_calibration_kv_capacity_tokens",
+		"KV cache capacity the calibrator publishes for the endpoint, in tokens (scraped cache_config_info, else the prior).",
+		[]string{"endpoint"}, nil)
+	descCalSamples = prometheus.NewDesc("trimtab_fleet_calibration_samples",
+		"Observations the endpoint's prefill estimate rests on (0: the prior alone).",
+		[]string{"endpoint"}, nil)
+	descCalLearned = prometheus.NewDesc("trimtab_fleet_calibration_learned",
+		"1 when the endpoint's calibration rests on at least min_samples observations, 0 while it is the prior or blended with it.",
+		[]string{"endpoint"}, nil)
+	descCalObserved = prometheus.NewDesc("trimtab_fleet_calibration_observations_total",
+		"Finished requests the request path recorded for the calibrator.", nil, nil)
+	descCalDropped = prometheus.NewDesc("trimtab_fleet_calibration_observations_dropped_total",
+		"Observations dropped because the calibrator's buffer was full between two steps (calibration.buffer).", nil, nil)
+	descCalMin = prometheus.NewDesc("trimtab_fleet_calibration_min_samples",
+		"The calibrator's min_samples: observations after which an estimate no longer leans on the prior.", nil, nil)
+)
+
+// calCollector reports the calibrator's last snapshot at scrape time.
+type calCollector struct{ c *Calibrator }
+
+func (cc *calCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalKV, descCalSamples, descCalLearned, descCalObserved, descCalDropped, descCalMin} {
+		ch <- d
+	}
+}
+
+func (cc *calCollector) Collect(ch chan<- prometheus.Metric) {
+	s := cc.c.Snapshot()
+	for _, e := range s.Endpoints {
+		a := e.Address
+		ch <- prometheus.MustNewConstMetric(descCalPrefill, prometheus.GaugeValue, e.Calibration.PrefillTokensPerSecond, a)
+		ch <- prometheus.MustNewConstMetric(descCalDecode, prometheus.GaugeValue, e.Calibration.DecodeStepSeconds, a)
+		ch <- prometheus.MustNewConstMetric(descCalKV, prometheus.GaugeValue, e.Calibration.KVCapacityTokens, a)
+		ch <- prometheus.MustNewConstMetric(descCalSamples, prometheus.GaugeValue, float64(e.Calibration.Samples), a)
+		learned := 0.0
+		if e.Source == "learned" {
+			learned = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descCalLearned, prometheus.GaugeValue, learned, a)
+	}
+	ch <- prometheus.MustNewConstMetric(descCalObserved, prometheus.CounterValue, float64(cc.c.ring.Recorded()))
+	ch <- prometheus.MustNewConstMetric(descCalDropped, prometheus.CounterValue, float64(cc.c.ring.Dropped()))
+	ch <- prometheus.MustNewConstMetric(descCalMin, prometheus.GaugeValue, float64(cc.c.cfg.MinSamples))
+}

@@ -1,0 +1,280 @@
+package fleet
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// calTarget is a hand-written CalibrationTarget: a fixed pool that
+// remembers what was published.
+type calTarget struct {
+	pool *scheduler.Pool
+	got  map[string]scheduler.Calibration
+}
+
+func newCalTarget(eps ...scheduler.Endpoint) *calTarget {
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{{Name: "x", Scorer: nopScorer{}, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		panic(err)
+	}
+	s.SetEndpoints(eps)
+	return &calTarget{pool: s.Pool(), got: map[string]scheduler.Calibration{}}
+}
+
+func (t *calTarget) Pool() *scheduler.Pool { return t.pool }
+func (t *calTarget) SetCalibration(addr string, c scheduler.Calibration) {
+	t.got[addr] = c
+}
+
+type nopScorer struct{}
+
+func (nopScorer) Category() scheduler.Category { return scheduler.CategoryNone }
+func (nopScorer) Score(_ *scheduler.CycleState, _ *scheduler.Request, _ []*scheduler.Endpoint, out []float64) {
+	clear(out)
+}
+
+// obs is a successful observation on addr of x uncached tokens (nothing
+// queued) whose first byte took 20 ms + x/10,000 s, with out output tokens
+// 13 ms + 0.1 ms·batch apart at batch inflight+1.
+func obs(addr string, x int64, inflight int64, out int64) scheduler.Observation {
+	ttft := 0.02 + float64(x)/10000
+	itl := 0.013 + 0.0001*float64(inflight+1)
+	return scheduler.Observation{
+		Endpoint: addr, Kind: scheduler.OutcomeSuccess, PromptTokens: x, UncachedTokens: x, Matched: true, InFlight: inflight,
+		TTFT:    time.Duration(ttft * float64(time.Second)),
+		Latency: time.Duration((ttft + itl*float64(out-1)) * float64(time.Second)),
+		Usage:   scheduler.Usage{OutputTokens: out},
+	}
+}
+
+func TestCalibratorEstimates(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	prior := DefaultCalibrationPrior().PrefillTokensPerSecond() // 2,048 / (0.013 + 2,048·70 µs) = 13,097.98
+	if math.Abs(prior-13097.98) > 0.01 {
+		t.Fatalf("prior %.2f tokens/s, want 13,097.98", prior)
+	}
+	cases := []struct {
+		name    string
+		n       int     // observations, x = 100·(i+1) tokens, in flight i%8
+		wantR   float64 // published prefill tokens/s
+		source  string
+		samples int
+	}{
+		// Nothing observed: the prior.
+		{"none", 0, 13097.98, "prior", 0},
+		// 10 of N = 20: weight 0.5 in seconds per token:
+		// 1 / (0.5/13,097.98 + 0.5/10,000) = 1 / 88.174 µs = 11,341.2.
+		{"half", 10, 11341.2, "blended", 10},
+		// 40 ≥ N: the estimate alone, exactly 10,000 (Theil–Sen on a line).
+		{"learned", 40, 10000, "learned", 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000})
+			c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.n {
+				c.Ring().Record(obs("a:1", int64(100*(i+1)), int64(i%8), 11))
+			}
+			c.Ring().Record(obs("gone:1", 5000, 0, 11)) // not in the pool: ignored
+			c.Tick(t0)
+			got := tg.got["a:1"]
+			e := c.Snapshot().Endpoints[0]
+			if math.Abs(got.PrefillTokensPerSecond-tc.wantR) > 0.1 || e.Source != tc.source || got.Samples != tc.samples {
+				t.Errorf("published %.1f tokens/s, %s, %d samples; want %.1f, %s, %d", got.PrefillTokensPerSecond, e.Source, got.Samples, tc.wantR, tc.source, tc.samples)
+			}
+			// KV from the scraped cache config: 1,000 blocks × 16 = 16,000.
+			if got.KVCapacityTokens != 16000 || e.KVSource != "scraped" {
+				t.Errorf("KV %v tokens (%s), want 16,000 scraped", got.KVCapacityTokens, e.KVSource)
+			}
+			if tc.n >= 20 {
+				// Decode: 13 ms + 0.1 ms per sequence fitted exactly;
+				// at the median batch, in flight 0…7 → batch 1…8,
+				// median 4.5: 13 + 0.45 = 13.45 ms.
+				if math.Abs(e.DecodeStepFixedSeconds-0.013) > 1e-6 || math.Abs(e.DecodeStepPerSeqSeconds-0.0001) > 1e-7 || math.Abs(got.DecodeStepSeconds-0.01345) > 1e-6 {
+					t.Errorf("decode fixed %v per seq %v step %v; want 0.013, 0.0001, 0.01345", e.DecodeStepFixedSeconds, e.DecodeStepPerSeqSeconds, got.DecodeStepSeconds)
+				}
+			}
+		})
+	}
+}
+
+func TestCalibratorIgnoresOutliers(t *testing.T) {
+	// 200 observations on the 10,000 tokens/s line, 10 % of them garbage:
+	// a first byte 20× too slow or 20× too fast, or the work ×50.
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	cfg := DefaultCalibrationConfig()
+	cfg.Window = 200
+	c, err := NewCalibrator(cfg, tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		o := obs("a:1", int64(50+rng.IntN(4000)), 0, 2)
+		if i%10 == 3 {
+			switch rng.IntN(3) {
+			case 0:
+				o.TTFT *= 20
+			case 1:
+				o.TTFT /= 20
+			default:
+				o.UncachedTokens *= 50
+			}
+			o.Latency = o.TTFT + time.Millisecond
+		}
+		c.Ring().Record(o)
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if got := tg.got["a:1"].PrefillTokensPerSecond; math.Abs(got/10000-1) > 0.03 {
+		t.Errorf("with 10 %% garbage: %.0f tokens/s, want 10,000 ± 3 %%", got)
+	}
+}
+
+func TestCalibratorForgetsOldObservations(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		c.Ring().Record(obs("a:1", int64(100*(i+1)), 0, 2))
+	}
+	c.Tick(t0)
+	// MaxAge (10m) later, with nothing new: back to the prior.
+	c.Tick(t0.Add(10*time.Minute + time.Second))
+	if e := c.Snapshot().Endpoints[0]; e.Source != "prior" || e.Calibration.Samples != 0 {
+		t.Errorf("after max_age: %s with %d samples, want the prior", e.Source, e.Calibration.Samples)
+	}
+}
+
+func TestCalibratorPoolsAClass(t *testing.T) {
+	// Three endpoints of one class learn 9,000, 10,000 and 12,000
+	// tokens/s; each publishes the median, 10,000. A fourth of capacity 2
+	// (its own class) keeps its own estimate.
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"}, scheduler.Endpoint{Address: "c:1"}, scheduler.Endpoint{Address: "d:1", Capacity: 2})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, r := range map[string]float64{"a:1": 9000, "b:1": 10000, "c:1": 12000, "d:1": 25000} {
+		for i := range 30 {
+			o := obs(addr, int64(100*(i+1)), 0, 2)
+			o.TTFT = time.Duration((0.02 + float64(o.UncachedTokens)/r) * float64(time.Second))
+			c.Ring().Record(o)
+		}
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	for addr, want := range map[string]float64{"a:1": 10000, "b:1": 10000, "c:1": 10000, "d:1": 25000} {
+		if got := tg.got[addr].PrefillTokensPerSecond; math.Abs(got/want-1) > 1e-3 {
+			t.Errorf("%s: %.0f tokens/s, want %.0f", addr, got, want)
+		}
+	}
+}
+
+func TestCalibrationConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*CalibrationConfig)
+		want string
+	}{
+		{func(c *CalibrationConfig) { c.Interval = 0 }, "calibration.interval"},
+		{func(c *CalibrationConfig) { c.Window = 8 }, "calibration.window"},
+		{func(c *CalibrationConfig) { c.MinSamples = 500 }, "calibration.min_samples"},
+		{func(c *CalibrationConfig) { c.Buffer = 1 }, "calibration.buffer"},
+		{func(c *CalibrationConfig) { c.Prior.StepFixed = 0 }, "calibration.prior.step_fixed"},
+	} {
+		c := DefaultCalibrationConfig()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one naming %s", err, tc.want)
+		}
+	}
+	if err := DefaultCalibrationConfig().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+func TestCalibrationMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		c.Ring().Record(obs("a:1", int64(100*(i+1)), 0, 2))
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	want := `
+# HELP trimtab_fleet_calibration_kv_capacity_tokens KV cache capacity the calibrator publishes for the endpoint, in tokens (scraped cache_config_info, else the prior).
+# TYPE trimtab_fleet_calibration_kv_capacity_tokens gauge
+trimtab_fleet_calibration_kv_capacity_tokens{endpoint="a:1"} 16000
+# HELP trimtab_fleet_calibration_prefill_tokens_per_second Prefill throughput the calibrator publishes for the endpoint: uncached prompt tokens per second when busy prefilling (the prior blended with what was learned).
+# TYPE trimtab_fleet_calibration_prefill_tokens_per_second gauge
+trimtab_fleet_calibration_prefill_tokens_per_second{endpoint="a:1"} 10000
+# HELP trimtab_fleet_calibration_samples Observations the endpoint's prefill estimate rests on (0: the prior alone).
+# TYPE trimtab_fleet_calibration_samples gauge
+trimtab_fleet_calibration_samples{endpoint="a:1"} 40
+# HELP trimtab_fleet_calibration_observations_total Finished requests the request path recorded for the calibrator.
+# TYPE trimtab_fleet_calibration_observations_total counter
+trimtab_fleet_calibration_observations_total 40
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_prefill_tokens_per_second", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_observations_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		c.Ring().Record(obs("a:1", int64(100*(i+1)), int64(i%8), 11))
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var f map[string]string
+	if err := yaml.Unmarshal(c.EngineFile(), &f); err != nil {
+		t.Fatalf("%v\n%s", err, c.EngineFile())
+	}
+	d := func(k string) float64 {
+		v, err := time.ParseDuration(f[k])
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		return v.Seconds()
+	}
+	keys := []string{"block_size", "num_blocks", "max_num_seqs", "max_batched_tokens", "step_fixed", "step_per_prefill_token", "step_per_decode_seq", "step_per_context_token", "prefill_attention_per_1k"}
+	if len(f) != len(keys) {
+		t.Errorf("keys %v, want exactly %v", f, keys)
+	}
+	// num_blocks 1,000 scraped; prefill at the mean prompt (100…4,000,
+	// mean 2,050): B / (fixed + B·(per_token + attention·(2,050−1)/2,000))
+	// must give back the learned 10,000 tokens/s.
+	if f["num_blocks"] != "1000" || f["block_size"] != "16" {
+		t.Errorf("blocks %s × %s, want 1000 × 16", f["num_blocks"], f["block_size"])
+	}
+	b := 2048.0
+	r := b / (d("step_fixed") + b*(d("step_per_prefill_token")+d("prefill_attention_per_1k")*(2050-1)/2000))
+	if math.Abs(r/10000-1) > 1e-3 {
+		t.Errorf("the file's engine prefills %.0f tokens/s, want the learned 10,000\n%s", r, c.EngineFile())
+	}
+	// Decode: 13 ms fixed fitted; per sequence 0.1 ms less the prior's
+	// 80 ns × 2,050 context tokens = 100 − 164 µs < 0 → 0.
+	if math.Abs(d("step_fixed")-0.013) > 1e-6 || d("step_per_decode_seq") != 0 {
+		t.Errorf("step_fixed %s, step_per_decode_seq %s; want 13ms and 0", f["step_fixed"], f["step_per_decode_seq"])
+	}
+}
