@@ -30,6 +30,7 @@ func newBenchCmd() *cobra.Command {
 		fleetN                      int
 		addrs                       routerAddrs
 		noPlots                     bool
+		slo                         sloFlags
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario FILE|NAME [--policies a,b] [--fleet N | --endpoints FILE | --target URL,… | --router URL] --out DIR",
@@ -55,6 +56,9 @@ and --profile files (alone they replace the default policies).`,
 			}
 			if err := sim.ApplyEngine([]*sim.Scenario{sc}, engine); err != nil {
 				return fmt.Errorf("--engine: %w", err)
+			}
+			if err := slo.apply(cmd, sc); err != nil {
+				return err
 			}
 			cfg.Scenario = sc
 			if len(profiles) > 0 && !cmd.Flags().Changed("policies") {
@@ -143,6 +147,7 @@ and --profile files (alone they replace the default policies).`,
 	f.BoolVar(&cfg.CompareSim, "compare-sim", false, "also simulate the scenario and print both rankings side by side")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.StringVar(&cfg.TracePath, "trace", "", "trace file for trace scenarios")
+	slo.register(f)
 	return c
 }
 
