@@ -42,7 +42,9 @@ in-process per policy (or an external --router). Each run salts its prompts
 afresh; policies are interleaved over --repeat repeats, each repeat starting one
 policy further on. It writes DIR/<scenario>.md, DIR/img/bench-real-*.png,
 DIR/summary.json (sim's schema plus cached_token_ratio and errors) and, when
-adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat).
+adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat). As in sim,
+a failed or timed-out request (a miss) counts in the percentiles at the scenario's
+timeout, and goodput counts requests within the SLO of --slo-ttft and --slo-tpot.
 Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
 and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
