@@ -118,7 +118,8 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	if sc.Load.Mode == sim.ModeTrace {
 		rt = sc.Scaled(time.Duration(float64(sc.Duration) / level))
 	}
-	run := &RunResult{Policy: pol.Name, Level: level, Repeat: k + 1, Seed: seed, Salt: salt, Warm: rt.Warmup, End: rt.Duration}
+	run := &RunResult{Policy: pol.Name, Level: level, Repeat: k + 1, Seed: seed, Salt: salt, Warm: rt.Warmup, End: rt.Duration,
+		Timeout: rt.Timeout, SLO: rt.SLO}
 	for i, ph := range rt.Phases {
 		st := rt.PhaseStart(i)
 		run.Phases = append(run.Phases, PhaseSpan{Name: ph.Name, Start: st, End: st + ph.Duration})
@@ -227,7 +228,7 @@ func progress(ctx context.Context, cfg *Config, deps *Deps, p *player, admin str
 		reqs, phase := p.snapshot()
 		live.Elapsed, live.Phase = p.now(), p.sc.Phases[phase].Name
 		live.Concurrency = p.levelOf(phase)
-		live.Stats = Summarise(reqs, 0)
+		live.Stats = Summarise(reqs, 0, p.sc.Timeout, p.sc.SLO)
 		mu.Lock()
 		if n := len(run.Pods); n > 0 {
 			live.Load = run.Pods[n-1].Load

@@ -13,7 +13,8 @@ import (
 )
 
 // CompareSim runs sc (as bench played it, with the fleet's size and
-// speed) through the simulator: every policy at every level, Repeat seeds
+// speed: every engine class's step costs divided by the speed too)
+// through the simulator: every policy at every level, Repeat seeds
 // from Seed, each policy built from its profile (a baseline as the
 // simulator builds it).
 func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep, error) {
@@ -27,6 +28,17 @@ func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep,
 		s.Engine.StepFixed, s.Engine.StepPerPrefillToken = max(d(e.StepFixed), 1), d(e.StepPerPrefillToken)
 		s.Engine.StepPerDecodeSeq, s.Engine.StepPerContextToken = d(e.StepPerDecodeSeq), d(e.StepPerContextToken)
 		s.Engine.PrefillAttention1k = d(e.PrefillAttentionPer1k)
+		// An engine class's own step costs (0: the base's, scaled above).
+		s.Engine.Classes = slices.Clone(s.Engine.Classes)
+		for i := range s.Engine.Classes {
+			c := &s.Engine.Classes[i].EngineOverrides
+			if c.StepFixed != 0 {
+				c.StepFixed = max(d(c.StepFixed), 1)
+			}
+			c.StepPerPrefillToken = d(c.StepPerPrefillToken)
+			c.StepPerDecodeSeq, c.StepPerContextToken = d(c.StepPerDecodeSeq), d(c.StepPerContextToken)
+			c.PrefillAttention1k = d(c.PrefillAttention1k)
+		}
 	}
 	s.Load.Levels = cfg.Levels
 	var pols []sim.Policy

@@ -13,8 +13,10 @@ import (
 
 // StartFleet starts n simulated vLLM servers (sim/fakeserver) on
 // 127.0.0.1:0 with sc's engine model, sped up speed times; server i has
-// the scenario's capacity i when n equals its server count, else 1. The
-// servers run in g until ctx ends.
+// the scenario's capacity i when n equals its server count, else 1, and
+// runs the engine the simulator gives it (sim.Scenario.ServerEngine: in
+// a mixed pool its engine class's KV cache and step costs) and declares
+// that capacity. The servers run in g until ctx ends.
 func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int, speed float64) ([]Target, error) {
 	if n < 1 || n > 256 {
 		return nil, fmt.Errorf("fleet: %d servers, want 1…256", n)
@@ -29,7 +31,8 @@ func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int,
 		cfg := fakeserver.DefaultConfig()
 		cfg.Name = fmt.Sprintf("pod-%d", i)
 		cfg.TimeScale = speed
-		cfg.Engine = sc.EngineFor(c)
+		var declared float64
+		cfg.Engine, declared = sc.ServerEngine(i, c)
 		if sc.Model != "" {
 			cfg.Model = sc.Model
 		}
@@ -42,7 +45,7 @@ func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int,
 			return nil, err
 		}
 		g.Go(func() error { return srv.Serve(ctx, ln) })
-		out = append(out, Target{Address: ln.Addr().String(), Name: cfg.Name, Model: cfg.Model, Capacity: c})
+		out = append(out, Target{Address: ln.Addr().String(), Name: cfg.Name, Model: cfg.Model, Capacity: declared})
 	}
 	return out, nil
 }

@@ -67,7 +67,7 @@ func (rep *Report) writeTimeline(f io.Writer) error {
 	var out []timelineRun
 	for _, r := range rep.Runs {
 		tr := timelineRun{Policy: r.Policy, Level: r.Level, Repeat: r.Repeat, Order: r.Order, Samples: []timelinePt{}, Changes: []timelineMode{},
-			Served: Summarise(r.Requests, 0).ByEndpoint}
+			Served: r.stats(r.Requests, 0).ByEndpoint}
 		for _, m := range r.Modes {
 			tr.Samples = append(tr.Samples, timelinePt{m.T.Seconds(), m.Mode, m.Signal, m.Weights})
 		}

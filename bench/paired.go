@@ -67,6 +67,10 @@ type PairedRow struct {
 	// Pairs counts the repeats both policies ran.
 	Pairs   int
 	Metrics [numMetrics]PairedMetric
+	// MissesA and MissesB are each side's missed requests (failed or
+	// timed out, counted in its percentiles at the timeout) over the
+	// paired repeats, of MeasuredA and MeasuredB measured requests.
+	MissesA, MissesB, MeasuredA, MeasuredB int
 	// CalmEntries, Freezes and MaxOnset are A's control-loop record
 	// (sim.CompareRow).
 	CalmEntries, Freezes int
@@ -135,6 +139,8 @@ func ComparePaired(runs []sim.RunSummary, a, b string) PairedComparison {
 			rb := bs[k][used[k]]
 			used[k]++
 			row.Pairs++
+			row.MissesA, row.MissesB = row.MissesA+ra.Misses, row.MissesB+rb.Misses
+			row.MeasuredA, row.MeasuredB = row.MeasuredA+ra.Measured, row.MeasuredB+rb.Measured
 			for m := range numMetrics {
 				x, y := metric(ra, m), metric(rb, m)
 				if math.IsNaN(x) || math.IsNaN(y) || y == 0 {
@@ -197,8 +203,9 @@ func (c PairedComparison) Loop() (calmEntries, freezes int) {
 }
 
 // WriteMarkdown writes the comparison as a table: per metric the median
-// paired difference and the repeats each side won (A–B); rows worse than
-// tol marked ⚠, a difference beyond tol that most repeats do not back ≈.
+// paired difference and the repeats each side won (A–B), and each side's
+// missed requests over the pairs; rows worse than tol marked ⚠, a
+// difference beyond tol that most repeats do not back ≈.
 func (c PairedComparison) WriteMarkdown(w io.Writer, tol float64) error {
 	cell := func(m PairedMetric) string {
 		if math.IsNaN(m.Median) {
@@ -211,14 +218,15 @@ func (c PairedComparison) WriteMarkdown(w io.Writer, tol float64) error {
 		return s
 	}
 	var b strings.Builder
-	b.WriteString("| scenario | level | repeats | TTFT p99 | E2E p99 | tok/s | calm entries | freezes | max onset ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | level | repeats | TTFT p99 | E2E p99 | tok/s | missed A / B | calm entries | freezes | max onset ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range c.Rows {
 		mark := ""
 		if r.Worse(tol) {
 			mark = " ⚠"
 		}
-		fmt.Fprintf(&b, "| %s%s | %g | %d | %s | %s | %s | %d | %d | %.2f |\n", r.Scenario, mark, r.Level, r.Pairs,
-			cell(r.Metrics[MetricTTFT]), cell(r.Metrics[MetricE2E]), cell(r.Metrics[MetricTok]), r.CalmEntries, r.Freezes, r.MaxOnset)
+		fmt.Fprintf(&b, "| %s%s | %g | %d | %s | %s | %s | %d of %d / %d of %d | %d | %d | %.2f |\n", r.Scenario, mark, r.Level, r.Pairs,
+			cell(r.Metrics[MetricTTFT]), cell(r.Metrics[MetricE2E]), cell(r.Metrics[MetricTok]),
+			r.MissesA, r.MeasuredA, r.MissesB, r.MeasuredB, r.CalmEntries, r.Freezes, r.MaxOnset)
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
@@ -242,7 +250,8 @@ func WriteComparisons(path, command string, runs []sim.RunSummary) ([]string, er
 		fmt.Fprintf(&body, "## %s\n\nRepeat by repeat: repeat r of adaptive against repeat r of %s (the same workload seed). "+
 			"Each cell is the median over the repeats of A ÷ B − 1 and, in brackets, how many repeats each side won (A–B). "+
 			"⚠ marks a row where %s won most repeats on TTFT p99, E2E p99 or tok/s and the median difference is worse than %.0f %%; "+
-			"≈ marks a median beyond %.0f %% that most repeats do not back, counted neither as worse nor as a win.\n\n",
+			"≈ marks a median beyond %.0f %% that most repeats do not back, counted neither as worse nor as a win. "+
+			"The percentiles count every missed request (failed or timed out) at the client timeout; \"missed\" sums each side's over the paired repeats, of its measured requests.\n\n",
 			p.Heading, p.Policy, p.Policy, 100*p.Tol, 100*p.Tol)
 		if err := c.WriteMarkdown(&body, p.Tol); err != nil {
 			return nil, err

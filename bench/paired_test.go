@@ -139,6 +139,7 @@ func TestWriteComparisons(t *testing.T) {
 	runs := runsOf([][3]float64{{120, 100, 100}, {125, 100, 100}, {130, 100, 100}}, [][3]float64{{100, 100, 100}, {100, 100, 100}, {400, 100, 100}})
 	for i := range runs {
 		runs[i].Policy = map[string]string{"a": sim.PolicyAdaptive, "b": sim.PolicyAdaptiveOff}[runs[i].Policy]
+		runs[i].Misses, runs[i].Measured = i, 100
 	}
 	path := filepath.Join(t.TempDir(), "compare.md")
 	lines, err := WriteComparisons(path, "trimtab bench …", runs)
@@ -152,8 +153,10 @@ func TestWriteComparisons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TTFT: median +20 %, adaptive won 1 repeat, adaptive-off 2.
-	for _, want := range []string{"| s ⚠ | 1 | 3 | +20.0 % (1–2) |", "Repeat by repeat", "`trimtab bench …`"} {
+	// TTFT: median +20 %, adaptive won 1 repeat, adaptive-off 2. Missed:
+	// adaptive's runs 0 + 1 + 2 = 3 of 3 × 100, adaptive-off's 3 + 4 + 5
+	// = 12 of 300.
+	for _, want := range []string{"| s ⚠ | 1 | 3 | +20.0 % (1–2) |", "| 3 of 300 / 12 of 300 |", "missed A / B", "Repeat by repeat", "`trimtab bench …`"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("compare.md lacks %q:\n%s", want, md)
 		}

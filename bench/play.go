@@ -37,6 +37,11 @@ type RunResult struct {
 	// Wall is the run's length; CPU the process's CPU time during it
 	// (0 when Deps.CPU is nil).
 	Wall, CPU time.Duration
+	// Timeout is the client timeout of one request, at which a miss
+	// counts (Stats); SLO is the service level goodput counts against
+	// (the scenario's).
+	Timeout time.Duration
+	SLO     sim.SLO
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
 	// PromptCheck compares the prompt sizes the servers reported with

@@ -113,7 +113,7 @@ func TestPromptTokenWarning(t *testing.T) {
 	pc := rep.Runs[0].PromptCheck
 	// Every successful request reported 1 token for ≥ 640 intended: off,
 	// and the median ratio is at most 1/640.
-	ok := len(rep.Runs[0].Requests) - Summarise(rep.Runs[0].Requests, 0).Failed
+	ok := len(rep.Runs[0].Requests) - Summarise(rep.Runs[0].Requests, 0, 0, sim.SLO{}).Failed
 	if pc.Reported != ok || pc.Off != ok || pc.Ratio > 1.0/640 {
 		t.Errorf("prompt check %+v, want %d reported and off, ratio ≤ 1/640", pc, ok)
 	}

@@ -69,47 +69,49 @@ func col(rs []sim.RunSummary, f func(*sim.RunSummary) float64) spread {
 }
 
 // WriteTables writes the overall and per-phase tables: medians over the
-// repeats with (min–max).
+// repeats with (min–max), the misses (counted in the percentiles at the
+// timeout) beside the percentiles, and goodput.
 func (rep *Report) WriteTables(w io.Writer) error {
 	sums := rep.Summaries()
 	var b strings.Builder
 	for _, level := range rep.Config.Levels {
 		fmt.Fprintf(&b, "### %s %g: overall\n\n", rep.Scenario.LevelUnit(), level)
-		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 / p99 ms | tok/s | cached-token ratio | prefix-hit ratio | busiest pod: load share / served share | errors | weight changes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 / p99 ms | missed (at timeout) | goodput req/s | tok/s | cached-token ratio | prefix-hit ratio | busiest pod: load share / served share | weight changes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, pol := range rep.Config.Policies {
 			rs := group(sums, pol.Name, level)
 			if len(rs) == 0 {
 				continue
 			}
-			var itl50, itl99, errs, served []float64
+			var itl50, itl99, served []float64
 			kinds := map[string]int{}
 			for _, r := range rep.Runs {
 				if r.Policy == pol.Name && r.Level == level {
-					st := Summarise(r.measured(-1), 0)
+					st := r.stats(r.measured(-1), 0)
 					itl50, itl99 = append(itl50, st.ITLP50), append(itl99, st.ITLP99)
-					errs = append(errs, float64(st.Failed))
 					served = append(served, servedShare(st))
 					for k, n := range st.Errors {
 						kinds[k] += n
 					}
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s%s | %s |\n", pol.Name,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s / %s | %s of %s%s | %s | %s | %s | %s | %s | %s |\n", pol.Name,
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP50) }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP90) }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP99) }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP50) }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP99) }).ms(),
 				spreadOf(itl50).ms(), spreadOf(itl99).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return float64(s.Misses) }).ms(),
+				col(rs, func(s *sim.RunSummary) float64 { return float64(s.Measured) }).ms(), kindList(kinds),
+				col(rs, func(s *sim.RunSummary) float64 { return val(s.Goodput) }).ratio(),
 				col(rs, func(s *sim.RunSummary) float64 { return s.OutputTokensPerSec }).ms(),
 				col(rs, func(s *sim.RunSummary) float64 { return val(s.CachedTokenRatio) }).ratio(),
 				col(rs, func(s *sim.RunSummary) float64 { return s.PrefixHitRatio }).ratio(),
 				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
-				spreadOf(errs).ms(), kindList(kinds),
 				col(rs, func(s *sim.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
 		}
 		fmt.Fprintf(&b, "\n### %s %g: per phase\n\n", rep.Scenario.LevelUnit(), level)
-		b.WriteString("| phase | policy | requests | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | tok/s | calm→rebalance entries (all repeats) | onset busiest ratio |\n|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| phase | policy | requests | missed | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | goodput req/s | tok/s | calm→rebalance entries (all repeats) | onset busiest ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for pi, ph := range rep.Scenario.Phases {
 			for _, pol := range rep.Config.Policies {
 				rs := group(sums, pol.Name, level)
@@ -123,11 +125,13 @@ func (rep *Report) WriteTables(w io.Writer) error {
 				p := func(f func(*sim.PhaseSummary) float64) spread {
 					return col(rs, func(s *sim.RunSummary) float64 { return f(&s.Phases[pi]) })
 				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph.Name, pol.Name,
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph.Name, pol.Name,
 					p(func(s *sim.PhaseSummary) float64 { return float64(s.Measured) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return float64(s.Misses) }).ms(),
 					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP50) }).ms(),
 					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP99) }).ms(),
 					p(func(s *sim.PhaseSummary) float64 { return val(s.E2EP99) }).ms(),
+					p(func(s *sim.PhaseSummary) float64 { return val(s.Goodput) }).ratio(),
 					p(func(s *sim.PhaseSummary) float64 { return s.OutputTokensPerSec }).ms(),
 					entries,
 					p(func(s *sim.PhaseSummary) float64 { return s.OnsetBusiestRatio }).ratio())
@@ -183,8 +187,10 @@ func (rep *Report) WriteMarkdown(w io.Writer, imgPrefix, command, setup string) 
 	sc := rep.Scenario
 	fmt.Fprintf(w, "# trimtab bench: %s\n\n%s\n\n`%s`\n\n", sc.Name, strings.TrimSpace(sc.Description), command)
 	fmt.Fprintf(w, "%s Scenario time ×%g (%v per run, warm-up %v excluded), %d repeat(s) interleaved, each starting one policy further on; "+
-		"values are medians over the repeats with (min–max). Latencies in ms, client side.\n\n",
-		setup, rep.Config.TimeScale, sc.Duration.Round(time.Second), sc.Warmup.Round(time.Second), rep.Config.Repeat)
+		"values are medians over the repeats with (min–max). Latencies in ms, client side. "+
+		"Percentiles count every measured request: a failed one (missed: an HTTP error, a refused or reset connection, a stream cut before its end, or the client timeout) at the client timeout, %v. "+
+		"Goodput: requests completed within TTFT ≤ %v and TPOT ≤ %v, per second of the window.\n\n",
+		setup, rep.Config.TimeScale, sc.Duration.Round(time.Second), sc.Warmup.Round(time.Second), rep.Config.Repeat, sc.Timeout, sc.SLO.TTFT, sc.SLO.TPOT)
 	if order := rep.order(); order != "" {
 		fmt.Fprintf(w, "Policy order per repeat (rotated): %s.\n\n", order)
 	}

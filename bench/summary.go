@@ -9,15 +9,25 @@ import (
 	"github.com/trimtab/trimtab/sim"
 )
 
-// Stats summarises a set of requests. Latencies are in milliseconds over
-// the successful requests; NaN when there are none.
+// Stats summarises a set of requests. Latencies are in milliseconds; NaN
+// when there are none. TTFT and E2E count every request: one that failed
+// (any error kind: an HTTP error, a refused or reset connection, a stream
+// cut before [DONE], the client's time-out, the bench stopped) is a miss
+// and counts at the client timeout (sim.Latencies.Miss), its TTFT at its
+// first token when one came earlier, so a policy whose requests fail
+// cannot read fast. ITL is over the successful requests.
 type Stats struct {
+	// Failed counts the misses.
 	Requests, Failed, Tokens  int
 	TTFTP50, TTFTP90, TTFTP99 float64
 	E2EP50, E2EP99            float64
 	ITLP50, ITLP99            float64
 	// TokPerSec is Tokens ÷ the window given to Summarise (NaN for 0).
 	TokPerSec float64
+	// Good counts the successful requests within the SLO given to
+	// Summarise; Goodput is Good ÷ the window (NaN for 0).
+	Good    int
+	Goodput float64
 	// Cached and Prompt are the prompt tokens of successful requests whose
 	// server reported cached_tokens.
 	Cached, Prompt int
@@ -27,22 +37,24 @@ type Stats struct {
 
 func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
-// Summarise computes Stats over reqs, tokens per second over window.
-func Summarise(reqs []Request, window time.Duration) Stats {
+// Summarise computes Stats over reqs: tokens per second and goodput over
+// window, misses counted at timeout, goodput judged against slo.
+func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats {
 	s := Stats{Errors: map[string]int{}, ByEndpoint: map[string]int{}}
-	var ttft, e2e, itl []float64
+	var lat sim.Latencies
+	var itl []float64
 	for i := range reqs {
 		r := &reqs[i]
 		s.Requests++
 		if r.Err != "" {
 			s.Failed++
 			s.Errors[r.Err]++
+			lat.Miss(r.TTFT, timeout)
 			continue
 		}
 		s.Tokens += r.Tokens
 		s.ByEndpoint[r.Endpoint]++
-		ttft = append(ttft, msOf(r.TTFT))
-		e2e = append(e2e, msOf(r.E2E))
+		lat.Complete(r.TTFT, r.E2E, r.Tokens, slo)
 		for _, g := range r.Gaps {
 			itl = append(itl, msOf(g))
 		}
@@ -51,17 +63,23 @@ func Summarise(reqs []Request, window time.Duration) Stats {
 			s.Prompt += r.PromptTokens
 		}
 	}
-	sort.Float64s(ttft)
-	sort.Float64s(e2e)
+	lat.Sort()
 	sort.Float64s(itl)
-	s.TTFTP50, s.TTFTP90, s.TTFTP99 = sim.Percentile(ttft, 50), sim.Percentile(ttft, 90), sim.Percentile(ttft, 99)
-	s.E2EP50, s.E2EP99 = sim.Percentile(e2e, 50), sim.Percentile(e2e, 99)
+	s.TTFTP50, s.TTFTP90, s.TTFTP99 = sim.Percentile(lat.TTFT, 50), sim.Percentile(lat.TTFT, 90), sim.Percentile(lat.TTFT, 99)
+	s.E2EP50, s.E2EP99 = sim.Percentile(lat.E2E, 50), sim.Percentile(lat.E2E, 99)
 	s.ITLP50, s.ITLP99 = sim.Percentile(itl, 50), sim.Percentile(itl, 99)
+	s.Good, s.Goodput = lat.Good, math.NaN()
 	s.TokPerSec = math.NaN()
 	if window > 0 {
 		s.TokPerSec = float64(s.Tokens) / window.Seconds()
+		s.Goodput = lat.Goodput(window)
 	}
 	return s
+}
+
+// stats is Summarise with the run's timeout and SLO.
+func (r *RunResult) stats(reqs []Request, window time.Duration) Stats {
+	return Summarise(reqs, window, r.Timeout, r.SLO)
 }
 
 // CachedRatio is Cached ÷ Prompt, or NaN when no server reported it.
@@ -154,10 +172,12 @@ func (r *RunResult) entries(from, to time.Duration) (calmExits, freezes int) {
 }
 
 // Summary returns the run in the schema of `trimtab sim`'s summary.json,
-// with cached_token_ratio and errors filled.
+// with cached_token_ratio and errors filled. Its percentiles count the
+// misses at the run's timeout (Stats) and misses counts them; goodput is
+// over the measurement window against the run's SLO, as in sim.
 func (r *RunResult) Summary(scenario string) sim.RunSummary {
 	win := r.End - r.Warm
-	st := Summarise(r.measured(-1), win)
+	st := r.stats(r.measured(-1), win)
 	share, ratio := r.busiest(r.Warm, r.End)
 	_, fz := r.entries(0, r.End+time.Hour)
 	s := sim.RunSummary{
@@ -165,7 +185,8 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 		TTFTP50: ptr(st.TTFTP50), TTFTP90: ptr(st.TTFTP90), TTFTP99: ptr(st.TTFTP99),
 		E2EP50: ptr(st.E2EP50), E2EP99: ptr(st.E2EP99),
 		OutputTokensPerSec: nz(st.TokPerSec), PrefixHitRatio: r.prefixHit(),
-		Failed: st.Failed - st.Errors[ErrTimeout], TimedOut: st.Errors[ErrTimeout],
+		Failed: st.Failed - st.Errors[ErrTimeout], TimedOut: st.Errors[ErrTimeout], Misses: st.Failed,
+		Goodput: ptr(st.Goodput), SLO: sim.SummaryOf(r.SLO),
 		BusiestPodShare: share, BusiestPodRatio: ratio,
 		Measured: st.Requests, WeightChanges: r.WeightVersions, WatchdogFreezes: fz,
 		CachedTokenRatio: ptr(st.CachedRatio()), Errors: st.Errors,
@@ -173,7 +194,7 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 	}
 	for i, ph := range r.Phases {
 		from, to := max(ph.Start, r.Warm), min(ph.End, r.End)
-		pst := Summarise(r.measured(i), max(to-from, 0))
+		pst := r.stats(r.measured(i), max(to-from, 0))
 		in, _ := r.entries(from, to)
 		warm, _ := r.entries(ph.Start, min(ph.End, r.Warm))
 		_, onset := r.busiest(ph.Start, ph.Start+sim.OnsetWindow)
@@ -181,6 +202,7 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 			Name: ph.Name, RebalanceEntries: in, WarmupRebalanceEntries: warm,
 			TTFTP50: ptr(pst.TTFTP50), TTFTP99: ptr(pst.TTFTP99), E2EP99: ptr(pst.E2EP99),
 			OutputTokensPerSec: nz(pst.TokPerSec), Measured: pst.Requests, OnsetBusiestRatio: onset,
+			Misses: pst.Failed, Goodput: ptr(pst.Goodput),
 		})
 	}
 	return s

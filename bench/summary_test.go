@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/sim"
 )
 
 func TestSpread(t *testing.T) {
@@ -31,6 +33,7 @@ func TestSpread(t *testing.T) {
 func TestRunSummaryCounts(t *testing.T) {
 	ms := time.Millisecond
 	r := &RunResult{Policy: "p", Level: 4, Warm: 100 * ms, End: 2100 * ms,
+		Timeout: time.Second, SLO: sim.SLO{TTFT: 20 * ms, TPOT: 5 * ms},
 		Phases: []PhaseSpan{{"calm", 0, time.Second}, {"burst", time.Second, 2100 * ms}},
 		ModeChanges: []ModeChange{
 			{T: 50 * ms, From: "calm", To: "rebalance"},   // before the window: warm-up entry of calm
@@ -56,8 +59,21 @@ func TestRunSummaryCounts(t *testing.T) {
 	if s.Measured != 4 || s.Failed != 1 || s.TimedOut != 1 || s.OutputTokensPerSec != 20 || *s.CachedTokenRatio != 0.75 {
 		t.Errorf("summary %+v", s)
 	}
-	if s.Errors[ErrTimeout] != 1 || s.Errors["http_503"] != 1 || *s.TTFTP50 != 10 || *s.TTFTP99 != 30 {
-		t.Errorf("errors %v, ttft p50 %v p99 %v", s.Errors, *s.TTFTP50, *s.TTFTP99)
+	// The two errors are misses at the 1 s timeout: TTFT 10 30 1000 1000,
+	// p50 rank ⌈0.5·4⌉ = 2 → 30, p99 → 1000; E2E 40 60 1000 1000.
+	if s.Errors[ErrTimeout] != 1 || s.Errors["http_503"] != 1 || s.Misses != 2 || *s.TTFTP50 != 30 || *s.TTFTP99 != 1000 ||
+		*s.E2EP50 != 60 || *s.E2EP99 != 1000 {
+		t.Errorf("errors %v, misses %d, ttft p50 %v p99 %v, e2e p50 %v p99 %v", s.Errors, s.Misses, *s.TTFTP50, *s.TTFTP99, *s.E2EP50, *s.E2EP99)
+	}
+	// SLO TTFT ≤ 20 ms, TPOT ≤ 5 ms: the first request (TTFT 10, 40 − 10 =
+	// 30 ≤ 5·(10 − 1) = 45) is good, the second (TTFT 30) is not: goodput
+	// 1 / 2 s window = 0.5. Phase calm: 1 good in its 0.9 s of the window;
+	// burst: none, 2 misses.
+	if s.Goodput == nil || *s.Goodput != 0.5 || s.SLO == nil || s.SLO.TTFTMS != 20 || s.SLO.TPOTMS != 5 {
+		t.Errorf("goodput %v, slo %+v", s.Goodput, s.SLO)
+	}
+	if p := s.Phases; p[0].Misses != 0 || p[1].Misses != 2 || math.Abs(*p[0].Goodput-1/0.9) > 1e-9 || *p[1].Goodput != 0 {
+		t.Errorf("phase misses %d %d, goodput %v %v", p[0].Misses, p[1].Misses, *p[0].Goodput, *p[1].Goodput)
 	}
 	if s.BusiestPodShare != 0.75 || s.BusiestPodRatio != 1.5 || math.Abs(s.PrefixHitRatio-0.6) > 1e-9 || s.WatchdogFreezes != 1 {
 		t.Errorf("share %v ratio %v hit %v freezes %v", s.BusiestPodShare, s.BusiestPodRatio, s.PrefixHitRatio, s.WatchdogFreezes)

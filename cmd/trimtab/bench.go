@@ -30,6 +30,7 @@ func newBenchCmd() *cobra.Command {
 		fleetN                      int
 		addrs                       routerAddrs
 		noPlots                     bool
+		slo                         sloFlags
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario FILE|NAME [--policies a,b] [--fleet N | --endpoints FILE | --target URL,… | --router URL] --out DIR",
@@ -41,7 +42,9 @@ in-process per policy (or an external --router). Each run salts its prompts
 afresh; policies are interleaved over --repeat repeats, each repeat starting one
 policy further on. It writes DIR/<scenario>.md, DIR/img/bench-real-*.png,
 DIR/summary.json (sim's schema plus cached_token_ratio and errors) and, when
-adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat).
+adaptive ran beside a fair baseline, DIR/compare.md (repeat by repeat). As in sim,
+a failed or timed-out request (a miss) counts in the percentiles at the scenario's
+timeout, and goodput counts requests within the SLO of --slo-ttft and --slo-tpot.
 Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
 and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
@@ -55,6 +58,9 @@ and --profile files (alone they replace the default policies).`,
 			}
 			if err := sim.ApplyEngine([]*sim.Scenario{sc}, engine); err != nil {
 				return fmt.Errorf("--engine: %w", err)
+			}
+			if err := slo.apply(cmd, sc); err != nil {
+				return err
 			}
 			cfg.Scenario = sc
 			if len(profiles) > 0 && !cmd.Flags().Changed("policies") {
@@ -143,6 +149,7 @@ and --profile files (alone they replace the default policies).`,
 	f.BoolVar(&cfg.CompareSim, "compare-sim", false, "also simulate the scenario and print both rankings side by side")
 	f.BoolVar(&noPlots, "no-plots", false, "write tables only")
 	f.StringVar(&cfg.TracePath, "trace", "", "trace file for trace scenarios")
+	slo.register(f)
 	return c
 }
 

@@ -35,7 +35,8 @@ phases:
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
-	log, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "3", "--fleet-speed", "20", "--policies", "adaptive,adaptive-off", "--compare-sim", "--out", out)
+	log, err := runRoot(t, "bench", "--scenario", scen, "--fleet", "3", "--fleet-speed", "20", "--policies", "adaptive,adaptive-off", "--compare-sim",
+		"--slo-ttft", "1500ms", "--out", out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
@@ -52,7 +53,7 @@ phases:
 	}
 	keys := []string{"scenario", "level", "policy", "seed", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 		"output_tokens_per_s", "prefix_hit_ratio", "failed", "timed_out", "busiest_pod_share", "busiest_pod_ratio", "measured",
-		"weight_changes", "watchdog_freezes", "cached_token_ratio", "errors", "phases"}
+		"weight_changes", "watchdog_freezes", "cached_token_ratio", "errors", "phases", "misses", "goodput", "slo"}
 	for _, r := range f.Runs {
 		for _, k := range keys {
 			if v, ok := r[k]; !ok || v == nil {
@@ -63,12 +64,16 @@ phases:
 			r["prefix_hit_ratio"].(float64) <= 0 || r["busiest_pod_share"].(float64) <= 0 {
 			t.Errorf("implausible run: %v", r)
 		}
+		// --slo-ttft replaces the default 2 s; TPOT keeps the default 100 ms.
+		if slo, _ := r["slo"].(map[string]any); slo == nil || slo["ttft_ms"] != 1500.0 || slo["tpot_ms"] != 100.0 || r["goodput"] == nil {
+			t.Errorf("slo %v, goodput %v; want ttft 1500 ms, tpot 100 ms", r["slo"], r["goodput"])
+		}
 		phases := r["phases"].([]any)
 		if len(phases) != 2 {
 			t.Errorf("%d phases, want 2", len(phases))
 		}
 		for _, p := range phases {
-			for _, k := range []string{"name", "rebalance_entries", "warmup_rebalance_entries", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "output_tokens_per_s", "measured", "onset_busiest_ratio"} {
+			for _, k := range []string{"name", "rebalance_entries", "warmup_rebalance_entries", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "output_tokens_per_s", "measured", "onset_busiest_ratio", "misses", "goodput"} {
 				if v, ok := p.(map[string]any)[k]; !ok || v == nil {
 					t.Errorf("%v phase %v: %s missing or null", r["policy"], p.(map[string]any)["name"], k)
 				}
