@@ -52,6 +52,7 @@ func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.prefill = int64(len(req.Prompt))
 	d.tokens = 0
 	d.cs.matched = false
+	d.cs.affinityCut = 1 - affinityScale(w, d.s.affinity)
 	if cap(d.cs.cached) < n {
 		d.cs.cached = make([]int64, n)
 	}

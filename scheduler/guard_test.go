@@ -433,3 +433,40 @@ func TestGuardedPickSecondsAllocatesNothing(t *testing.T) {
 		t.Errorf("Pick+Done under the seconds guard allocates %v times per request, want 0", allocs)
 	}
 }
+
+// TestAffinityScale: the affinity scorers' share of the weights in force
+// over their share of the calm weights, clamped to [0,1]; 1 without a
+// calm vector or calm affinity. Scorers: prefix (affinity), inflight,
+// time-cost (distribution).
+func TestAffinityScale(t *testing.T) {
+	aff := []bool{true, false, false}
+	for _, tc := range []struct {
+		name         string
+		values, calm []float64
+		want         float64
+	}{
+		// calm: the vectors are equal → 1.
+		{"calm", []float64{32, 1, 8}, []float64{32, 1, 8}, 1},
+		// static mode: no calm vector → 1.
+		{"static", []float64{32, 1, 8}, nil, 1},
+		// rebalance: 0.1 / (32/41) = 0.128125.
+		{"rebalance", []float64{0.1, 0.18, 0.72}, []float64{32, 1, 8}, 0.128125},
+		// affinity share 0.5 against calm's 0.25: clamped to 1.
+		{"more affinity than calm", []float64{1, 1, 0}, []float64{1, 3, 0}, 1},
+		// no affinity weight when calm → 1 (nothing to scale).
+		{"no calm affinity", []float64{0, 1, 1}, []float64{0, 1, 1}, 1},
+		// every weight 0 → 1.
+		{"zero weights", []float64{0, 0, 0}, []float64{1, 1, 1}, 1},
+		// a calm vector of another length → 1.
+		{"misaligned", []float64{1, 1, 1}, []float64{1, 1}, 1},
+	} {
+		w := &Weights{Values: tc.values, Calm: tc.calm}
+		if got := affinityScale(w, aff); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	var cs CycleState
+	if got := cs.AffinityScale(); got != 1 {
+		t.Errorf("zero CycleState: %v, want 1", got)
+	}
+}

@@ -147,6 +147,43 @@ type CycleState struct {
 	matched         bool
 	prompt, indexed int64
 	cached          []int64
+
+	// affinityCut is 1 − AffinityScale for this decision (the zero
+	// state reads as calm).
+	affinityCut float64
+}
+
+// AffinityScale is the affinity scorers' share of the weights in force
+// over their share of the calm weights (Weights.Calm), in [0,1]: 1 while
+// the loop is calm, in static mode and without a calm vector; towards
+// d_max's floor as the loop moves weight to distribution. A scorer that
+// weighs affinity inside its own score (time-cost's cache_credit) scales
+// that part by it, so the loop's trade reaches it too.
+func (cs *CycleState) AffinityScale() float64 { return 1 - cs.affinityCut }
+
+// affinityScale computes AffinityScale for w; aff[i] says whether scorer
+// i is an affinity scorer.
+func affinityScale(w *Weights, aff []bool) float64 {
+	if w == nil || len(w.Calm) != len(w.Values) || len(aff) != len(w.Values) {
+		return 1
+	}
+	var a, t, ca, ct float64
+	for i, v := range w.Values {
+		t += v
+		ct += w.Calm[i]
+		if aff[i] {
+			a += v
+			ca += w.Calm[i]
+		}
+	}
+	if !(t > 0 && ct > 0 && ca > 0) {
+		return 1
+	}
+	r := (a / t) / (ca / ct)
+	if !(r >= 0) {
+		return 1
+	}
+	return min(r, 1)
 }
 
 // Slot returns the calling scorer's scratch slot. Only valid inside Score

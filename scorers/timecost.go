@@ -39,6 +39,16 @@ type TimeCostConfig struct {
 	// exists: other replicas' pending prefill and profiles without a
 	// prefix scorer (bytes_per_token, default 4, the prefix scorer's).
 	BytesPerToken int `mapstructure:"bytes_per_token"`
+	// CacheCredit c (cache_credit, default 0) charges the request's own
+	// uncached prompt tokens 1 + c times: once for the wait they add to
+	// its own first token, c more for the prefill work they add to the
+	// fleet — the seconds every request that follows it on e waits
+	// behind that work, and the KV it takes. With c = 0 the cost is the
+	// request's own expected wait; with c = 1 a request joins the pod
+	// that holds (or, with an index learning at the pick, is computing)
+	// its prefix while waiting there costs less than twice recomputing
+	// the prefix elsewhere. Range [0, 16].
+	CacheCredit float64 `mapstructure:"cache_credit"`
 }
 
 // DefaultTimeCostConfig returns the defaults documented on TimeCostConfig.
@@ -65,6 +75,8 @@ func (c TimeCostConfig) Validate() error {
 		return fmt.Errorf("time-cost.chunk_tokens: must be in 1…1048576, got %d", c.ChunkTokens)
 	case c.BytesPerToken <= 0 || c.BytesPerToken > 64:
 		return fmt.Errorf("time-cost.bytes_per_token: must be in 1…64, got %d", c.BytesPerToken)
+	case !(c.CacheCredit >= 0 && c.CacheCredit <= 16):
+		return fmt.Errorf("time-cost.cache_credit: must be in [0, 16], got %v", c.CacheCredit)
 	}
 	return nil
 }
@@ -72,7 +84,7 @@ func (c TimeCostConfig) Validate() error {
 // TimeCost is a cache-aware distribution scorer in seconds: the expected
 // time until a request's first token on each candidate e,
 //
-//	cost_e  = step_e + work_e / rate_e + ⌈work_e / chunk⌉ · running_e · κ_e
+//	cost_e  = step_e + (work_e + c · uncached_e(r)) / rate_e + ⌈work_e / chunk⌉ · running_e · κ_e
 //	work_e  = queued_e + uncached_e(r)
 //
 // with queued_e the uncached prompt tokens already waiting for their first
@@ -85,7 +97,13 @@ func (c TimeCostConfig) Validate() error {
 // running requests (0 when the scrape is stale: the term is then left
 // out), κ_e decode_seconds_per_running scaled like the step, and chunk
 // chunk_tokens. Each chunk of prefill shares its step with e's running
-// decodes, which lengthen it by κ each.
+// decodes, which lengthen it by κ each. c is cache_credit: the request's
+// own uncached prefill charged again for the work it adds to e, which
+// the requests after it wait behind (0 by default: the request's own
+// wait only). The control loop's trade reaches c: it is scaled by
+// CycleState.AffinityScale, so while the loop has moved weight from
+// affinity to distribution the credit shrinks with the affinity share
+// and the scorer spreads by expected wait.
 //
 // A prefix cached on e lowers cost_e by exactly the seconds of prefill it
 // saves (cached tokens ÷ rate_e), and every token queued ahead raises it
@@ -107,6 +125,7 @@ func (c TimeCostConfig) Validate() error {
 // (scheduler.MatchConsumer). Seconds reports cost_e for explanations.
 type TimeCost struct {
 	rate, step, kappa float64
+	credit            float64
 	chunk, bpt        int64
 	noIdx             interface{ Inc() }
 }
@@ -122,7 +141,8 @@ func NewTimeCost(name string, cfg TimeCostConfig, deps Deps) (*TimeCost, error) 
 	}
 	return &TimeCost{
 		rate: cfg.PrefillTokensPerSecond, step: cfg.StepSeconds, kappa: cfg.DecodeSecondsPerRunning,
-		chunk: int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
+		credit: cfg.CacheCredit,
+		chunk:  int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
 	}, nil
 }
 
@@ -162,11 +182,13 @@ func (t *TimeCost) Score(cs *scheduler.CycleState, req *scheduler.Request, eps [
 // Cost returns cost_e for req on e, in seconds (see TimeCost), with cs the
 // decision's state (its match, when a MatchProducer ran).
 func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *scheduler.Endpoint) float64 {
-	var work int64
+	var work, own int64
 	if m, ok := cs.Match(e); ok {
-		work = inFlightTokens(e, t.bpt) + m.Uncached()
+		own = m.Uncached()
+		work = inFlightTokens(e, t.bpt) + own
 	} else {
-		work = max(e.PendingPrefill(), 0)/t.bpt + int64(len(req.Prompt))/t.bpt
+		own = int64(len(req.Prompt)) / t.bpt
+		work = max(e.PendingPrefill(), 0)/t.bpt + own
 		t.noIdx.Inc()
 	}
 	cal := e.Calibration()
@@ -179,7 +201,7 @@ func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *sch
 	if !(step > 0) || math.IsInf(step, 0) {
 		step = t.step * scale
 	}
-	cost := step + float64(work)/rate
+	cost := step + (float64(work)+t.credit*cs.AffinityScale()*float64(own))/rate
 	if run := e.Running; fresh(e) && run > 0 && !math.IsInf(run, 0) && t.kappa > 0 {
 		chunks := (work + t.chunk - 1) / t.chunk
 		cost += float64(chunks) * run * t.kappa * scale

@@ -130,6 +130,80 @@ func TestTimeCostTradesAffinityForQueue(t *testing.T) {
 	}
 }
 
+// TestTimeCostCacheCredit: cache_credit c charges the request's own
+// uncached tokens 1 + c times, c scaled by the loop's affinity share.
+// Pool a:1, b:1 (capacity 1, priors 1,000 tokens/s, 10 ms a step, no
+// running decodes); prefix (learning at the pick, weight 1, affinity)
+// and time-cost (weight 1). P (16 tokens) is picked onto a:1 and has no
+// first byte yet: 16 tokens queued there, its blocks counted from the
+// pick. R shares P's first 12 tokens: 4 uncached on a:1, 16 on b:1.
+// With c = 1 and weights v published against calm weights (1, 1), the
+// scale is (v_prefix / Σv) ÷ (1/2):
+//
+//	v (1, 1):       scale 1    a 0.01 + (16 + 4 + 4)/1000    = 0.034
+//	                           b 0.01 + (16 + 16)/1000       = 0.042
+//	v (0.25, 0.75): scale 0.5  a 0.01 + (20 + 0.5·4)/1000    = 0.032
+//	                           b 0.01 + (16 + 0.5·16)/1000   = 0.034
+//	v (0.1, 0.9):   scale 0.2  a 0.01 + (20 + 0.2·4)/1000    = 0.0308
+//	                           b 0.01 + (16 + 0.2·16)/1000   = 0.0292
+//
+// so the credit sends R to join P's prefill while calm and, once the loop
+// has moved 80 % of the affinity share away, to the idle pod. c = 0 is
+// the request's own wait: a 0.030, b 0.026, whatever the weights.
+func TestTimeCostCacheCredit(t *testing.T) {
+	for _, tc := range []struct {
+		credit     float64
+		prefix, tc float64 // published weights; calm is (1, 1)
+		a, b       float64
+	}{
+		{1, 1, 1, 0.034, 0.042},
+		{1, 0.25, 0.75, 0.032, 0.034},
+		{1, 0.1, 0.9, 0.0308, 0.0292},
+		{0, 1, 1, 0.030, 0.026},
+		{0, 0.1, 0.9, 0.030, 0.026},
+	} {
+		t.Run(fmt.Sprintf("c=%v/w=%v,%v", tc.credit, tc.prefix, tc.tc), func(t *testing.T) {
+			pcfg := DefaultPrefixConfig()
+			pcfg.BlockSize, pcfg.Learn = 4, LearnPick
+			p, err := NewPrefix("prefix", pcfg, Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, CacheCredit: tc.credit}, Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 1},
+				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
+			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.SetEndpoints(eps("a:1", "b:1"))
+			if err := s.Publish(&scheduler.Weights{Version: 2, Values: []float64{tc.prefix, tc.tc}, Calm: []float64{1, 1}, Mode: "rebalance"}); err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptP), Subset: []string{"a:1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptR)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]float64{"a:1": tc.a, "b:1": tc.b}
+			for i, e := range d.Candidates() {
+				if sec, ok := d.Seconds(1, i); !ok || math.Abs(sec-want[e.Address]) > 1e-12 {
+					t.Errorf("%s: %v seconds (ok %v), want %v", e.Address, sec, ok, want[e.Address])
+				}
+			}
+			d.Done(scheduler.Outcome{})
+			first.Done(scheduler.Outcome{})
+		})
+	}
+}
+
 func TestTimeCostConfigValidate(t *testing.T) {
 	ok := DefaultTimeCostConfig()
 	if err := ok.Validate(); err != nil {
@@ -145,6 +219,9 @@ func TestTimeCostConfigValidate(t *testing.T) {
 		{func(c *TimeCostConfig) { c.DecodeSecondsPerRunning = -1 }, "time-cost.decode_seconds_per_running"},
 		{func(c *TimeCostConfig) { c.ChunkTokens = 0 }, "time-cost.chunk_tokens"},
 		{func(c *TimeCostConfig) { c.BytesPerToken = 65 }, "time-cost.bytes_per_token"},
+		{func(c *TimeCostConfig) { c.CacheCredit = -0.5 }, "time-cost.cache_credit"},
+		{func(c *TimeCostConfig) { c.CacheCredit = math.NaN() }, "time-cost.cache_credit"},
+		{func(c *TimeCostConfig) { c.CacheCredit = 17 }, "time-cost.cache_credit"},
 	} {
 		c := DefaultTimeCostConfig()
 		tc.mut(&c)
