@@ -67,9 +67,9 @@ type RunSummary struct {
 	// (agentic workloads; absent otherwise).
 	ContinuationHitRatio *float64 `json:"continuation_hit_ratio,omitempty"`
 	// HerdPicks counts picks whose calm choice was over the guard's bound.
-	HerdPicks int64 `json:"herd_picks"`
-	Errors           map[string]int  `json:"errors"`
-	Phases           []PhaseSummary  `json:"phases"`
+	HerdPicks int64          `json:"herd_picks"`
+	Errors    map[string]int `json:"errors"`
+	Phases    []PhaseSummary `json:"phases"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
