@@ -62,14 +62,15 @@ type RunSummary struct {
 	// (absent: one router).
 	Routers          *RoutersSummary `json:"routers,omitempty"`
 	CachedTokenRatio *float64        `json:"cached_token_ratio"`
+	Errors           map[string]int  `json:"errors"`
+	Phases           []PhaseSummary  `json:"phases"`
+
 	// ContinuationHitRatio is the prompt tokens of measured session
 	// continuations found in the prefix cache ÷ their prompt tokens
 	// (agentic workloads; absent otherwise).
 	ContinuationHitRatio *float64 `json:"continuation_hit_ratio,omitempty"`
 	// HerdPicks counts picks whose calm choice was over the guard's bound.
-	HerdPicks int64          `json:"herd_picks"`
-	Errors    map[string]int `json:"errors"`
-	Phases    []PhaseSummary `json:"phases"`
+	HerdPicks int64 `json:"herd_picks"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
