@@ -69,8 +69,9 @@ type RunSummary struct {
 	// continuations found in the prefix cache ÷ their prompt tokens
 	// (agentic workloads; absent otherwise).
 	ContinuationHitRatio *float64 `json:"continuation_hit_ratio,omitempty"`
-	// HerdPicks counts picks whose calm choice was over the guard's bound.
-	HerdPicks int64 `json:"herd_picks"`
+	// HerdPicks counts picks whose calm choice was over the guard's bound
+	// (simulator runs; absent when none).
+	HerdPicks int64 `json:"herd_picks,omitempty"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
