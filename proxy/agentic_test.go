@@ -27,7 +27,7 @@ func TestHTTPAgentAPIs(t *testing.T) {
 	tests := []struct {
 		path, body, session string
 	}{
-		{PathResponses, `{"model":"m","stream":true,"instructions":"s","input":"hi","previous_response_id":"resp_7"}`, "resp_7"},
+		{PathResponses, `{"model":"m","stream":true,"instructions":"s","input":"hi","previous_response_id":"resp_7","user":"u-7"}`, "u-7"},
 		{PathMessages, `{"model":"m","stream":true,"max_tokens":4,"system":"s","messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u-9"}}`, "u-9"},
 	}
 	for _, tt := range tests {

@@ -267,7 +267,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	}
 	h.deps.Traffic.Record(req)
 	h.tr.decided(r.Context(), d)
-	h.forward(w, r, api, d, st.body)
+	h.forward(w, r, api, d, st.body, effectiveKey(req))
 }
 
 // dropRequestHeader lists inbound headers never forwarded: hop-by-hop

@@ -102,7 +102,7 @@ func retryableStatus(code int) bool {
 // before it can still be retried or answered in the API's error format.
 // With no retry left, a stream's headers go out at once, as the endpoint
 // sent them.
-func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte) {
+func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte, key uint64) {
 	clk := h.deps.Clock
 	start := clk.Now()
 	ctx := r.Context()
@@ -222,7 +222,13 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 	}
 	w.WriteHeader(resp.StatusCode)
 	h.m.count(addr, resp.StatusCode)
-	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d)
+	var sn *idSniffer
+	if api == APIResponses && key != 0 && resp.StatusCode == http.StatusOK {
+		sn = sniffers.Get().(*idSniffer)
+		sn.p, sn.key = h.parser, key
+		defer putSniffer(sn)
+	}
+	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d, sn)
 	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start)}
 	switch {
 	case res.clientGone || (res.err != nil && ctx.Err() != nil):
@@ -269,7 +275,8 @@ type streamResult struct {
 // token) is reported to the decision, which stops counting the prompt as
 // pending prefill on the endpoint (d is nil for pass-through requests,
 // which are not scheduled).
-func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision) streamResult {
+// sn, when not nil, is fed the body's bytes (a Responses response's id).
+func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision, sn *idSniffer) streamResult {
 	rc := http.NewResponseController(w)
 	var res streamResult
 	if flushFirst {
@@ -288,6 +295,7 @@ func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, 
 				}
 			}
 			res.n += int64(n)
+			sn.feed(buf[:n])
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				res.clientGone = true
 				return res
@@ -439,7 +447,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		h.m.count(addr, resp.StatusCode)
 		ub := newUpstreamBody(resp.Body, h.timers, h.cfg.HTTP.StreamIdleTimeout, cancel)
 		bp := bufPool.Get().(*[]byte)
-		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil)
+		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil, nil)
 		bufPool.Put(bp)
 		ub.Close()
 		if res.err != nil && ub.timedOut() {

@@ -11,6 +11,11 @@ import (
 type scan struct {
 	b []byte
 	i int
+	// root is where, in the rendered prompt, the conversation's first item
+	// that is not a system message ends (0: none yet); tracked while track
+	// (see lineage.go).
+	root  int
+	track bool
 }
 
 func (s *scan) ws() {

@@ -53,6 +53,7 @@ import (
 type Parser struct {
 	adapters map[string]loraEntry
 	names    interner
+	lineage  *lineage
 }
 
 type loraEntry struct{ adapter, base string }
@@ -60,7 +61,7 @@ type loraEntry struct{ adapter, base string }
 // NewParser returns a parser. loraAdapters maps adapter names, as clients
 // put them in "model", to their base model; it is copied.
 func NewParser(loraAdapters map[string]string) *Parser {
-	p := &Parser{adapters: make(map[string]loraEntry, len(loraAdapters))}
+	p := &Parser{adapters: make(map[string]loraEntry, len(loraAdapters)), lineage: newLineage()}
 	for a, b := range loraAdapters {
 		p.adapters[a] = loraEntry{adapter: a, base: b}
 	}
@@ -84,6 +85,9 @@ type Parsed struct {
 	scratch []byte
 	subset  []string
 	secs    [numSections]span
+	// rootLen is the length of the conversation's root within its section
+	// (0: none), see lineage.go.
+	rootLen int
 }
 
 // Reset clears the request, keeping the buffers.
@@ -96,6 +100,7 @@ func (p *Parsed) Reset() {
 	clear(p.subset)
 	p.subset = p.subset[:0]
 	p.secs = [numSections]span{}
+	p.rootLen = 0
 }
 
 var parsedPool = sync.Pool{New: func() any { return new(Parsed) }}
@@ -135,7 +140,9 @@ type fields struct {
 	model, salt rawStr
 	// ids are the body's session id candidates, most preferred first
 	// (which keys fill which slot depends on the API).
-	ids [3]rawStr
+	ids [2]rawStr
+	// prev is a Responses continuation's previous_response_id.
+	prev rawStr
 }
 
 // Parse parses an OpenAI completions or chat completions body; it is
@@ -147,9 +154,10 @@ func (ps *Parser) Parse(body []byte, sessionHeader string, out *Parsed) error {
 // ParseAPI parses body, in the format of api, into out (which it resets
 // first). sessionHeader is the x-session-id header value; when empty the
 // session id comes from the body: "session_id", else "user" (OpenAI);
-// "conversation" (a string, or an object's "id"), else
-// "previous_response_id", else "user" (Responses); "metadata"."user_id"
-// (Messages). Errors are *Error values: 400 for invalid JSON, a non-object
+// "conversation" (a string, or an object's "id"), else "user"
+// (Responses); "metadata"."user_id" (Messages). Without a session id the
+// request's SessionKey is derived from the conversation's lineage (see
+// lineage.go). Errors are *Error values: 400 for invalid JSON, a non-object
 // body, a missing model or a mistyped field.
 func (ps *Parser) ParseAPI(api API, body []byte, sessionHeader string, out *Parsed) error {
 	out.Reset()
@@ -244,8 +252,41 @@ func (ps *Parser) ParseAPI(api API, body []byte, sessionHeader string, out *Pars
 		out.order()
 	}
 	r.Prompt = out.prompt
+	if r.SessionID == "" {
+		r.SessionKey = ps.lineageKey(api, out, &f)
+	}
 	return nil
 }
+
+// lineageKey derives the session key of a request without a session id
+// (see lineage.go); 0 when it has no lineage.
+func (ps *Parser) lineageKey(api API, out *Parsed, f *fields) uint64 {
+	if api == APIResponses && f.prev.set() {
+		id := f.prev.raw
+		if f.prev.esc {
+			out.scratch = unescape(out.scratch[:0], id)
+			id = out.scratch
+		}
+		return ps.lineage.continuationKey(id)
+	}
+	if out.rootLen == 0 {
+		return 0
+	}
+	end := out.rootLen
+	if api != APIOpenAI {
+		for _, sp := range out.secs[:secConv] {
+			if sp.set {
+				end += sp.end - sp.start
+			}
+		}
+	}
+	return scheduler.LineageKey(out.prompt[:end])
+}
+
+// Learn records that the Responses response with id answered a request
+// whose session key was key, so that its continuations (by
+// previous_response_id) take that key. Safe for concurrent use.
+func (ps *Parser) Learn(id []byte, key uint64) { ps.lineage.learn(idHash(id), key) }
 
 // openAIField reads a top-level key of a completions or chat completions
 // body.
@@ -262,7 +303,9 @@ func (s *scan) openAIField(k []byte, out *Parsed, f *fields) (err error) {
 		out.prompt, err = s.prompt(out.prompt[:0], 1)
 	case "messages":
 		out.Chat = true
+		s.track, s.root = true, 0
 		out.prompt, err = s.messages(out.prompt[:0], 1, false)
+		out.rootLen = rootLen(s, 0)
 	default:
 		err = s.value(1)
 	}

@@ -103,13 +103,15 @@ func (s *scan) agentField(api API, k []byte, out *Parsed, f *fields) (err error)
 			out.prompt, err = s.tools(out.prompt, 1)
 		case "input":
 			sec = secConv
+			s.track, s.root = true, 0
 			out.prompt, err = s.input(out.prompt, 1)
+			out.rootLen = rootLen(s, start)
 		case "conversation":
 			f.ids[0], err = s.member(1, "id", true)
 		case "previous_response_id":
-			f.ids[1].raw, f.ids[1].esc, f.ids[1].ok, err = s.optString(1)
+			f.prev.raw, f.prev.esc, f.prev.ok, err = s.optString(1)
 		case "user":
-			f.ids[2].raw, f.ids[2].esc, f.ids[2].ok, err = s.optString(1)
+			f.ids[1].raw, f.ids[1].esc, f.ids[1].ok, err = s.optString(1)
 		default:
 			err = s.value(1)
 		}
@@ -123,7 +125,9 @@ func (s *scan) agentField(api API, k []byte, out *Parsed, f *fields) (err error)
 			out.prompt, err = s.tools(out.prompt, 1)
 		case "messages":
 			sec = secConv
+			s.track, s.root = true, 0
 			out.prompt, err = s.messages(out.prompt, 1, false)
+			out.rootLen = rootLen(s, start)
 		case "metadata":
 			f.ids[0], err = s.member(1, "user_id", false)
 		default:
@@ -193,7 +197,21 @@ func (s *scan) input(dst []byte, depth int) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	return append(dst, '\n'), nil
+	dst = append(dst, '\n')
+	if s.track && s.root == 0 {
+		s.root = len(dst)
+	}
+	return dst, nil
+}
+
+// rootLen ends root tracking of a conversation section rendered from
+// start: the length of its root within the section (0: none).
+func rootLen(s *scan, start int) int {
+	s.track = false
+	if s.root == 0 {
+		return 0
+	}
+	return s.root - start
 }
 
 // member reads an object's string member name (a session id), or, with

@@ -46,8 +46,10 @@ func TestParseResponses(t *testing.T) {
 			session: "conv_1"},
 		{name: "session from conversation object", body: `{"model":"m","conversation":{"id":"conv_\u0032"}}`,
 			session: "conv_2"},
-		{name: "session from previous_response_id", body: `{"model":"m","previous_response_id":"resp_1","user":"u"}`,
-			session: "resp_1"},
+		// previous_response_id is a lineage, not a session id
+		// (TestParseContinuationKey): user is the id here.
+		{name: "previous_response_id is no session id", body: `{"model":"m","previous_response_id":"resp_1","user":"u"}`,
+			session: "u"},
 		{name: "session falls back to user", body: `{"model":"m","user":"u","conversation":7}`, session: "u"},
 		{name: "header wins", body: `{"model":"m","conversation":"conv_1"}`, header: "h", session: "h"},
 		{name: "session_id is not a Responses field", body: `{"model":"m","session_id":"s"}`},

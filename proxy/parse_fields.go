@@ -233,9 +233,22 @@ func (s *scan) messages(dst []byte, depth int, items bool) ([]byte, error) {
 			}
 		}
 		dst = append(dst, '\n')
+		if s.track && s.root == 0 && !(haveRole && !roleEsc && systemRole(role)) {
+			s.root = len(dst)
+		}
 		more, err := s.more(']')
 		if err != nil || !more {
 			return dst, err
 		}
 	}
+}
+
+// systemRole reports whether role is a system prompt's ("system",
+// "developer"), which belongs to the scaffold, not the conversation.
+func systemRole(role []byte) bool {
+	switch string(role) {
+	case "system", "developer":
+		return true
+	}
+	return false
 }

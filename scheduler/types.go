@@ -52,6 +52,13 @@ type Request struct {
 	Prompt []byte
 	// SessionID is the sticky-session key ("" when the client sent none).
 	SessionID string
+	// SessionKey is the session key derived from the conversation's
+	// lineage when the client sent no session id (0: none): the proxy sets
+	// it from a Responses continuation's previous_response_id, or from the
+	// conversation's root (its scaffold and first turn, LineageKey). The
+	// session scorer uses SessionID's hash (SessionIDKey) when SessionID is
+	// set, else SessionKey.
+	SessionKey uint64
 	// CacheSalt isolates prefix-cache sharing between tenants ("" for none).
 	CacheSalt string
 	// Subset, when non-empty, restricts candidates to these addresses

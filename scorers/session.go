@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,9 +59,14 @@ func (c SessionConfig) Validate() error {
 	return nil
 }
 
-// Session is an affinity scorer for sticky sessions (req.SessionID, taken
-// by the proxy from the x-session-id header or the body's session_id /
-// user field).
+// Session is an affinity scorer for sticky sessions. A request's session
+// key is the hash of req.SessionID (scheduler.SessionIDKey; the proxy takes
+// it from the x-session-id header or the body's session id fields) or, when
+// the client sent none, req.SessionKey, derived by the proxy from the
+// conversation's lineage (scheduler.LineageKey): a thousand agents on one
+// scaffold have a thousand keys and spread over the ring, while each
+// agent's turns share one. Keys are 64-bit hashes of the whole id, so ids
+// sharing a string prefix ("session-1", "session-12") are unrelated.
 //
 // Assignment: the first time a session is seen it is assigned an endpoint
 // by consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
@@ -79,13 +83,13 @@ func (c SessionConfig) Validate() error {
 //
 // Formula: score = 1 for the session's endpoint, 0 for every other
 // candidate.
-// Neutral rule: a request without a session id scores 0 on every candidate
+// Neutral rule: a request without a session key scores 0 on every candidate
 // (a constant, so it does not change the ranking); so does a session whose
 // endpoint is not among the candidates (filtered out for this request).
 //
 // Memory: at most MaxSessions sessions (LRU per shard, MaxSessions/Shards
 // each) and a session idle for IdleTimeout of request time is forgotten.
-// Score allocates only when it records a new session.
+// Score allocates only when the table grows.
 type Session struct {
 	cfg       SessionConfig
 	shardMask uint64
@@ -119,7 +123,7 @@ const noEndpoint = ^uint32(0)
 
 type sessionShard struct {
 	mu         sync.Mutex
-	m          map[string]uint32 // session id → entry
+	m          map[uint64]uint32 // session key → entry
 	ents       []sessionEntry
 	head, tail uint32 // LRU: head most recent
 	free       uint32 // free entries, linked through next
@@ -128,7 +132,7 @@ type sessionShard struct {
 }
 
 type sessionEntry struct {
-	key        string
+	key        uint64
 	last       int64 // request time of the last use, Unix ns (0: unknown)
 	ep         uint32
 	prev, next uint32
@@ -150,7 +154,7 @@ func NewSession(name string, cfg SessionConfig, deps Deps) (*Session, error) {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = map[string]uint32{}
+		sh.m = map[uint64]uint32{}
 		sh.head, sh.tail, sh.free = nilIdx, nilIdx, nilIdx
 	}
 	return s, nil
@@ -166,19 +170,22 @@ type sessionScratch struct {
 // Score implements scheduler.Scorer.
 func (s *Session) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	clear(out)
-	if req.SessionID == "" {
+	h := req.SessionKey
+	if req.SessionID != "" {
+		h = scheduler.SessionIDKey(req.SessionID)
+	}
+	if h == 0 {
 		return
 	}
 	var now int64
 	if !req.Arrival.IsZero() {
 		now = req.Arrival.UnixNano()
 	}
-	h := xxhash.Sum64String(req.SessionID)
 	sh := &s.shards[h&s.shardMask]
 	sh.mu.Lock()
 	r := s.ring
 	ep := noEndpoint
-	if idx, ok := sh.m[req.SessionID]; ok {
+	if idx, ok := sh.m[h]; ok {
 		e := &sh.ents[idx]
 		if s.expired(e.last, now) {
 			sh.drop(r, idx)
@@ -199,7 +206,7 @@ func (s *Session) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []
 	if ep == noEndpoint && len(r.addrs) > 0 {
 		ep = s.assign(cs, r, h, eps)
 		if ep != noEndpoint {
-			sh.add(r, strings.Clone(req.SessionID), ep, now, s.perShard)
+			sh.add(r, h, ep, now, s.perShard)
 		}
 	}
 	sh.mu.Unlock()
@@ -271,7 +278,7 @@ func (s *Session) assign(cs *scheduler.CycleState, r *sessionRing, h uint64, eps
 
 // add records a new session on ep, evicting the shard's least recently used
 // session when the shard is full. Caller holds sh.mu.
-func (sh *sessionShard) add(r *sessionRing, key string, ep uint32, now int64, limit int) {
+func (sh *sessionShard) add(r *sessionRing, key uint64, ep uint32, now int64, limit int) {
 	if len(sh.m) >= limit && sh.tail != nilIdx {
 		sh.drop(r, sh.tail)
 	}

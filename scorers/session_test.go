@@ -208,8 +208,8 @@ func TestSessionIdleExpiry(t *testing.T) {
 	h.pickDone(t, &scheduler.Request{SessionID: "x", Arrival: t0.Add(150 * time.Second)})
 	sh := &sc.shards[0]
 	sh.mu.Lock()
-	_, kept := sh.m["kept"]
-	_, stale := sh.m["new"] // last seen at 61 s, 89 s idle
+	_, kept := sh.m[scheduler.SessionIDKey("kept")]
+	_, stale := sh.m[scheduler.SessionIDKey("new")] // last seen at 61 s, 89 s idle
 	sh.mu.Unlock()
 	if !kept || stale {
 		t.Errorf("kept present %v (want true), new present %v (want false)", kept, stale)

@@ -136,6 +136,12 @@ func (r *runner) mark(end bool) {
 	if query > 0 {
 		r.res.PrefixHitRate = float64(hits) / float64(query)
 	}
+	r.res.HerdPicks = 0
+	for _, rt := range r.routers {
+		for _, e := range rt.sched.Pool().Pointers() {
+			r.res.HerdPicks += int64(e.HerdPicks())
+		}
+	}
 }
 
 func (r *runner) finish() {

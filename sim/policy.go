@@ -118,7 +118,7 @@ func PolicyNames() []string {
 }
 
 func builtinPolicy(name string) (Policy, bool) {
-	for _, p := range builtinPolicies() {
+	for _, p := range append(builtinPolicies(), optionalPolicies()...) {
 		if p.Name == name {
 			return p, true
 		}

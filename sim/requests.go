@@ -24,6 +24,9 @@ func (r *runner) next(c int) {
 	if m := r.sc.Load.ThinkTime; m > 0 {
 		think = time.Duration(r.arng.ExpFloat64() * float64(m))
 	}
+	if t, ok := r.gens[r.phase].(thinker); ok {
+		think += t.thinkTime(c)
+	}
 	r.h.push(event{at: r.now + think, kind: evArrival, idx: int32(c)})
 }
 
@@ -71,10 +74,18 @@ func (r *runner) arrive(c int) {
 	q.seq.OutputTokens = q.spec.out.tokens
 	q.seq.Data = q
 	q.req = scheduler.Request{
-		Model:     r.sc.Model,
-		Prompt:    q.buf[:promptBytes],
-		SessionID: q.spec.sessionID,
-		Arrival:   Epoch.Add(r.now),
+		Model:      r.sc.Model,
+		Prompt:     q.buf[:promptBytes],
+		SessionID:  q.spec.sessionID,
+		SessionKey: q.spec.sessionKey,
+		Arrival:    Epoch.Add(r.now),
+	}
+	if len(q.spec.routerSegs) > 0 {
+		q.rbuf = q.rbuf[:0]
+		for _, s := range q.spec.routerSegs {
+			q.rbuf = r.segs.append(q.rbuf, s)
+		}
+		q.req.Prompt = q.rbuf
 	}
 	r.res.Issued++
 	if q.measured {
@@ -210,6 +221,10 @@ func (r *runner) onEvent(ev engine.Event) {
 	e2e := r.now - q.arrival
 	if q.measured {
 		slo := r.sc.SLO
+		if q.spec.continuation {
+			r.res.ContinuationPromptTokens += int64(q.seq.PromptTokens)
+			r.res.ContinuationCachedTokens += int64(q.seq.CachedTokens)
+		}
 		r.res.Complete(ttft, e2e, q.seq.OutputTokens, slo)
 		r.res.Phases[q.phase].Complete(ttft, e2e, q.seq.OutputTokens, slo)
 	}

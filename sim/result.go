@@ -44,6 +44,14 @@ type Result struct {
 	// PrefixHitRate is prompt tokens found in the servers' prefix caches ÷
 	// prompt tokens looked up, during the window.
 	PrefixHitRate float64
+	// ContinuationPromptTokens and ContinuationCachedTokens sum the prompt
+	// tokens, and those found in the prefix cache, of the measured
+	// requests that continue a session (agentic workloads).
+	ContinuationPromptTokens, ContinuationCachedTokens int64
+	// HerdPicks counts the picks whose calm choice was over the guard's
+	// bound (scheduler.Endpoint.HerdPicks, summed over the pool at the end
+	// of the run).
+	HerdPicks int64
 	// LoadMax and LoadMin are the highest and lowest time-averaged load
 	// (running + waiting) of a pod during the window.
 	LoadMax, LoadMin float64

@@ -50,6 +50,7 @@ type simReq struct {
 	dec      *scheduler.Decision
 	spec     reqSpec
 	buf      []byte
+	rbuf     []byte // the router's prompt when it differs (agentic responses)
 	server   int
 	client   int
 	phase    int
@@ -129,7 +130,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	// the first such phase where restarting it would repeat what it
 	// already sent: a trace (arrivals and rendering walk the same
 	// entries), unique prompts, a group-major cycle.
-	continues := sc.Load.Mode == ModeTrace || sc.Workload.Kind == KindUniform || sc.Workload.Order == OrderGroupMajor
+	continues := sc.Load.Mode == ModeTrace || sc.Workload.Kind == KindUniform || sc.Workload.Order == OrderGroupMajor || sc.Workload.Kind == KindAgentic
 	plain := -1
 	for i := range sc.Phases {
 		zero := sc.Phases[i].Workload.IsZero()

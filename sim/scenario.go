@@ -262,7 +262,7 @@ func (o EngineOverrides) Apply(base engine.Config) engine.Config {
 
 // Workload describes the requests. Which fields matter depends on Kind.
 type Workload struct {
-	// Kind is shared-prefix, chat, uniform or trace.
+	// Kind is shared-prefix, chat, uniform, agentic or trace.
 	Kind string `yaml:"kind"`
 	// Groups is the number of distinct system prompts (shared-prefix,
 	// chat).
@@ -317,6 +317,8 @@ type Workload struct {
 	// MaxPromptTokens truncates longer prompts (0: no limit); the engine
 	// rejects prompts that could never fit its KV cache anyway.
 	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	// AgenticWorkload holds the agentic kind's fields.
+	AgenticWorkload `yaml:",inline"`
 }
 
 // Load describes the arrival process and its sweep.

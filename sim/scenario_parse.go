@@ -181,6 +181,8 @@ func (w *Workload) validate(prefix, mode string) []error {
 			bad("turns: must be ≥ 1")
 		}
 	case KindUniform:
+	case KindAgentic:
+		w.validateAgentic(bad)
 	case KindTrace:
 		if w.Trace == "" {
 			bad("trace: must be set for kind trace")
@@ -189,7 +191,7 @@ func (w *Workload) validate(prefix, mode string) []error {
 			bad("trace_tokens_per_id: must be ≥ 1")
 		}
 	default:
-		bad("kind: %q, want one of shared-prefix, chat, uniform, trace", w.Kind)
+		bad("kind: %q, want one of shared-prefix, chat, uniform, agentic, trace", w.Kind)
 	}
 	if w.Kind != KindTrace {
 		if w.QuestionTokens < 1 {

@@ -64,6 +64,14 @@ type RunSummary struct {
 	CachedTokenRatio *float64        `json:"cached_token_ratio"`
 	Errors           map[string]int  `json:"errors"`
 	Phases           []PhaseSummary  `json:"phases"`
+
+	// ContinuationHitRatio is the prompt tokens of measured session
+	// continuations found in the prefix cache ÷ their prompt tokens
+	// (agentic workloads; absent otherwise).
+	ContinuationHitRatio *float64 `json:"continuation_hit_ratio,omitempty"`
+	// HerdPicks counts picks whose calm choice was over the guard's bound
+	// (simulator runs; absent when none).
+	HerdPicks int64 `json:"herd_picks,omitempty"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
@@ -134,6 +142,11 @@ func (r *Result) Summary() RunSummary {
 		Phases:  []PhaseSummary{},
 		PodLoad: r.PodLoad,
 	}
+	if r.ContinuationPromptTokens > 0 {
+		v := float64(r.ContinuationCachedTokens) / float64(r.ContinuationPromptTokens)
+		s.ContinuationHitRatio = &v
+	}
+	s.HerdPicks = r.HerdPicks
 	if rt := r.Routers; rt != nil {
 		s.Routers = &RoutersSummary{Replicas: rt.Replicas, Spread: rt.Spread, Sync: rt.SyncOn(),
 			SyncDelayMS: float64(rt.SyncDelay) / 1e6, SyncIntervalMS: float64(rt.SyncInterval) / 1e6, SyncPicks: r.SyncPicks}

@@ -16,6 +16,12 @@ type reqSpec struct {
 	out       segment   // the output the server will generate
 	sessionID string
 	arrival   time.Duration // trace only
+	// Agentic workloads: the session key derived without an id (0: none),
+	// the prompt the router sees when it is not segs (nil: segs), and
+	// whether the request continues a session.
+	sessionKey   uint64
+	routerSegs   []segment
+	continuation bool
 }
 
 func (r *reqSpec) promptTokens() int {
@@ -41,6 +47,8 @@ func newGenerator(s *Scenario, w *Workload, seed uint64, traceOverride string) (
 		return &chatGen{w: w, seed: seed}, nil
 	case KindUniform:
 		return &uniformGen{w: w, seed: seed}, nil
+	case KindAgentic:
+		return &agenticGen{w: w, seed: seed}, nil
 	case KindTrace:
 		entries, err := s.LoadTrace(traceOverride)
 		if err != nil {
