@@ -182,8 +182,8 @@ func (h hashOnly) Score(cs *scheduler.CycleState, req *scheduler.Request, _ []*s
 // out: the prompt's blocks are still hashed, every other scorer, filter and
 // the picker run as there, but no block is looked up or recorded. Its
 // x-xxhash64 is the part of BenchmarkPick's that no index layout, probe
-// order or prefetching can remove (scorers/README.md § Where a Pick's time
-// goes).
+// order or prefetching can remove (docs/performance.md, "Where a pick's
+// time goes").
 func BenchmarkPickWithoutIndex(b *testing.B) {
 	benchPick(b, func(p *Prefix) scheduler.Scorer { return hashOnly{p} })
 }
