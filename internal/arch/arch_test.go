@@ -18,7 +18,8 @@ const module = "github.com/trimtab/trimtab"
 //   - leaves: scheduler, proxy/settings (the server: section's types),
 //     telemetry (the OpenTelemetry provider) and deploy (manifests and
 //     their tests);
-//   - scorers, fleet, detector, configurator → scheduler;
+//   - scorers, fleet, detector, configurator, flow (flow control) →
+//     scheduler;
 //   - proxy → scheduler, proxy/settings;
 //   - control → scheduler, detector, configurator;
 //   - replica (sync between router replicas) → scheduler, scorers;
@@ -38,6 +39,7 @@ var allowed = map[string][]string{
 	"fleet":          {"scheduler"},
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
+	"flow":           {"scheduler"},
 	"proxy":          {"scheduler", "proxy/settings"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
@@ -127,6 +129,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"detector", "configurator"}, {"configurator", "detector"}, {"control", "fleet"},
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
+		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
