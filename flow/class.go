@@ -23,10 +23,11 @@ type Class struct {
 // Classifier turns request headers and the model into a Class. It is
 // immutable and safe for concurrent use.
 type Classifier struct {
-	cfg    Config
-	bands  map[string]int
-	models map[string]int
-	def    int
+	cfg     Config
+	bands   map[string]int
+	models  map[string]int
+	def     int
+	headers []string
 }
 
 // NewClassifier builds a classifier for a valid cfg.
@@ -39,6 +40,12 @@ func NewClassifier(cfg Config) (*Classifier, error) {
 		c.bands[b.Name] = i
 	}
 	c.def = c.bands[cfg.DefaultBand]
+	c.headers = []string{"authorization", HeaderTTL, HeaderLLMDTTL}
+	for _, h := range []string{cfg.PriorityHeader, cfg.TenantHeader} {
+		if h != "" {
+			c.headers = append(c.headers, strings.ToLower(h))
+		}
+	}
 	for m, b := range cfg.ModelBands {
 		c.models[m] = c.bands[b]
 	}
@@ -138,3 +145,7 @@ func (c *Classifier) TTL(cl Class) time.Duration {
 	}
 	return ttl
 }
+
+// Headers returns the lower-case names of the headers Classify reads.
+// The caller must not modify the slice.
+func (c *Classifier) Headers() []string { return c.headers }

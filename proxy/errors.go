@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -24,6 +25,9 @@ type Error struct {
 	Code string
 	// Message is for humans.
 	Message string
+	// DropReason, when set, is sent as the X-Trimtab-Drop-Reason header
+	// (flow control's refusals).
+	DropReason string
 }
 
 // Error implements error.
@@ -81,6 +85,8 @@ func asError(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case flowError(err) != nil:
+		return flowError(err)
 	case errors.Is(err, scheduler.ErrUnknownModel):
 		return ErrUnknownModel
 	case errors.Is(err, scheduler.ErrNoEndpoints):
@@ -194,6 +200,9 @@ func writeError(w http.ResponseWriter, api API, e *Error, retryAfter time.Durati
 	h.Set("Content-Type", "application/json")
 	if e.retryable() {
 		h.Set("Retry-After", retryAfterValue(retryAfter))
+	}
+	if e.DropReason != "" {
+		h.Set(flow.HeaderDropReason, e.DropReason)
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSONFor(api))

@@ -20,7 +20,7 @@ const module = "github.com/trimtab/trimtab"
 //     their tests);
 //   - scorers, fleet, detector, configurator, flow (flow control) →
 //     scheduler;
-//   - proxy → scheduler, proxy/settings;
+//   - proxy → scheduler, proxy/settings, flow;
 //   - control → scheduler, detector, configurator;
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
 	"flow":           {"scheduler"},
-	"proxy":          {"scheduler", "proxy/settings"},
+	"proxy":          {"scheduler", "proxy/settings", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica"},
