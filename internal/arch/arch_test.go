@@ -24,7 +24,7 @@ const module = "github.com/trimtab/trimtab"
 //   - control → scheduler, detector, configurator;
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
-//     scorers, fleet, control, proxy/settings, replica);
+//     scorers, fleet, control, proxy/settings, replica, flow);
 //   - sim → scheduler, scorers, configurator, control, configs: the
 //     packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
@@ -43,11 +43,11 @@ var allowed = map[string][]string{
 	"proxy":          {"scheduler", "proxy/settings", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
-	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica"},
+	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
 	"sim":            {"scheduler", "scorers", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
