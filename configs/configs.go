@@ -31,6 +31,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/proxy/settings"
 	"github.com/trimtab/trimtab/replica"
 	"github.com/trimtab/trimtab/scheduler"
@@ -65,6 +66,9 @@ type File struct {
 	Tracing TracingConfig `mapstructure:"tracing" json:"tracing"`
 	// Replicas is replica sync between router replicas (off by default).
 	Replicas replica.Config `mapstructure:"replicas" json:"replicas"`
+	// Flow is flow control: bands, tenants, deadlines and the router's
+	// queue (off by default; docs/flow-control.md).
+	Flow flow.Config `mapstructure:"flow" json:"flow"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
@@ -112,6 +116,7 @@ func Default() *File {
 		Server:         settings.DefaultConfig(),
 		Tracing:        DefaultTracingConfig(),
 		Replicas:       replica.DefaultConfig(),
+		Flow:           flow.DefaultConfig(),
 	}
 }
 
@@ -380,6 +385,9 @@ func (f *File) Validate() error {
 		return err
 	}
 	if err := f.Replicas.Validate(); err != nil {
+		return err
+	}
+	if err := f.Flow.Validate(); err != nil {
 		return err
 	}
 	return f.Tracing.Validate()

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -25,6 +26,9 @@ type Error struct {
 	Code string
 	// Message is for humans.
 	Message string
+	// DropReason, when set, is sent as the X-Trimtab-Drop-Reason header
+	// (flow control's refusals).
+	DropReason string
 }
 
 // Error implements error.
@@ -82,6 +86,8 @@ func asError(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case flowError(err) != nil:
+		return flowError(err)
 	case errors.Is(err, scheduler.ErrUnknownModel):
 		return ErrUnknownModel
 	case errors.Is(err, scheduler.ErrNoEndpoints):
@@ -195,6 +201,9 @@ func writeError(w http.ResponseWriter, api API, e *Error, retryAfter time.Durati
 	h.Set("Content-Type", "application/json")
 	if e.retryable() {
 		h.Set("Retry-After", retryAfterValue(retryAfter))
+	}
+	if e.DropReason != "" {
+		h.Set(flow.HeaderDropReason, e.DropReason)
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSONFor(api))

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -49,6 +50,9 @@ type exchange struct {
 	traceparent string // W3C trace context from Envoy, read when tracing is on
 	tracestate  string
 	span        trace.Span // nil when tracing is off
+
+	lease   flow.Lease  // the flow-control charge, released with the slot
+	flowHdr flowHeaders // the headers flow control classifies by (flow on)
 }
 
 func (x *exchange) reset(e *ExtProc, srv extprocv3.ExternalProcessor_ProcessServer) {
@@ -173,6 +177,10 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 			if x.e.tr != nil {
 				x.readTraceHeader(hv)
 			}
+		default:
+			if fl := x.e.deps.Flow; fl != nil {
+				x.flowHdr.keep(fl, strings.ToLower(hv.GetKey()), headerValue(hv))
+			}
 		}
 	}
 	x.span = x.e.tr.startExchange(x.srv.Context(), x.traceparent, x.tracestate, x.arrival)
@@ -272,7 +280,8 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	if x.subsetSet {
 		req.Subset = x.subset
 	}
-	d, err := e.sched.Pick(x.srv.Context(), req)
+	d, lease, err := pickFlow(x.srv.Context(), e.sched, e.deps.Flow, req, x.flowHdr.get)
+	x.lease = lease
 	if err != nil {
 		x.freeSlot() // no decision will call done: free the slot now
 		return x.immediate(pickError(err, req))
@@ -366,6 +375,8 @@ func (x *exchange) sendBodyChunk(b []byte, eos bool) error {
 // freeSlot gives back the max_in_flight slot the exchange was admitted
 // with, once; every path out of an admitted exchange calls it.
 func (x *exchange) freeSlot() {
+	x.lease.Release()
+	x.lease = flow.Lease{}
 	if x.admitted {
 		x.e.inflight.Add(-1)
 		x.admitted = false
@@ -383,6 +394,12 @@ func (x *exchange) immediate(er *Error) (bool, error) {
 	if er.retryable() {
 		set = append(set, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(retryAfterValue(x.e.cfg.RetryAfter))},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	if er.DropReason != "" {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: strings.ToLower(flow.HeaderDropReason), RawValue: []byte(er.DropReason)},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		})
 	}

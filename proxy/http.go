@@ -260,7 +260,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	req := &st.p.Request
 	req.ID = r.Header.Get(HeaderRequestID)
 	req.Arrival = arrival
-	d, err := h.sched.Pick(r.Context(), req)
+	d, lease, err := h.pick(r, req)
 	if err != nil {
 		h.rejectAPI(w, api, pickError(err, req))
 		return
@@ -268,6 +268,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	h.deps.Traffic.Record(req)
 	h.tr.decided(r.Context(), d)
 	h.forward(w, r, api, d, st.body, effectiveKey(req))
+	lease.Release()
 }
 
 // dropRequestHeader lists inbound headers never forwarded: hop-by-hop

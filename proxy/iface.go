@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -48,6 +49,10 @@ type ControlView interface {
 type Deps struct {
 	// Scheduler is required by NewHTTP and NewExtProc.
 	Scheduler Scheduler
+	// Flow, when set, puts flow control between the servers and the
+	// Scheduler (it must pick from the same one, and its Run must be
+	// running); nil picks directly at no cost.
+	Flow *flow.Controller
 	// View is required by NewAdmin (usually the same *scheduler.Scheduler).
 	View AdminView
 	// Control, when set, gives /debug/weights the live signal and the base

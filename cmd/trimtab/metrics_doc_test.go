@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/replica"
 )
 
@@ -118,6 +119,10 @@ func TestMetricsReference(t *testing.T) {
 	rc := replica.DefaultConfig()
 	rc.Enabled, rc.ID, rc.Peers, rc.Insecure = true, "metrics-doc", []string{"127.0.0.1:1"}, true
 	if _, err := replica.New(rc, ts.svc.sched, replica.Deps{Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
+	// Flow control (flow.enabled), off in the profile too.
+	if _, err := flow.New(flow.DefaultConfig(), flow.Deps{Scheduler: ts.svc.sched, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	// Some traffic so labelled families have children and gathered types.

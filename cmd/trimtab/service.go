@@ -19,6 +19,7 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/detector"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/internal/status"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/replica"
@@ -43,6 +44,7 @@ type service struct {
 	ext   *proxy.ExtProc
 	admin *proxy.Admin
 	repl  *replica.Replica // nil without replica sync
+	flow  *flow.Controller // nil with flow control off
 	// peers finds the replicas in Kubernetes (replicas.discovery); nil
 	// without.
 	peers fleet.Discoverer
@@ -158,10 +160,16 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 			return nil, err
 		}
 	}
+	if f.Flow.Enabled {
+		if s.flow, err = flow.New(f.Flow, flow.Deps{Scheduler: s.sched, Clock: s.clk, Registerer: reg,
+			Logger: log.With("component", "flow")}); err != nil {
+			return nil, err
+		}
+	}
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
 	traffic := proxy.NewTrafficRecorder(srv.Admin.Record, reg)
 	pdeps := func(l net.Listener) proxy.Deps {
-		return proxy.Deps{Scheduler: s.sched, View: s.sched, Gatherer: s.reg, Registerer: reg,
+		return proxy.Deps{Scheduler: s.sched, Flow: s.flow, View: s.sched, Gatherer: s.reg, Registerer: reg,
 			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Traffic: traffic, Control: s.loop, Listener: l, Tracer: opt.Tracer}
 	}
 	if srv.HTTP.Enabled {
@@ -210,6 +218,11 @@ func (s *service) Run(ctx context.Context) error {
 	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
 	back.Go(func() error { return s.loop.Run(bctx) })
 	back.Go(func() error { return s.cal.Run(bctx) })
+	if s.flow != nil {
+		// The dispatcher outlives the servers' drain: queued requests
+		// are in-flight requests.
+		back.Go(func() error { return s.flow.Run(bctx) })
+	}
 	if s.repl != nil {
 		// Like the loop, sync keeps running while the servers drain, so
 		// the peers keep counting this replica's last requests.

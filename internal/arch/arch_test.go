@@ -18,12 +18,13 @@ const module = "github.com/trimtab/trimtab"
 //   - leaves: scheduler, proxy/settings (the server: section's types),
 //     telemetry (the OpenTelemetry provider) and deploy (manifests and
 //     their tests);
-//   - scorers, fleet, detector, configurator → scheduler;
-//   - proxy → scheduler, proxy/settings;
+//   - scorers, fleet, detector, configurator, flow (flow control) →
+//     scheduler;
+//   - proxy → scheduler, proxy/settings, flow;
 //   - control → scheduler, detector, configurator;
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
-//     scorers, fleet, control, proxy/settings, replica);
+//     scorers, fleet, control, proxy/settings, replica, flow);
 //   - sim → scheduler, scorers, fleet, configurator, control, configs: the
 //     packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
@@ -38,14 +39,15 @@ var allowed = map[string][]string{
 	"fleet":          {"scheduler"},
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
-	"proxy":          {"scheduler", "proxy/settings"},
+	"flow":           {"scheduler"},
+	"proxy":          {"scheduler", "proxy/settings", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
-	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica"},
+	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
 	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -127,6 +129,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"detector", "configurator"}, {"configurator", "detector"}, {"control", "fleet"},
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
+		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])

@@ -1,0 +1,386 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Reasons a request is refused, carried by DropError and the
+// X-Trimtab-Drop-Reason header.
+const (
+	ReasonQueueFull  = "queue-full"    // the queue is full and nothing below it may be shed
+	ReasonShed       = "shed"          // dropped from a sheddable band to make room
+	ReasonTTL        = "ttl-expired"   // waited its TTL without an endpoint getting room
+	ReasonStopped    = "shutting-down" // the router stopped while it waited
+	ReasonClientGone = "client-gone"   // the client went away while it waited (metrics only)
+)
+
+// DropError is flow control's refusal. Status is 429 (the pool is
+// saturated: back off and retry) or 503 (the router is stopping).
+type DropError struct {
+	Reason string
+	Status int
+}
+
+func (e *DropError) Error() string { return "flow control: request dropped: " + e.Reason }
+
+// Errors Pick returns; compare with errors.Is or by pointer.
+var (
+	ErrQueueFull = &DropError{Reason: ReasonQueueFull, Status: http.StatusTooManyRequests}
+	ErrShed      = &DropError{Reason: ReasonShed, Status: http.StatusTooManyRequests}
+	ErrExpired   = &DropError{Reason: ReasonTTL, Status: http.StatusTooManyRequests}
+	ErrStopped   = &DropError{Reason: ReasonStopped, Status: http.StatusServiceUnavailable}
+)
+
+// Picker is what flow control needs from the scheduler;
+// *scheduler.Scheduler implements it.
+type Picker interface {
+	Pick(ctx context.Context, req *scheduler.Request) (*scheduler.Decision, error)
+	Pool() *scheduler.Pool
+}
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	// Scheduler is required.
+	Scheduler Picker
+	// Clock stamps waits and deadlines and times the dispatcher's poll;
+	// nil is the real clock.
+	Clock clock.WithTicker
+	// Registerer receives trimtab_flow_* metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Controller is flow control between the proxy and the scheduler. Pick
+// dispatches a request at once while one of its candidates has room and
+// nothing of its band or above waits; otherwise it queues it and Run's
+// dispatcher picks it when an endpoint has room, with the pool as it is
+// then. Safe for concurrent use; see doc.go for the concurrency model.
+type Controller struct {
+	cfg   Config
+	cls   *Classifier
+	det   Detector
+	sched Picker
+	clk   clock.WithTicker
+	log   *slog.Logger
+	m     *metrics
+
+	wake    chan struct{}
+	stopped atomic.Bool
+
+	mu      sync.Mutex // guards everything below
+	q       *Queue[*waiter]
+	ledger  map[string]*atomic.Int64 // router-local tokens in flight per address
+	subset  []string                 // scratch for the unsaturated candidates
+	expired []*Item[*waiter]
+}
+
+// waiter is a queued request's rendezvous with the dispatcher.
+type waiter struct {
+	ctx    context.Context
+	req    *scheduler.Request
+	tokens int64
+	ch     chan result // buffered 1: the dispatcher never blocks
+}
+
+type result struct {
+	d     *scheduler.Decision
+	lease Lease
+	err   error
+}
+
+// Lease is the tokens a dispatched request holds on its endpoint's
+// ledger. Release gives them back; the caller releases exactly once, when
+// the request ends (after Decision.Done). The zero Lease releases
+// nothing. Retries that move the request keep the charge on the first
+// endpoint.
+type Lease struct {
+	c      *Controller
+	load   *atomic.Int64
+	tokens int64
+}
+
+// Release returns the lease's tokens and wakes the dispatcher.
+func (l Lease) Release() {
+	if l.c == nil {
+		return
+	}
+	l.load.Add(-l.tokens)
+	l.c.poke()
+}
+
+// New builds a controller for a valid cfg (Enabled or not: the caller
+// decides whether to use it).
+func New(cfg Config, deps Deps) (*Controller, error) {
+	cls, err := NewClassifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Scheduler == nil {
+		return nil, errors.New("flow: New needs Deps.Scheduler")
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	shed := make([]bool, len(cfg.Bands))
+	for i, b := range cfg.Bands {
+		shed[i] = b.Sheddable
+	}
+	c := &Controller{
+		cfg: cfg, cls: cls, det: NewDetector(cfg.Saturation), sched: deps.Scheduler,
+		clk: deps.Clock, log: deps.Logger,
+		wake:   make(chan struct{}, 1),
+		q:      NewQueue[*waiter](len(cfg.Bands), cfg.MaxQueue, shed),
+		ledger: map[string]*atomic.Int64{},
+	}
+	c.m = newMetrics(deps.Registerer, cfg, c)
+	return c, nil
+}
+
+// Classifier returns the controller's classifier.
+func (c *Controller) Classifier() *Classifier { return c.cls }
+
+// Detector returns the controller's saturation detector.
+func (c *Controller) Detector() Detector { return c.det }
+
+// Len returns how many requests wait in the router.
+func (c *Controller) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.q.Len()
+}
+
+// Load returns the router-local tokens in flight on addr.
+func (c *Controller) Load(addr string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.ledger[addr]; l != nil {
+		return l.Load()
+	}
+	return 0
+}
+
+// Pick returns the decision for req of class cl, charged to its
+// endpoint's ledger by the returned Lease, which the caller releases when
+// the request ends (as it calls Decision.Done). It blocks while the
+// request waits in the queue; ctx ending takes it out (ctx's error is
+// returned). promptBytes and output size the charge (Detector.Tokens).
+// Errors are the scheduler's, a *DropError, or ctx's.
+func (c *Controller) Pick(ctx context.Context, req *scheduler.Request, cl Class, output int) (*scheduler.Decision, Lease, error) {
+	if cl.Band < 0 || cl.Band >= len(c.cfg.Bands) {
+		cl.Band = c.cls.def
+	}
+	w := &waiter{ctx: ctx, req: req, tokens: c.det.Tokens(len(req.Prompt), output)}
+	now := c.clk.Now()
+	c.mu.Lock()
+	ahead := 0
+	for b := 0; b <= cl.Band; b++ {
+		ahead += c.q.BandLen(b)
+	}
+	if ahead == 0 {
+		if subset, room := c.room(req, now); room {
+			r := c.dispatch(w, subset)
+			c.mu.Unlock()
+			if r.err == nil {
+				c.m.dispatched(cl, 0)
+			}
+			return r.d, r.lease, r.err
+		}
+	}
+	if c.stopped.Load() {
+		c.mu.Unlock()
+		c.m.drop(cl, ReasonStopped)
+		return nil, Lease{}, ErrStopped
+	}
+	it := &Item[*waiter]{Value: w, Band: cl.Band, Tenant: cl.Tenant, Enqueued: now, Deadline: now.Add(c.cls.TTL(cl))}
+	w.ch = make(chan result, 1)
+	victim, ok := c.q.Push(it)
+	if !ok {
+		c.mu.Unlock()
+		c.m.drop(cl, ReasonQueueFull)
+		return nil, Lease{}, ErrQueueFull
+	}
+	if victim != nil {
+		victim.Value.ch <- result{err: ErrShed}
+		c.m.drop(Class{Band: victim.Band, Tenant: victim.Tenant}, ReasonShed)
+	}
+	c.m.queued(cl, 1)
+	c.mu.Unlock()
+	c.poke()
+
+	select {
+	case r := <-w.ch:
+		return r.d, r.lease, r.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	if it.Queued() {
+		c.q.Remove(it)
+		c.m.queued(cl, -1)
+		c.mu.Unlock()
+		c.m.drop(cl, ReasonClientGone)
+		return nil, Lease{}, ctx.Err()
+	}
+	c.mu.Unlock()
+	if r := <-w.ch; r.d != nil { // dispatched as the client left
+		r.d.Done(scheduler.Outcome{Kind: scheduler.OutcomeCanceled})
+		r.lease.Release()
+	}
+	return nil, Lease{}, ctx.Err()
+}
+
+// room reports whether req may be dispatched now: one of its eligible
+// endpoints is not saturated, or it has no eligible endpoint (the
+// scheduler then answers why). subset is nil when every eligible endpoint
+// has room, else the addresses of those that do (c.subset, valid under
+// c.mu). Called with c.mu held.
+func (c *Controller) room(req *scheduler.Request, now time.Time) (subset []string, ok bool) {
+	pool := c.sched.Pool()
+	if pool == nil {
+		return nil, true
+	}
+	subset = c.subset[:0]
+	eligible, full := 0, 0
+	for _, e := range pool.Pointers() {
+		if !Eligible(e, req, now) {
+			continue
+		}
+		eligible++
+		if c.det.Saturated(e, c.load(e.Address).Load(), now) {
+			full++
+			continue
+		}
+		subset = append(subset, e.Address)
+	}
+	c.subset = subset
+	if eligible == 0 {
+		return nil, true
+	}
+	if full == 0 {
+		return nil, true
+	}
+	return subset, full < eligible
+}
+
+// load returns addr's ledger entry, creating it. Called with c.mu held.
+func (c *Controller) load(addr string) *atomic.Int64 {
+	l := c.ledger[addr]
+	if l == nil {
+		if pool := c.sched.Pool(); pool != nil && len(c.ledger) > 2*len(pool.Pointers())+16 {
+			for a, x := range c.ledger {
+				if x.Load() == 0 {
+					delete(c.ledger, a)
+				}
+			}
+		}
+		l = new(atomic.Int64)
+		c.ledger[addr] = l
+	}
+	return l
+}
+
+// dispatch picks w's request, restricted to subset when it is non-nil,
+// and charges the endpoint. Called with c.mu held.
+func (c *Controller) dispatch(w *waiter, subset []string) result {
+	req := w.req
+	keep := req.Subset
+	if subset != nil {
+		req.Subset = subset
+	}
+	d, err := c.sched.Pick(w.ctx, req)
+	req.Subset = keep
+	if err != nil {
+		return result{err: err}
+	}
+	l := c.load(d.Endpoint.Address)
+	l.Add(w.tokens)
+	return result{d: d, lease: Lease{c: c, load: l, tokens: w.tokens}}
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches queued requests until ctx ends: whenever a lease is
+// released or a request is queued, and every poll interval while
+// requests wait (for scraped metrics and other routers' load). When ctx
+// ends it answers every queued request ErrStopped and returns nil; later
+// requests that would wait get ErrStopped too.
+func (c *Controller) Run(ctx context.Context) error {
+	t := c.clk.NewTicker(c.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.stop()
+			return nil
+		case <-c.wake:
+		case <-t.C():
+		}
+		c.Drain()
+	}
+}
+
+func (c *Controller) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped.Store(true)
+	for it := c.q.Pop(); it != nil; it = c.q.Pop() {
+		cl := Class{Band: it.Band, Tenant: it.Tenant}
+		c.m.queued(cl, -1)
+		c.m.drop(cl, ReasonStopped)
+		it.Value.ch <- result{err: ErrStopped}
+	}
+}
+
+// Drain does one pass of the dispatcher at the clock's now: it drops the
+// requests whose TTL ran out (ErrExpired), then dispatches from the head
+// of the queue while the head's request has an endpoint with room. Run
+// calls it; tests call it to step the dispatcher.
+func (c *Controller) Drain() {
+	now := c.clk.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expired = c.q.Expire(now, c.expired[:0])
+	for i, it := range c.expired {
+		cl := Class{Band: it.Band, Tenant: it.Tenant}
+		c.m.queued(cl, -1)
+		c.m.drop(cl, ReasonTTL)
+		it.Value.ch <- result{err: ErrExpired}
+		c.expired[i] = nil
+	}
+	for {
+		it := c.q.Peek()
+		if it == nil {
+			return
+		}
+		w := it.Value
+		subset, ok := c.room(w.req, now)
+		if !ok {
+			return
+		}
+		c.q.Pop()
+		cl := Class{Band: it.Band, Tenant: it.Tenant}
+		c.m.queued(cl, -1)
+		r := c.dispatch(w, subset)
+		c.m.dispatched(cl, now.Sub(it.Enqueued))
+		w.ch <- r
+	}
+}

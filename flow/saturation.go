@@ -1,0 +1,84 @@
+package flow
+
+import (
+	"time"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// Detector says whether an endpoint has room for another request. It is
+// a value, immutable and safe for concurrent use.
+type Detector struct{ cfg SaturationConfig }
+
+// NewDetector returns a detector for cfg (valid as part of a Config).
+func NewDetector(cfg SaturationConfig) Detector { return Detector{cfg: cfg} }
+
+// CapacityTokens returns e's token capacity: its learned KV capacity when
+// the calibrator published one, else capacity_tokens times
+// Endpoint.Capacity; 0 when neither is known.
+func (d Detector) CapacityTokens(e *scheduler.Endpoint) float64 {
+	if c := e.Calibration().KVCapacityTokens; c > 0 {
+		return c
+	}
+	return d.cfg.CapacityTokens * e.CapacityOrOne()
+}
+
+// Saturated reports whether e is full at now, given tokens, the tokens of
+// the requests this router sent it that have not finished (the router's
+// own ledger). The router's opinion: tokens at or above threshold ×
+// CapacityTokens, or LocalInFlight at or above max_in_flight × Capacity.
+// The scraped second opinion, only when the metrics are fresh (state
+// fresh, taken at most max_age before now): waiting at or above
+// queue_depth, or KV utilisation at or above kv_util. Neither opinion
+// available means not saturated: flow control fails open.
+func (d Detector) Saturated(e *scheduler.Endpoint, tokens int64, now time.Time) bool {
+	if c := d.CapacityTokens(e); c > 0 && float64(tokens) >= d.cfg.Threshold*c {
+		return true
+	}
+	if m := d.cfg.MaxInFlight; m > 0 && float64(e.LocalInFlight()) >= float64(m)*e.CapacityOrOne() {
+		return true
+	}
+	if !d.Fresh(e, now) {
+		return false
+	}
+	if q := d.cfg.QueueDepth; q > 0 && e.Waiting >= q {
+		return true
+	}
+	if k := d.cfg.KVUtil; k > 0 && e.KVUtil >= k {
+		return true
+	}
+	return false
+}
+
+// Fresh reports whether e's scraped metrics may be trusted at now.
+func (d Detector) Fresh(e *scheduler.Endpoint, now time.Time) bool {
+	return e.State == scheduler.StateFresh && !e.ScrapedAt.IsZero() && now.Sub(e.ScrapedAt) <= d.cfg.MaxAge
+}
+
+// Tokens returns what a request is charged on its endpoint's ledger:
+// its prompt bytes ÷ bytes_per_token plus output (the request's own
+// output bound when known, > 0; else output_tokens).
+func (d Detector) Tokens(promptBytes int, output int) int64 {
+	if output <= 0 {
+		output = d.cfg.OutputTokens
+	}
+	return int64(float64(promptBytes)/d.cfg.BytesPerToken+0.5) + int64(output)
+}
+
+// Eligible reports whether e is a candidate for req at now by the rules
+// flow control applies before the scheduler's own filters: it serves the
+// model, is in the request's subset, is not unhealthy and not ejected.
+func Eligible(e *scheduler.Endpoint, req *scheduler.Request, now time.Time) bool {
+	if !e.Serves(req.Model) || e.State == scheduler.StateUnhealthy || e.Ejected(now) {
+		return false
+	}
+	if len(req.Subset) == 0 {
+		return true
+	}
+	for _, a := range req.Subset {
+		if a == e.Address {
+			return true
+		}
+	}
+	return false
+}
