@@ -75,9 +75,9 @@ func (o *OracleFile) lossSentence(check *OracleFile, n string) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "**%s**: ", n)
 	if len(lower) == 0 {
-		s.WriteString("adaptive's score is not below its on any calibration")
+		fmt.Fprintf(&s, "adaptive scores at least as well as %s on every calibration", n)
 	} else {
-		fmt.Fprintf(&s, "adaptive's score is below its on %d of %d calibrations: %s", len(lower), len(o.Calibrations), strings.Join(lower, ", "))
+		fmt.Fprintf(&s, "adaptive scores below %s on %d of %d calibrations: %s", n, len(lower), len(o.Calibrations), strings.Join(lower, ", "))
 	}
 	if len(cells) == 0 {
 		fmt.Fprintf(&s, "; adaptive is worse than %s by more than %.0f %% in no cell of %d.", n, 100*OracleWorseTol, total)

@@ -154,3 +154,68 @@ func TestRunOracle(t *testing.T) {
 		}
 	}
 }
+
+// oracleFixture is a two-calibration oracle file with adaptive,
+// guard-only and round-robin on two cells; adaptive's TTFT p99 on cell
+// (s, 2) of calibration e1 is ttft, its other values equal guard-only's.
+func oracleFixture(seed uint64, ttft float64) *OracleFile {
+	st := func(ttft float64) []CellStats {
+		return []CellStats{{TTFTP99: 100, E2EP99: 1000, TokPerSec: 50, Goodput: 2}, {TTFTP99: ttft, E2EP99: 1000, TokPerSec: 50, Goodput: 2}}
+	}
+	cal := func(engine string, adTTFT float64) OracleCalibration {
+		return OracleCalibration{Engine: engine, Cells: []Cell{{"s", 1}, {"s", 2}}, Vectors: 9,
+			Oracle: OracleEntry{Name: "search-9", Weights: []float64{32, 0, 1, 0, 0, 4}, Score: 1, Ratio: 1, Worst: 1, Mean: 1, Cells: st(100)},
+			Policies: []OracleEntry{
+				{Name: PolicyAdaptive, Score: 0.9, Ratio: 0.9, Cells: st(adTTFT)},
+				{Name: PolicyGuardOnly, Score: 0.95, Ratio: 0.95, Cells: st(100)},
+				{Name: PolicyRoundRobin, Score: 0.5, Ratio: 0.5, Cells: st(400)},
+			}}
+	}
+	return &OracleFile{Command: "trimtab sim oracle", Commit: "abc123", Date: "2026-12-06", Seeds: []uint64{seed, seed + 1, seed + 2}, Budget: 40,
+		Scenarios: []string{"s"}, Scorers: []string{"prefix", "queue", "kvcache", "inflight", "pending-prefill", "token-load"},
+		Guard:        OracleGuard{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3},
+		Calibrations: []OracleCalibration{cal("e1", ttft), cal("e2", 100)}}
+}
+
+// TestRenderOracleDoc checks the generated section's table and sentences
+// on a fixture, that it is deterministic, and that replacing it in a
+// document is idempotent and leaves the rest of the document alone.
+func TestRenderOracleDoc(t *testing.T) {
+	main, check := oracleFixture(1, 125), oracleFixture(4, 101)
+	sec := RenderOracleDoc(main, check, "trimtab sim oracle doc")
+	if again := RenderOracleDoc(oracleFixture(1, 125), oracleFixture(4, 101), "trimtab sim oracle doc"); again != sec {
+		t.Fatal("two renderings of the same files differ")
+	}
+	for _, want := range []string{
+		"| policy | e1 | e2 |",
+		"| adaptive | 0.900 (0.900) | 0.900 (0.900) |",
+		"| oracle | 1.000 (1.000) | 1.000 (1.000) |",
+		"commit abc123, 2026-12-06",
+		// e1 (s, 2): 125/100 − 1 = +25 %; on seeds 4–6 101/100 − 1 = +1 %, not worse.
+		"**guard-only**: adaptive scores below guard-only on 2 of 2 calibrations: e1 (0.900 against 0.950; seeds 4–6: 0.900 against 0.950)",
+		"adaptive is worse than guard-only by more than 2 % in 1 of 4 cells (0 also on seeds 4–6), the worst: e1 s@2 (TTFT p99 +25.0 %).",
+		// Against round-robin: 125/400 − 1 = −69 %: never worse.
+		"**round-robin**: adaptive scores at least as well as round-robin on every calibration; adaptive is worse than round-robin by more than 2 % in no cell of 4.",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("section lacks %q:\n%s", want, sec)
+		}
+	}
+	doc := []byte("# title\n\nintro\n\n" + OracleDocBegin + "\nplaceholder\n" + OracleDocEnd + "\n\n## Method\n")
+	once, err := ReplaceOracleDoc(doc, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := ReplaceOracleDoc(once, sec)
+	if err != nil || !bytes.Equal(once, twice) {
+		t.Errorf("not idempotent (%v):\n%s\n---\n%s", err, once, twice)
+	}
+	if !bytes.HasPrefix(once, []byte("# title\n\nintro\n\n"+OracleDocBegin)) || !bytes.HasSuffix(once, []byte(OracleDocEnd+"\n\n## Method\n")) || bytes.Contains(once, []byte("placeholder")) {
+		t.Errorf("replaced document:\n%s", once)
+	}
+	for _, bad := range []string{"no markers", OracleDocEnd + OracleDocBegin, OracleDocBegin + OracleDocEnd + OracleDocBegin} {
+		if _, err := ReplaceOracleDoc([]byte(bad), sec); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
