@@ -124,7 +124,7 @@ percentiles at the client timeout; goodput counts requests within
 			return err
 		},
 	}
-	cmd.AddCommand(newSimTuneCmd())
+	cmd.AddCommand(newSimTuneCmd(), newSimOracleCmd())
 	f := cmd.Flags()
 	f.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one)")
 	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
