@@ -19,12 +19,15 @@ import (
 // shipped scenario per mechanism the suite tests, the cheaper variant
 // where two test the same (hot-prefix-burst-open for the herd, whose
 // open-loop arrivals are the guard's case; small-pool-burst for a burst
-// on a small pool), without heterogeneous (a mixed pool is a calibration
-// here) and the closed-loop twins. It costs about 57 % of the whole
-// shipped suite's simulated work (docs/benchmarks.md, Reproduction).
+// on a small pool; shared-prefix-ladder-control, the outside anchor's
+// zero-reuse control, for load balance alone), without heterogeneous (a
+// mixed pool is a calibration here), rotating-hot-prefix and scale-up
+// (hot-prefix bursts pod-loss and mixed-day cover). It costs about two
+// thirds of the whole shipped suite's CPU time (docs/benchmarks.md,
+// Reproduction).
 var OracleSuite = []string{
-	"chat", "shared-prefix", "hot-prefix-burst-open", "mixed-day", "pod-loss",
-	"small-pool", "small-pool-burst", "uniform", "shared-prefix-ladder", "mooncake-trace",
+	"chat", "shared-prefix", "hot-prefix-burst-open", "mixed-day", "pod-loss", "small-pool",
+	"small-pool-burst", "shared-prefix-ladder", "shared-prefix-ladder-control", "mooncake-trace",
 }
 
 // OracleConfig is a per-fleet oracle run: for each engine calibration, the
