@@ -45,15 +45,19 @@ type Candidate struct {
 
 // Cell is one (scenario, level) of the suite.
 type Cell struct {
-	Scenario string
-	Level    float64
+	Scenario string  `json:"scenario"`
+	Level    float64 `json:"level"`
 }
 
-// Evaluated is a candidate's results: TTFT p99 (ms) and output tokens/s
-// per cell, means over the seeds.
+// Evaluated is a candidate's results per cell, means over the seeds:
+// TTFT p99 and output tokens/s (the objective's metrics), and beside them
+// E2E p99, goodput (requests/s within SLO) and misses (failed or timed
+// out requests, counted in the percentiles at the timeout). Latencies
+// are in milliseconds.
 type Evaluated struct {
 	Candidate
-	TTFTP99, TokPerSec []float64
+	TTFTP99, TokPerSec      []float64
+	E2EP99, Goodput, Misses []float64
 	// Worst and Mean are the lowest and the mean ratio to the per-cell
 	// best over every cell and both metrics (best TTFT p99 ÷ this one's,
 	// this tok/s ÷ the best), given every vector evaluated; Score is their
@@ -311,20 +315,38 @@ func vectorKey(w []float64) string {
 // evaluate runs candidate c over the suite, keeping only the cell means.
 func evaluate(ctx context.Context, cfg TuneConfig, c Candidate) (*Evaluated, error) {
 	f := withWeights(cfg.Profile, c.Weights, cfg.Loop)
-	p := ProfilePolicy(c.Name, "", f)
-	ev := &Evaluated{Candidate: c}
+	evs, err := evaluatePolicies(ctx, cfg, []Policy{ProfilePolicy(c.Name, "", f)})
+	if err != nil {
+		return nil, err
+	}
+	evs[0].Candidate = c
+	return evs[0], nil
+}
+
+// evaluatePolicies runs every policy over cfg's suite (one sweep per
+// scenario, all policies in it), keeping only the cell means.
+func evaluatePolicies(ctx context.Context, cfg TuneConfig, pols []Policy) ([]*Evaluated, error) {
+	evs := make([]*Evaluated, len(pols))
+	for i, p := range pols {
+		evs[i] = &Evaluated{Candidate: Candidate{Name: p.Name}}
+	}
 	for _, sc := range cfg.Scenarios {
-		sw, err := RunSweep(ctx, SweepConfig{Scenario: sc, Policies: []Policy{p}, Seed: cfg.Seed, Seeds: cfg.Seeds, Parallel: cfg.Parallel})
+		sw, err := RunSweep(ctx, SweepConfig{Scenario: sc, Policies: pols, Seed: cfg.Seed, Seeds: cfg.Seeds, Parallel: cfg.Parallel})
 		if err != nil {
-			return nil, fmt.Errorf("%s on %s: %w", c.Name, sc.Name, err)
+			return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 		}
 		for l := range sw.Levels {
-			s := Summarise(sw.Runs[l][0])
-			ev.TTFTP99 = append(ev.TTFTP99, s.TTFTP99)
-			ev.TokPerSec = append(ev.TokPerSec, s.OutputTokensPerSec)
+			for i, ev := range evs {
+				s := Summarise(sw.Runs[l][i])
+				ev.TTFTP99 = append(ev.TTFTP99, s.TTFTP99)
+				ev.TokPerSec = append(ev.TokPerSec, s.OutputTokensPerSec)
+				ev.E2EP99 = append(ev.E2EP99, s.E2EP99)
+				ev.Goodput = append(ev.Goodput, s.Goodput)
+				ev.Misses = append(ev.Misses, s.Misses)
+			}
 		}
 	}
-	return ev, nil
+	return evs, nil
 }
 
 // withWeights returns a copy of profile f with weights w, the loop on

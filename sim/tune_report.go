@@ -72,7 +72,8 @@ func fmtWeight(v float64) string {
 // WriteProfile writes profile f with the best vector's weights, as YAML
 // in the configs schema, headed by comment. The loop is off unless the
 // search ran with it on; then the adaptive section is written as
-// "enabled: true" alone (the other keys at their defaults).
+// "enabled: true" alone (the other keys at their defaults). The profile's
+// scheduler.guard, under which every vector ran, is written with it.
 func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) error {
 	type scorer struct {
 		Type   string         `yaml:"type"`
@@ -91,6 +92,9 @@ func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) 
 		Picker:    map[string]any{"type": f.Picker.Type},
 		Filters:   f.Filters,
 		Adaptive:  map[string]any{"enabled": r.Loop},
+	}
+	if g := f.Scheduler.Guard; g.Factor > 0 {
+		doc.Scheduler["guard"] = map[string]any{"factor": g.Factor, "slack": g.Slack, "crowd_factor": g.CrowdFactor, "crowd_slack": g.CrowdSlack}
 	}
 	if f.Picker.Type == "" {
 		doc.Picker["type"] = "max-score"

@@ -235,3 +235,30 @@ func TestTuneLoop(t *testing.T) {
 		t.Fatalf("written profile: %v, adaptive %v\n%s", err, g != nil && g.Adaptive.Enabled, prof.String())
 	}
 }
+
+// TestWriteProfileKeepsGuard: a search over a profile with
+// scheduler.guard runs every vector under that guard (the loop off keeps
+// it), so the profile it writes carries the guard: it is the
+// configuration that was measured.
+func TestWriteProfileKeepsGuard(t *testing.T) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := []float64{1, 2, 3, 4, 5}
+	if g := withWeights(f, w, false).Scheduler.Guard; g.Factor != 2.5 {
+		t.Fatalf("searched vectors run with guard factor %v, want the profile's 2.5", g.Factor)
+	}
+	res := &TuneResult{Vectors: []*Evaluated{{Candidate: Candidate{Name: "v", Weights: w}}}}
+	var b bytes.Buffer
+	if err := res.WriteProfile(&b, f, "test"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := configs.Parse(b.Bytes())
+	if err != nil {
+		t.Fatalf("written profile: %v\n%s", err, b.String())
+	}
+	if g.Scheduler.Guard != f.Scheduler.Guard || g.Adaptive.Enabled {
+		t.Errorf("written profile: guard %+v, adaptive %v; want %+v, false\n%s", g.Scheduler.Guard, g.Adaptive.Enabled, f.Scheduler.Guard, b.String())
+	}
+}

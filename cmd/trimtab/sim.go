@@ -133,7 +133,7 @@ recorded by trimtab serve at /debug/trace, say) once at its own pace on
 			return err
 		},
 	}
-	cmd.AddCommand(newSimTuneCmd())
+	cmd.AddCommand(newSimTuneCmd(), newSimOracleCmd())
 	f := cmd.Flags()
 	f.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one)")
 	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")

@@ -77,6 +77,9 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 			if loop && !f.Adaptive.Enabled {
 				return fmt.Errorf("--loop: the profile has adaptive.enabled: false; there is no loop to tune with")
 			}
+			if profile == "" && !loop && f.Scheduler.Guard.Factor > 0 {
+				name = sim.PolicyGuardOnly // the loop off keeps scheduler.guard
+			}
 			base, skipped := sim.Baselines(f, name, loop)
 			res, err := sim.Tune(ctx, sim.TuneConfig{
 				Scenarios: scs, Profile: f, Loop: loop, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,

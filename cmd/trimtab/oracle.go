@@ -1,0 +1,202 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+func newSimOracleCmd() *cobra.Command {
+	var (
+		scenarios []string
+		engines   []string
+		policies  []string
+		seed      uint64
+		seeds     int
+		budget    int
+		parallel  int
+		duration  time.Duration
+		out       string
+		commit    string
+	)
+	cmd := &cobra.Command{
+		Use:   "oracle [--engines a,b] [--policies a,b] [--seeds K] [--budget N] --out DIR",
+		Short: "Score every policy against each engine calibration's best static vector",
+		Long: `oracle finds, for each engine calibration, the oracle: the best single static
+weight vector for that fleet (trimtab sim tune's search, --budget vectors) over
+the shipped adaptive profile's scorers plus token-load, every vector under the
+profile's scheduler.guard with the loop off. It then runs every policy on the
+same scenarios and seeds, and scores vectors and policies with the tune
+objective against the same per-cell bests (over every vector and every policy
+of that calibration).
+
+It writes DIR/oracle.json (per calibration and policy: score, score ÷ the
+oracle's, worst, mean, and per cell TTFT p99, E2E p99, tok/s, goodput, misses)
+and DIR/oracle.md (the policy × calibration table of score ÷ oracle, the
+oracles, adaptive against every other policy cell by cell).
+
+The default suite is ` + strings.Join(sim.OracleSuite, ", ") + `;
+"--scenario all" runs every shipped scenario. Calibrations: ` + strings.Join(sim.EngineNames(), ", ") + `
+(default all) or files. "trimtab sim oracle doc" puts two runs' tables into
+docs/benchmarks.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case out == "":
+				return fmt.Errorf("--out: required")
+			case seeds < 1:
+				return fmt.Errorf("--seeds: must be ≥ 1")
+			case budget < 1:
+				return fmt.Errorf("--budget: must be ≥ 1")
+			}
+			if len(scenarios) == 0 {
+				scenarios = sim.OracleSuite
+			}
+			if _, err := sim.LoadScenarios(scenarios, duration); err != nil {
+				return fmt.Errorf("--scenario: %w", err)
+			}
+			if len(engines) == 0 {
+				engines = sim.EngineNames()
+			}
+			for _, e := range engines {
+				if _, _, err := sim.LoadEngine(e); err != nil {
+					return fmt.Errorf("--engines: %w", err)
+				}
+			}
+			pols, err := sim.Policies(policies)
+			if err != nil {
+				return fmt.Errorf("--policies: %w", err)
+			}
+			f, err := sim.OracleProfile()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			if commit == "" {
+				commit = gitDescribe()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			stderr, start := cmd.ErrOrStderr(), time.Now()
+			o, err := sim.RunOracle(ctx, sim.OracleConfig{Scenarios: scenarios, Duration: duration, Engines: engines, Policies: pols,
+				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
+				Progress: func(p sim.OracleProgress) { oracleProgress(stderr, start, p) }})
+			if err != nil {
+				return err
+			}
+			o.Command, o.Commit, o.Date = commandLine(), commit, start.UTC().Format("2006-01-02")
+			if err := sim.WriteFile(filepath.Join(out, "oracle.json"), o.WriteJSON); err != nil {
+				return err
+			}
+			if err := sim.WriteFile(filepath.Join(out, "oracle.md"), o.WriteMarkdown); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "%d calibrations in %v → %s, %s\n", len(o.Calibrations), time.Since(start).Round(time.Second),
+				filepath.Join(out, "oracle.json"), filepath.Join(out, "oracle.md"))
+			return nil
+		},
+	}
+	cmd.AddCommand(newSimOracleDocCmd())
+	fl := cmd.Flags()
+	fl.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one; default the oracle suite)")
+	fl.StringSliceVar(&engines, "engines", nil, "engine calibrations, shipped names or files (default every shipped one)")
+	fl.StringSliceVar(&policies, "policies", nil, "policies scored against the oracle (default all)")
+	fl.Uint64Var(&seed, "seed", 1, "first seed")
+	fl.IntVar(&seeds, "seeds", 3, "number of consecutive seeds each vector and policy runs")
+	fl.IntVar(&budget, "budget", 40, "weight vectors the search evaluates per calibration, baselines included")
+	fl.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
+	fl.DurationVar(&duration, "duration", 0, "play each scenario in this simulated time instead")
+	fl.StringVar(&out, "out", "", "output directory")
+	fl.StringVar(&commit, "commit", "", "commit the results are stamped with (default: git describe --always --dirty, else unknown)")
+	return cmd
+}
+
+// oracleProgress prints one progress line: where the run is, the time
+// spent and the time left at the pace so far (steps of a search that
+// converges early count as done at its end, so the estimate errs long).
+func oracleProgress(w io.Writer, start time.Time, p sim.OracleProgress) {
+	done := (p.Calibration-1)*p.Steps + p.Step
+	total := p.Calibrations * p.Steps
+	el := time.Since(start)
+	eta := time.Duration(float64(el) * float64(total-done) / float64(max(done, 1)))
+	what := "vector"
+	if p.Name != "vector" {
+		what = "policy " + p.Name
+	}
+	fmt.Fprintf(w, "calibration %d/%d %s: %s, step %d/%d; %v elapsed, ETA %v\n", p.Calibration, p.Calibrations, p.Engine, what, p.Step, p.Steps,
+		el.Round(time.Second), eta.Round(time.Second))
+}
+
+// gitDescribe names the working tree's commit, or "unknown".
+func gitDescribe() string {
+	b, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func newSimOracleDocCmd() *cobra.Command {
+	var oracleIn, check, doc string
+	cmd := &cobra.Command{
+		Use:   "doc --oracle DIR|FILE --check DIR|FILE [--doc docs/benchmarks.md]",
+		Short: "Rewrite docs/benchmarks.md's oracle section from two oracle runs",
+		Long: `doc rewrites the section of --doc between its oracle markers from the
+oracle.json of --oracle (seeds 1–3) and of --check (the same run on seeds 4–6):
+the policy × calibration table of score ÷ oracle, and, for adaptive against
+every other policy, where it scores lower and the cells where it is worse by
+more than 2 %. The section depends only on the two files and this command line,
+so running it again changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			read := func(flag, p string) (*sim.OracleFile, error) {
+				if p == "" {
+					return nil, fmt.Errorf("--%s: required", flag)
+				}
+				if st, err := os.Stat(p); err == nil && st.IsDir() {
+					p = filepath.Join(p, "oracle.json")
+				}
+				o, err := sim.ReadOracleFile(p)
+				if err != nil {
+					return nil, fmt.Errorf("--%s: %w", flag, err)
+				}
+				return o, nil
+			}
+			m, err := read("oracle", oracleIn)
+			if err != nil {
+				return err
+			}
+			c, err := read("check", check)
+			if err != nil {
+				return err
+			}
+			old, err := os.ReadFile(doc)
+			if err != nil {
+				return fmt.Errorf("--doc: %w", err)
+			}
+			updated, err := sim.ReplaceOracleDoc(old, sim.RenderOracleDoc(m, c, commandLine()))
+			if err != nil {
+				return fmt.Errorf("--doc %s: %w", doc, err)
+			}
+			return sim.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&oracleIn, "oracle", "", "the oracle run (seeds 1–3): its directory or its oracle.json")
+	fl.StringVar(&check, "check", "", "the check run (seeds 4–6): its directory or its oracle.json")
+	fl.StringVar(&doc, "doc", "docs/benchmarks.md", "document whose oracle section is rewritten")
+	return cmd
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trimtab/trimtab/sim"
+)
+
+// TestSimOracle runs `trimtab sim oracle` on a tiny suite (one short
+// scenario, one seed, budget 3, two calibrations, three policies) and
+// checks both files' shape, then `sim oracle doc` on the run against
+// itself: the document's section is rewritten, and a second run changes
+// nothing.
+func TestSimOracle(t *testing.T) {
+	out := t.TempDir()
+	engines := "a100-40gb-llama-3.1-8b,l4-24gb-llama-3.1-8b"
+	log, err := runRoot(t, "sim", "oracle", "--scenario", "small-pool-burst", "--duration", "30s", "--seeds", "1", "--budget", "3",
+		"--engines", engines, "--policies", "adaptive,guard-only,llmd-token-load", "--commit", "test", "--parallel", "2", "--out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	// 9 baselines (the budget of 3 is raised to them) + 3 policies per calibration.
+	if !strings.Contains(log, "calibration 2/2 l4-24gb-llama-3.1-8b: policy llmd-token-load, step 12/12;") || !strings.Contains(log, "ETA") {
+		t.Errorf("progress lines:\n%s", log)
+	}
+	o, err := sim.ReadOracleFile(filepath.Join(out, "oracle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Commit != "test" || o.Date == "" || o.Command == "" || len(o.Seeds) != 1 || o.Budget != 3 {
+		t.Errorf("stamp: %q %q %q seeds %v budget %d", o.Commit, o.Date, o.Command, o.Seeds, o.Budget)
+	}
+	if len(o.Calibrations) != 2 || o.Calibrations[0].Engine != "a100-40gb-llama-3.1-8b" || o.Calibrations[1].Engine != "l4-24gb-llama-3.1-8b" {
+		t.Fatalf("calibrations %+v", o.Calibrations)
+	}
+	for _, c := range o.Calibrations {
+		if len(c.Policies) != 3 || c.Policies[0].Name != "adaptive" || c.Oracle.Ratio != 1 || len(c.Oracle.Weights) != len(o.Scorers) {
+			t.Errorf("%s: %d policies, oracle %+v", c.Engine, len(c.Policies), c.Oracle)
+		}
+		for _, e := range c.Policies {
+			if len(e.Cells) != 2 || e.Cells[0].TTFTP99 <= 0 || e.Cells[0].E2EP99 <= 0 || e.Cells[0].TokPerSec <= 0 || e.Ratio <= 0 {
+				t.Errorf("%s %s: %+v", c.Engine, e.Name, e)
+			}
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "oracle.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| policy | a100-40gb-llama-3.1-8b | l4-24gb-llama-3.1-8b |", "| oracle | 1.000 | 1.000 |", "| guard-only |", "### adaptive against llmd-token-load", "Commit test,"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("oracle.md lacks %q:\n%s", want, md)
+		}
+	}
+
+	doc := filepath.Join(t.TempDir(), "benchmarks.md")
+	if err := os.WriteFile(doc, []byte("# B\n\n"+sim.OracleDocBegin+"\nold\n"+sim.OracleDocEnd+"\n\n## Method\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"sim", "oracle", "doc", "--oracle", out, "--check", filepath.Join(out, "oracle.json"), "--doc", doc}
+	if log, err := runRoot(t, args...); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	first, _ := os.ReadFile(doc)
+	if bytes.Contains(first, []byte("\nold\n")) || !bytes.Contains(first, []byte("| adaptive |")) || !bytes.HasSuffix(first, []byte(sim.OracleDocEnd+"\n\n## Method\n")) {
+		t.Errorf("document after doc:\n%s", first)
+	}
+	if log, err := runRoot(t, args...); err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if second, _ := os.ReadFile(doc); !bytes.Equal(first, second) {
+		t.Errorf("a second doc run changed the document:\n%s\n---\n%s", first, second)
+	}
+	if _, err := runRoot(t, "sim", "oracle", "doc", "--oracle", out, "--doc", doc); err == nil || !strings.Contains(err.Error(), "--check") {
+		t.Errorf("missing --check: %v", err)
+	}
+}
+
+// TestBenchmarksDocOracleMarkers: docs/benchmarks.md carries exactly one
+// oracle section for `trimtab sim oracle doc` to rewrite.
+func TestBenchmarksDocOracleMarkers(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.ReplaceOracleDoc(doc, sim.OracleDocBegin+"\n"+sim.OracleDocEnd); err != nil {
+		t.Error(err)
+	}
+}

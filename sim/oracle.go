@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scorers"
+)
+
+// OracleSuite is the default scenario suite of trimtab sim oracle: one
+// shipped scenario per mechanism the suite tests, the cheaper variant
+// where two test the same (hot-prefix-burst-open for the herd, whose
+// open-loop arrivals are the guard's case; small-pool-burst for a burst
+// on a small pool; shared-prefix-ladder-control, the outside anchor's
+// zero-reuse control, for load balance alone), without heterogeneous (a
+// mixed pool is a calibration here), rotating-hot-prefix and scale-up
+// (hot-prefix bursts pod-loss and mixed-day cover). It costs about two
+// thirds of the whole shipped suite's CPU time (docs/benchmarks.md,
+// Reproduction).
+var OracleSuite = []string{
+	"chat", "shared-prefix", "hot-prefix-burst-open", "mixed-day", "pod-loss", "small-pool",
+	"small-pool-burst", "shared-prefix-ladder", "shared-prefix-ladder-control", "mooncake-trace",
+}
+
+// OracleConfig is a per-fleet oracle run: for each engine calibration, the
+// best static vector over Profile's scorers (Tune), then every policy on
+// the same cells and seeds, all scored with the tune objective against
+// the same per-cell bests.
+type OracleConfig struct {
+	// Scenarios are scenario names or files (LoadScenarios), loaded
+	// afresh for each calibration; Duration, when > 0, scales each.
+	Scenarios []string
+	Duration  time.Duration
+	// Engines are calibration names or files (LoadEngine), in column order.
+	Engines []string
+	// Policies are evaluated beside the oracle, in row order.
+	Policies []Policy
+	// Profile supplies the searched scorers, its guard and its picker
+	// (OracleProfile); the loop is off for every vector.
+	Profile *configs.File
+	Seed    uint64
+	Seeds   int
+	// Budget is the vectors Tune evaluates per calibration (default 40).
+	Budget   int
+	Parallel int
+	// Progress, when set, is called after each vector and each policy.
+	Progress func(OracleProgress)
+}
+
+// OracleProgress is where an oracle run is: calibration Calibration of
+// Calibrations (from 1), step Step of at most Steps in it (the tune's
+// vectors, then the policies; a search that converges early skips the
+// rest of its budget), named Name.
+type OracleProgress struct {
+	Calibration, Calibrations int
+	Engine                    string
+	Step, Steps               int
+	Name                      string
+}
+
+// OracleFile is oracle.json: the machine-readable result of trimtab sim
+// oracle. Command, Commit and Date are stamped by the caller.
+type OracleFile struct {
+	Command   string   `json:"command"`
+	Commit    string   `json:"commit"`
+	Date      string   `json:"date"`
+	Seeds     []uint64 `json:"seeds"`
+	Budget    int      `json:"budget"`
+	Scenarios []string `json:"scenarios"`
+	// Scorers name the searched weights, index-aligned with an oracle's
+	// Weights; Guard is the scheduler.guard every vector runs under.
+	Scorers      []string            `json:"scorers"`
+	Guard        OracleGuard         `json:"guard"`
+	Calibrations []OracleCalibration `json:"calibrations"`
+}
+
+// OracleGuard is the profile's scheduler.guard (factor 0: none).
+type OracleGuard struct {
+	Factor      float64 `json:"factor"`
+	Slack       float64 `json:"slack"`
+	CrowdFactor float64 `json:"crowd_factor"`
+	CrowdSlack  float64 `json:"crowd_slack"`
+}
+
+// OracleCalibration is one engine calibration's column.
+type OracleCalibration struct {
+	Engine string `json:"engine"`
+	Cells  []Cell `json:"cells"`
+	// Vectors is how many weight vectors the search evaluated (Invalid
+	// more were refused by validation).
+	Vectors int `json:"vectors"`
+	Invalid int `json:"invalid"`
+	// Oracle is the searched vector with the highest score against the
+	// final per-cell bests; Policies in the order they were given.
+	Oracle   OracleEntry   `json:"oracle"`
+	Policies []OracleEntry `json:"policies"`
+}
+
+// OracleEntry is one vector or policy on one calibration. Score, Worst
+// and Mean are the tune objective (Evaluated) against the per-cell bests
+// over every searched vector and every policy of the calibration; Ratio
+// is Score ÷ the oracle's Score.
+type OracleEntry struct {
+	Name    string      `json:"name"`
+	Weights []float64   `json:"weights,omitempty"`
+	Score   float64     `json:"score"`
+	Ratio   float64     `json:"ratio"`
+	Worst   float64     `json:"worst"`
+	Mean    float64     `json:"mean"`
+	Cells   []CellStats `json:"cells"`
+}
+
+// CellStats is one cell's seed means (latencies in ms, goodput in
+// requests/s within SLO, misses in requests; 0 where nothing was
+// measured).
+type CellStats struct {
+	TTFTP99   float64 `json:"ttft_p99_ms"`
+	E2EP99    float64 `json:"e2e_p99_ms"`
+	TokPerSec float64 `json:"output_tokens_per_s"`
+	Goodput   float64 `json:"goodput"`
+	Misses    float64 `json:"misses"`
+}
+
+// OracleProfile returns the profile the oracle searches: the shipped
+// adaptive profile's scorers (prefix, queue, kvcache, inflight,
+// pending-prefill) and scheduler.guard, the loop off, plus the
+// token-load scorer at weight 0, the load signal of the field's current
+// llm-d baseline, so the oracle can weigh load in prompt tokens as the
+// field does and is not weaker than it for want of a scorer.
+func OracleProfile() (*configs.File, error) {
+	f, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		return nil, fmt.Errorf("oracle profile: %w", err)
+	}
+	f = loopOff(f, true)
+	zero := 0.0
+	f.Scorers = append(slices.Clip(f.Scorers), configs.ScorerConfig{Type: scorers.TypeTokenLoad, Name: scorers.TypeTokenLoad, Weight: &zero})
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("oracle profile: %w", err)
+	}
+	return f, nil
+}
+
+// OracleBaselines are the candidates the oracle's search starts from:
+// Baselines of the profile (its own vector, named guard-only since it
+// runs with the profile's guard, the load shares and the built-in static
+// vectors, each under the guard) and, when the profile has a token-load
+// scorer, that scorer alone.
+func OracleBaselines(f *configs.File) []Candidate {
+	base, _ := Baselines(f, PolicyGuardOnly, false)
+	if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == scorers.TypeTokenLoad }); i >= 0 {
+		w := make([]float64, len(f.Scorers))
+		w[i] = 1
+		base = append(base, Candidate{scorers.TypeTokenLoad, w})
+	}
+	return base
+}
+
+// RunOracle runs the oracle for every calibration in turn. It is
+// deterministic for given seeds: runs are, and the search's order does
+// not depend on timing.
+func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
+	if len(cfg.Engines) == 0 {
+		return nil, fmt.Errorf("oracle: no engine calibrations")
+	}
+	if cfg.Profile == nil {
+		return nil, fmt.Errorf("oracle: no profile")
+	}
+	seeds := max(cfg.Seeds, 1)
+	out := &OracleFile{Budget: cfg.Budget, Guard: OracleGuard(cfg.Profile.Scheduler.Guard)}
+	if out.Budget <= 0 {
+		out.Budget = 40
+	}
+	for k := range seeds {
+		out.Seeds = append(out.Seeds, cfg.Seed+uint64(k))
+	}
+	for _, s := range cfg.Profile.Scorers {
+		out.Scorers = append(out.Scorers, scorerName(s))
+	}
+	base := OracleBaselines(cfg.Profile)
+	steps := max(out.Budget, len(base)) + len(cfg.Policies)
+	for ci, eng := range cfg.Engines {
+		scs, err := LoadScenarios(cfg.Scenarios, cfg.Duration)
+		if err != nil {
+			return nil, err
+		}
+		if err := ApplyEngine(scs, eng); err != nil {
+			return nil, err
+		}
+		if ci == 0 {
+			for _, sc := range scs {
+				out.Scenarios = append(out.Scenarios, sc.Name)
+			}
+		}
+		engine := scs[0].EngineName
+		report := func(step int, name string) {
+			if cfg.Progress != nil {
+				cfg.Progress(OracleProgress{Calibration: ci + 1, Calibrations: len(cfg.Engines), Engine: engine, Step: step, Steps: steps, Name: name})
+			}
+		}
+		tc := TuneConfig{Scenarios: scs, Profile: cfg.Profile, Seed: cfg.Seed, Seeds: seeds, Budget: out.Budget, Parallel: cfg.Parallel,
+			Progress: func(done, _ int, _ *Evaluated) { report(done, "vector") }}
+		res, err := Tune(ctx, tc, base)
+		if err != nil {
+			return nil, fmt.Errorf("oracle on %s: %w", engine, err)
+		}
+		var pevs []*Evaluated
+		for i, p := range cfg.Policies {
+			evs, err := evaluatePolicies(ctx, tc, []Policy{p})
+			if err != nil {
+				return nil, fmt.Errorf("oracle on %s: %w", engine, err)
+			}
+			pevs = append(pevs, evs[0])
+			report(len(res.Vectors)+i+1, p.Name)
+		}
+		out.Calibrations = append(out.Calibrations, scoreOracle(engine, res, pevs))
+	}
+	return out, nil
+}
+
+// scoreOracle scores the search's vectors and the policies against the
+// per-cell bests over all of them; the oracle is the best-scoring vector.
+func scoreOracle(engine string, res *TuneResult, pols []*Evaluated) OracleCalibration {
+	all := &TuneResult{Cells: res.Cells, Vectors: append(slices.Clone(res.Vectors), pols...)}
+	cells := make([]int, len(res.Cells))
+	for i := range cells {
+		cells[i] = i
+	}
+	entry := func(ev *Evaluated) OracleEntry {
+		e := OracleEntry{Name: ev.Name}
+		e.Score, e.Worst, e.Mean = all.objective(ev, cells)
+		for c := range res.Cells {
+			e.Cells = append(e.Cells, CellStats{TTFTP99: ev.TTFTP99[c], E2EP99: at(ev.E2EP99, c), TokPerSec: ev.TokPerSec[c], Goodput: at(ev.Goodput, c), Misses: at(ev.Misses, c)})
+		}
+		return e
+	}
+	oc := OracleCalibration{Engine: engine, Cells: res.Cells, Vectors: len(res.Vectors), Invalid: res.Invalid}
+	best := math.Inf(-1)
+	for _, ev := range res.Vectors {
+		if e := entry(ev); e.Score > best {
+			best, oc.Oracle = e.Score, e
+			oc.Oracle.Weights = slices.Clone(ev.Weights)
+		}
+	}
+	ratio := func(s float64) float64 {
+		if best <= 0 {
+			return 0
+		}
+		return s / best
+	}
+	oc.Oracle.Ratio = ratio(oc.Oracle.Score)
+	for _, ev := range pols {
+		e := entry(ev)
+		e.Ratio = ratio(e.Score)
+		oc.Policies = append(oc.Policies, e)
+	}
+	return oc
+}
+
+func at(v []float64, i int) float64 {
+	if i < len(v) {
+		return v[i]
+	}
+	return 0
+}
+
+// WriteJSON writes o as indented JSON.
+func (o *OracleFile) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(o)
+}
+
+// maxOracleFile bounds an oracle.json read back.
+const maxOracleFile = 64 << 20
+
+// ReadOracleFile reads an oracle.json written by WriteJSON; unknown
+// fields are errors.
+func ReadOracleFile(path string) (*OracleFile, error) {
+	data, err := readBoundedN(path, maxOracleFile)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOracleFile(data)
+}
+
+// ParseOracleFile decodes oracle.json and checks that every entry has a
+// value per cell.
+func ParseOracleFile(data []byte) (*OracleFile, error) {
+	var o OracleFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("oracle.json: %w", err)
+	}
+	for _, c := range o.Calibrations {
+		for _, e := range append([]OracleEntry{c.Oracle}, c.Policies...) {
+			if len(e.Cells) != len(c.Cells) {
+				return nil, fmt.Errorf("oracle.json: calibrations[%s].%s: %d cells, want %d", c.Engine, e.Name, len(e.Cells), len(c.Cells))
+			}
+		}
+	}
+	return &o, nil
+}
+
+func readBoundedN(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
+	}
+	return data, nil
+}

@@ -1,0 +1,221 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func evaluated(name string, ttft, tok []float64) *Evaluated {
+	return &Evaluated{Candidate: Candidate{Name: name, Weights: []float64{1}}, TTFTP99: ttft, TokPerSec: tok}
+}
+
+// TestScoreOracle checks the objective and the ratio on two cells, two
+// searched vectors and one policy. Per-cell bests over all three:
+// TTFT p99 c0 = 50 (p), c1 = 100 (v2); tok/s c0 = c1 = 100.
+//
+//	v1: TTFT 50/100 = 0.5, 100/200 = 0.5; tok 50/100 = 0.5, 100/100 = 1
+//	    worst 0.5, mean 2.5/4 = 0.625, score (0.5 + 0.625)/2 = 0.5625
+//	v2: TTFT 50/200 = 0.25, 100/100 = 1; tok 1, 1
+//	    worst 0.25, mean 3.25/4 = 0.8125, score 0.53125
+//	p:  TTFT 50/50 = 1, 100/400 = 0.25; tok 1, 50/100 = 0.5
+//	    worst 0.25, mean 2.75/4 = 0.6875, score 0.46875
+//
+// The oracle is v1 and p's ratio 0.46875/0.5625 = 0.8333. Without p the
+// search alone ranks v2 first (bests TTFT 100, 100: v1 scores
+// (0.5 + 0.75)/2 = 0.625, v2 (0.5 + 0.875)/2 = 0.6875): the oracle is
+// chosen against the same bests the policies are scored on.
+func TestScoreOracle(t *testing.T) {
+	res := &TuneResult{ScenarioBest: map[string]int{}, Cells: []Cell{{"s", 1}, {"s", 2}}, Vectors: []*Evaluated{
+		evaluated("v1", []float64{100, 200}, []float64{50, 100}),
+		evaluated("v2", []float64{200, 100}, []float64{100, 100}),
+	}}
+	res.score()
+	if res.Vectors[res.Best].Name != "v2" || res.Vectors[1].Score != 0.6875 {
+		t.Fatalf("search alone: best %s, v2 score %v; want v2, 0.6875", res.Vectors[res.Best].Name, res.Vectors[1].Score)
+	}
+	p := evaluated("p", []float64{50, 400}, []float64{100, 50})
+	oc := scoreOracle("e", res, []*Evaluated{p})
+	if oc.Oracle.Name != "v1" || oc.Oracle.Score != 0.5625 || oc.Oracle.Worst != 0.5 || oc.Oracle.Mean != 0.625 || oc.Oracle.Ratio != 1 {
+		t.Errorf("oracle %+v, want v1 score 0.5625 worst 0.5 mean 0.625 ratio 1", oc.Oracle)
+	}
+	got := oc.Policies[0]
+	if got.Score != 0.46875 || got.Worst != 0.25 || got.Mean != 0.6875 || math.Abs(got.Ratio-0.46875/0.5625) > 1e-12 {
+		t.Errorf("policy %+v, want score 0.46875 worst 0.25 mean 0.6875 ratio 0.8333", got)
+	}
+	if oc.Vectors != 2 || len(got.Cells) != 2 || got.Cells[1].TTFTP99 != 400 {
+		t.Errorf("calibration %+v", oc)
+	}
+}
+
+// TestCompareCells checks the cell verdicts: adaptive ÷ other − 1 per
+// metric, worse beyond 2 %, better from 10 % with nothing worse.
+func TestCompareCells(t *testing.T) {
+	cells := []Cell{{"a", 1}, {"a", 2}, {"a", 3}, {"a", 4}}
+	ad := OracleEntry{Name: PolicyAdaptive, Cells: []CellStats{
+		{TTFTP99: 103, E2EP99: 100, TokPerSec: 100, Goodput: 10}, // TTFT 103/100 − 1 = +3 %: worse
+		{TTFTP99: 89, E2EP99: 100, TokPerSec: 99, Goodput: 10},   // TTFT −11 %, tok −1 %: better
+		{TTFTP99: 50, E2EP99: 100, TokPerSec: 97, Goodput: 10},   // TTFT −50 % but tok −3 %: worse
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 1},  // goodput 1 against 0: +∞, better
+	}}
+	other := OracleEntry{Name: "b", Cells: []CellStats{
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 10},
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 10},
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 10},
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 0},
+	}}
+	cc := CompareCells(cells, ad, other)
+	want := []struct{ worse, better bool }{{true, false}, {false, true}, {true, false}, {false, true}}
+	for i, w := range want {
+		if d := cc.Cells[i]; d.Worse != w.worse || d.Better != w.better {
+			t.Errorf("cell %d: %+v, want worse %v better %v", i, d, w.worse, w.better)
+		}
+	}
+	if cc.Worse != 2 || cc.Better != 2 || cc.Against != "b" {
+		t.Errorf("counts %d worse %d better against %s, want 2, 2, b", cc.Worse, cc.Better, cc.Against)
+	}
+	if got := cc.Cells[2].worseText(); got != "tok/s -3.0 %" {
+		t.Errorf("cell 2 worse text %q", got)
+	}
+}
+
+// TestRunOracle runs the oracle on one short scenario and two
+// calibrations: the guard-only policy is the search's own starting vector
+// (zero-weight token-load changes no pick), so the oracle scores at least
+// as well; the oracle's ratio is 1; and a second run gives the same file.
+func TestRunOracle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator")
+	}
+	f, err := OracleProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := Policies([]string{PolicyAdaptive, PolicyGuardOnly, PolicyRoundRobin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := OracleConfig{Scenarios: []string{"small-pool-burst"}, Duration: 40 * time.Second,
+		Engines: []string{"a100-40gb-llama-3.1-8b", "l4-24gb-llama-3.1-8b"}, Policies: pols, Profile: f,
+		Seed: 1, Seeds: 1, Budget: 3, Parallel: 2}
+	var steps int
+	cfg.Progress = func(p OracleProgress) { steps++ }
+	o, err := RunOracle(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := OracleBaselines(f)
+	if len(base) != 9 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" {
+		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load", base)
+	}
+	if len(o.Calibrations) != 2 || len(o.Scorers) != 6 || o.Scorers[5] != "token-load" || o.Guard.Factor != 2.5 {
+		t.Fatalf("file %+v", o)
+	}
+	if steps != 2*(9+3) {
+		t.Errorf("%d progress calls, want 2 × (9 baselines + 3 policies)", steps)
+	}
+	for _, c := range o.Calibrations {
+		g, _ := c.entry(PolicyGuardOnly)
+		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 6 || len(c.Cells) != 2 {
+			t.Errorf("%s: oracle %v (ratio %v, score %v), guard-only %v; %d cells", c.Engine, c.Oracle.Weights, c.Oracle.Ratio, c.Oracle.Score, g.Score, len(c.Cells))
+		}
+		if len(c.Comparisons()) != 2 {
+			t.Errorf("%s: comparisons %v", c.Engine, c.Comparisons())
+		}
+	}
+	o2, err := RunOracle(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j1, j2 bytes.Buffer
+	if err := o.WriteJSON(&j1); err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.WriteJSON(&j2); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(j1.Bytes(), j2.Bytes()) {
+		t.Error("two runs with the same seeds wrote different oracle.json")
+	}
+	back, err := ParseOracleFile(j1.Bytes())
+	if err != nil || len(back.Calibrations) != 2 {
+		t.Fatalf("read back: %v", err)
+	}
+	var md bytes.Buffer
+	if err := o.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| policy | a100-40gb-llama-3.1-8b | l4-24gb-llama-3.1-8b |", "| oracle | 1.000 | 1.000 |", "### adaptive against guard-only", "### adaptive against round-robin"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("oracle.md lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+// oracleFixture is a two-calibration oracle file with adaptive,
+// guard-only and round-robin on two cells; adaptive's TTFT p99 on cell
+// (s, 2) of calibration e1 is ttft, its other values equal guard-only's.
+func oracleFixture(seed uint64, ttft float64) *OracleFile {
+	st := func(ttft float64) []CellStats {
+		return []CellStats{{TTFTP99: 100, E2EP99: 1000, TokPerSec: 50, Goodput: 2}, {TTFTP99: ttft, E2EP99: 1000, TokPerSec: 50, Goodput: 2}}
+	}
+	cal := func(engine string, adTTFT float64) OracleCalibration {
+		return OracleCalibration{Engine: engine, Cells: []Cell{{"s", 1}, {"s", 2}}, Vectors: 9,
+			Oracle: OracleEntry{Name: "search-9", Weights: []float64{32, 0, 1, 0, 0, 4}, Score: 1, Ratio: 1, Worst: 1, Mean: 1, Cells: st(100)},
+			Policies: []OracleEntry{
+				{Name: PolicyAdaptive, Score: 0.9, Ratio: 0.9, Cells: st(adTTFT)},
+				{Name: PolicyGuardOnly, Score: 0.95, Ratio: 0.95, Cells: st(100)},
+				{Name: PolicyRoundRobin, Score: 0.5, Ratio: 0.5, Cells: st(400)},
+			}}
+	}
+	return &OracleFile{Command: "trimtab sim oracle", Commit: "abc123", Date: "2026-12-06", Seeds: []uint64{seed, seed + 1, seed + 2}, Budget: 40,
+		Scenarios: []string{"s"}, Scorers: []string{"prefix", "queue", "kvcache", "inflight", "pending-prefill", "token-load"},
+		Guard:        OracleGuard{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3},
+		Calibrations: []OracleCalibration{cal("e1", ttft), cal("e2", 100)}}
+}
+
+// TestRenderOracleDoc checks the generated section's table and sentences
+// on a fixture, that it is deterministic, and that replacing it in a
+// document is idempotent and leaves the rest of the document alone.
+func TestRenderOracleDoc(t *testing.T) {
+	main, check := oracleFixture(1, 125), oracleFixture(4, 101)
+	sec := RenderOracleDoc(main, check, "trimtab sim oracle doc")
+	if again := RenderOracleDoc(oracleFixture(1, 125), oracleFixture(4, 101), "trimtab sim oracle doc"); again != sec {
+		t.Fatal("two renderings of the same files differ")
+	}
+	for _, want := range []string{
+		"| policy | e1 | e2 |",
+		"| adaptive | 0.900 (0.900) | 0.900 (0.900) |",
+		"| oracle | 1.000 (1.000) | 1.000 (1.000) |",
+		"commit abc123, 2026-12-06",
+		// e1 (s, 2): 125/100 − 1 = +25 %; on seeds 4–6 101/100 − 1 = +1 %, not worse.
+		"**guard-only**: adaptive scores below guard-only on 2 of 2 calibrations: e1 (0.900 against 0.950; seeds 4–6: 0.900 against 0.950)",
+		"adaptive is worse than guard-only by more than 2 % in 1 of 4 cells (0 also on seeds 4–6), the worst: e1 s@2 (TTFT p99 +25.0 %).",
+		// Against round-robin: 125/400 − 1 = −69 %: never worse.
+		"**round-robin**: adaptive scores at least as well as round-robin on every calibration; adaptive is worse than round-robin by more than 2 % in no cell of 4.",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("section lacks %q:\n%s", want, sec)
+		}
+	}
+	doc := []byte("# title\n\nintro\n\n" + OracleDocBegin + "\nplaceholder\n" + OracleDocEnd + "\n\n## Method\n")
+	once, err := ReplaceOracleDoc(doc, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := ReplaceOracleDoc(once, sec)
+	if err != nil || !bytes.Equal(once, twice) {
+		t.Errorf("not idempotent (%v):\n%s\n---\n%s", err, once, twice)
+	}
+	if !bytes.HasPrefix(once, []byte("# title\n\nintro\n\n"+OracleDocBegin)) || !bytes.HasSuffix(once, []byte(OracleDocEnd+"\n\n## Method\n")) || bytes.Contains(once, []byte("placeholder")) {
+		t.Errorf("replaced document:\n%s", once)
+	}
+	for _, bad := range []string{"no markers", OracleDocEnd + OracleDocBegin, OracleDocBegin + OracleDocEnd + OracleDocBegin} {
+		if _, err := ReplaceOracleDoc([]byte(bad), sec); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
