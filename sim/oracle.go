@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
 
@@ -88,6 +89,7 @@ type OracleGuard struct {
 	Slack       float64 `json:"slack"`
 	CrowdFactor float64 `json:"crowd_factor"`
 	CrowdSlack  float64 `json:"crowd_slack"`
+	Unit        string  `json:"unit,omitempty"`
 }
 
 // OracleCalibration is one engine calibration's column.
@@ -175,7 +177,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		return nil, fmt.Errorf("oracle: no profile")
 	}
 	seeds := max(cfg.Seeds, 1)
-	out := &OracleFile{Budget: cfg.Budget, Guard: OracleGuard(cfg.Profile.Scheduler.Guard)}
+	out := &OracleFile{Budget: cfg.Budget, Guard: oracleGuard(cfg.Profile.Scheduler.Guard)}
 	if out.Budget <= 0 {
 		out.Budget = 40
 	}
@@ -325,4 +327,8 @@ func readBoundedN(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
 	}
 	return data, nil
+}
+
+func oracleGuard(g scheduler.GuardConfig) OracleGuard {
+	return OracleGuard{Factor: g.Factor, Slack: g.Slack, CrowdFactor: g.CrowdFactor, CrowdSlack: g.CrowdSlack, Unit: g.Unit}
 }
