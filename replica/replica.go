@@ -112,7 +112,8 @@ func (r *Replica) endpoints() map[string]struct{} {
 }
 
 // New builds a replica for sched. It attaches a pick log to the profile's
-// first prefix scorer (only that one is synced) and opens nothing yet.
+// prefix scorer with the largest weight, the first of those on a tie
+// (scorers.SyncedPrefix; only that one is synced), and opens nothing yet.
 func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 	cfg.Enabled = true
 	if err := cfg.Validate(); err != nil {
@@ -142,12 +143,9 @@ func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	for _, e := range sched.Scorers() {
-		if p, ok := e.Scorer.(*scorers.Prefix); ok {
-			r.prefix = p
-			r.syncKey = e.Name + ":" + p.SyncKey()
-			break
-		}
+	if p, i := scorers.SyncedPrefix(sched.Scorers()); p != nil {
+		r.prefix = p
+		r.syncKey = sched.Scorers()[i].Name + ":" + p.SyncKey()
 	}
 	var err error
 	if r.picks, err = scorers.NewPickLog(cfg.PickLogPicks, cfg.PickLogHashes); err != nil {

@@ -364,3 +364,29 @@ func TestRedialAfterPeerRestart(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestSyncsTheHeaviestPrefixIndex: with several prefix scorers in the
+// profile, the replica syncs the one with the largest profile weight (the
+// first of those on a tie), the same one the simulator's routers sync
+// (scorers.SyncedPrefix). Weights 0, 32, 32, 0: the second.
+func TestSyncsTheHeaviestPrefixIndex(t *testing.T) {
+	var entries []scheduler.ScorerEntry
+	for i, w := range []float64{0, 32, 32, 0} {
+		p, err := scorers.NewPrefix("p"+string(rune('a'+i)), scorers.DefaultPrefixConfig(), scorers.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, scheduler.ScorerEntry{Name: "p" + string(rune('a'+i)), Type: "prefix", Scorer: p, Weight: w})
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), entries, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(testConfig("a", "127.0.0.1:1"), s, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.prefix != entries[1].Scorer || !strings.HasPrefix(r.syncKey, "pb:") {
+		t.Errorf("synced index %q, want pb (weight 32, the first of the heaviest)", r.syncKey)
+	}
+}

@@ -118,6 +118,24 @@ func (l *PickLog) Appended() uint64 { return l.appended.Load() }
 // The log sees the request's indexed blocks and its endpoint's address.
 func (p *Prefix) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
 
+// SyncedPrefix returns the prefix scorer whose index replica sync shares
+// between routers, and its position in entries: the one with the largest
+// profile weight, the first of those on a tie (nil and -1 when there is
+// none). Only that index is synced; a profile's other prefix indexes
+// (a weight-0 index that learns at the pick, say) stay router-local.
+// `trimtab serve`'s replica sync and the simulator's routers both use it,
+// so they sync the same index.
+func SyncedPrefix(entries []scheduler.ScorerEntry) (*Prefix, int) {
+	var best *Prefix
+	at := -1
+	for i, e := range entries {
+		if p, ok := e.Scorer.(*Prefix); ok && (best == nil || e.Weight > entries[at].Weight) {
+			best, at = p, i
+		}
+	}
+	return best, at
+}
+
 // SyncKey identifies what must match between replicas for their indexes to
 // be interchangeable: the block-hash scheme (chainHashes; a replica of
 // another release that hashes differently is refused, not silently

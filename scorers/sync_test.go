@@ -240,3 +240,37 @@ func TestPickWithPickLogAllocatesNothing(t *testing.T) {
 		t.Errorf("%d picks dropped", log.Dropped())
 	}
 }
+
+// TestSyncedPrefix: the synced index is the prefix scorer with the largest
+// profile weight, the first of those on a tie; other scorers never count.
+func TestSyncedPrefix(t *testing.T) {
+	tests := []struct {
+		name    string
+		weights []float64 // < 0: an inflight scorer of weight −w
+		want    int
+	}{
+		{"none", []float64{-1}, -1},
+		{"one", []float64{-1, 0}, 1},
+		{"heaviest", []float64{0, 32, 0}, 1},
+		{"first of a tie", []float64{2, 32, 32}, 1},
+		{"other scorers ignored", []float64{-64, 1, 4}, 2},
+	}
+	for _, tt := range tests {
+		var entries []scheduler.ScorerEntry
+		for _, w := range tt.weights {
+			if w < 0 {
+				entries = append(entries, scheduler.ScorerEntry{Name: "inflight", Scorer: &InFlight{}, Weight: -w})
+				continue
+			}
+			p, err := NewPrefix("prefix", DefaultPrefixConfig(), Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries = append(entries, scheduler.ScorerEntry{Name: "prefix", Scorer: p, Weight: w})
+		}
+		p, at := SyncedPrefix(entries)
+		if at != tt.want || (at >= 0 && p != entries[at].Scorer) || (at < 0 && p != nil) {
+			t.Errorf("%s: SyncedPrefix at %d, want %d", tt.name, at, tt.want)
+		}
+	}
+}

@@ -12,7 +12,8 @@ import (
 // Several router replicas in front of one pool (Scenario.Routers): each has
 // its own scheduler, scorers and control loop; the spread decides which
 // replica a request reaches; with sync, every SyncInterval each replica
-// sends its new picks (the prefix scorer's PickLog) and its router-local
+// sends its new picks (the PickLog of the prefix scorer scorers.SyncedPrefix
+// names) and its router-local
 // loads (scorers.LocalLoads), and the others apply them SyncDelay later
 // (Prefix.RecordPeer, scorers.PeerLoads) — the same hooks `trimtab serve`'s
 // replica sync uses, with the network replaced by a delay in virtual time.
@@ -73,11 +74,7 @@ func (r *runner) buildRouters() error {
 		sched.ObserveInto(cal.Ring())
 		rt := &router{sched: sched, ctl: loop, cal: cal, name: "router-" + strconv.Itoa(i)}
 		if syncOn {
-			for _, e := range sched.Scorers() {
-				if p, ok := e.Scorer.(*scorers.Prefix); ok {
-					rt.prefix = p
-				}
-			}
+			rt.prefix, _ = scorers.SyncedPrefix(sched.Scorers())
 			if rt.prefix != nil {
 				rt.log, err = scorers.NewPickLog(simLogPicks, simLogHashes)
 				if err != nil {

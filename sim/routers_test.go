@@ -100,3 +100,31 @@ func TestRoutersErrors(t *testing.T) {
 		t.Errorf("sync: off: %v, %+v", err, sc.Routers)
 	}
 }
+
+// TestRoutersSyncTheHeaviestPrefixIndex: with several prefix scorers in
+// the profile, every router syncs the one with the largest profile weight
+// (the first of those on a tie), the same one `trimtab serve`'s replica
+// sync shares (scorers.SyncedPrefix). Weights 0, 32, 32, 0: the second.
+func TestRoutersSyncTheHeaviestPrefixIndex(t *testing.T) {
+	p := profilePolicy("four-indexes", "", `
+picker: {type: max-score}
+scorers:
+  - {type: prefix, name: pa, weight: 0, params: {learn: pick}}
+  - {type: prefix, name: pb, weight: 32}
+  - {type: prefix, name: pc, weight: 32}
+  - {type: prefix, name: pd, weight: 0, params: {learn: pick}}
+  - {type: inflight, weight: 1}
+`)
+	sc := smallScenario(t)
+	sc.Routers = &Routers{Replicas: 2}
+	sc.Routers.SetDefaults()
+	r := &runner{cfg: RunConfig{Scenario: sc, Policy: p, Level: 1, Seed: 1}, sc: sc}
+	if err := r.buildRouters(); err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range r.routers {
+		if want := rt.sched.Scorers()[1].Scorer; rt.prefix != want {
+			t.Errorf("%s syncs %p, want pb's index %p (weight 32, the first of the heaviest)", rt.name, rt.prefix, want)
+		}
+	}
+}
