@@ -44,6 +44,8 @@ type DemoLoop struct {
 	PeakSignal, ThetaOn float64
 	// Shifts are the weights that moved most from calm, largest first.
 	Shifts []WeightShift
+	// Unknown is why the router's timeline is missing ("" when it is not).
+	Unknown string
 }
 
 // DemoOutcome is what the demo's closing summary is written from.
@@ -72,6 +74,8 @@ func DemoSummary(o DemoOutcome) [3]string {
 	l := o.Loop
 	a := o.Adaptive
 	switch {
+	case l.Unknown != "":
+		out[0] = "What happened: unknown — the router's timeline could not be read (" + l.Unknown + ")."
 	case l.Entries > 0:
 		s := "What happened: in the burst the picks the calm weights would make piled onto the pods holding the hot prompt; "
 		if l.Entries == 1 {
@@ -154,7 +158,7 @@ func DemoSummary(o DemoOutcome) [3]string {
 	switch {
 	case len(better) > 0 && len(worse) == 0:
 		out[2] = "Comparison: adaptive did better than " + o.StaticName + " on " + strings.Join(better, ", ") + tail
-		if l.Entries == 0 {
+		if l.Entries == 0 && l.Unknown == "" {
 			out[2] += " — with the loop calm throughout, that is the load guard's doing, not the loop's"
 		}
 	case len(worse) > 0 && len(better) == 0:
@@ -234,7 +238,7 @@ func LoadWarning(load1 float64, cores int) string {
 // the first sample's (calm) weights, at most three, each by more than
 // 10 % of its calm value.
 func loopStory(r *RunResult, thetaOn float64, reason string) DemoLoop {
-	l := DemoLoop{BackToCalm: -1, ThetaOn: thetaOn, Reason: reason}
+	l := DemoLoop{BackToCalm: -1, ThetaOn: thetaOn, Reason: reason, Unknown: r.AdminErr}
 	for _, c := range r.ModeChanges {
 		switch c.To {
 		case "rebalance":

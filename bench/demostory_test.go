@@ -80,6 +80,13 @@ func TestDemoSummary(t *testing.T) {
 			unwant: []string{"left calm at", "rebalance"},
 		},
 		{
+			name: "the timeline is missing",
+			o: DemoOutcome{Burst: "b", Adaptive: base, StaticName: "static", Loop: DemoLoop{BackToCalm: -1, Unknown: "status 503"},
+				Static: with(func(n *DemoNumbers) { n.TTFTP99 = 5000 })},
+			want:   [3][]string{{"What happened: unknown — the router's timeline could not be read (status 503)."}, nil, {"did better than static on TTFT p99"}},
+			unwant: []string{"never left calm", "load guard's doing"},
+		},
+		{
 			name: "no comparison, nothing scraped",
 			o:    DemoOutcome{Burst: "b", Adaptive: DemoNumbers{TTFTP99: math.NaN(), E2EP99: math.NaN(), TokPerSec: 0, Busiest: math.NaN()}, Loop: calm},
 			want: [3][]string{{"never left calm", "no weight changed."}, {"adaptive TTFT p99 –, E2E p99 –, 0 tok/s."},
