@@ -103,7 +103,11 @@ func DemoSummary(o DemoOutcome) [3]string {
 		}
 		out[0] = s + "."
 	default:
-		out[0] = fmt.Sprintf("What happened: the loop never left calm (signal at most %.2f, below theta_on %.2f), so no weight changed", l.PeakSignal, l.ThetaOn)
+		if l.PeakSignal >= l.ThetaOn {
+			out[0] = fmt.Sprintf("What happened: the loop never left calm (the signal reached %.2f, over theta_on %.2f, but not for long enough to enter rebalance), so no weight changed", l.PeakSignal, l.ThetaOn)
+		} else {
+			out[0] = fmt.Sprintf("What happened: the loop never left calm (signal at most %.2f, below theta_on %.2f), so no weight changed", l.PeakSignal, l.ThetaOn)
+		}
 		if !math.IsNaN(a.Busiest) {
 			out[0] += fmt.Sprintf("; the load guard alone held the busiest pod at %.1f× the mean", a.Busiest)
 		}

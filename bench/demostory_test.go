@@ -80,6 +80,13 @@ func TestDemoSummary(t *testing.T) {
 			unwant: []string{"left calm at", "rebalance"},
 		},
 		{
+			name: "the signal crossed theta_on but too briefly",
+			// 0.26 ≥ 0.20, yet no entry: the on-hold was not met.
+			o:      DemoOutcome{Burst: "b", Adaptive: base, Loop: DemoLoop{BackToCalm: -1, ThetaOn: 0.2, PeakSignal: 0.26}},
+			want:   [3][]string{{"never left calm (the signal reached 0.26, over theta_on 0.20, but not for long enough to enter rebalance), so no weight changed"}, nil, nil},
+			unwant: []string{"below theta_on"},
+		},
+		{
 			name: "the timeline is missing",
 			o: DemoOutcome{Burst: "b", Adaptive: base, StaticName: "static", Loop: DemoLoop{BackToCalm: -1, Unknown: "status 503"},
 				Static: with(func(n *DemoNumbers) { n.TTFTP99 = 5000 })},
