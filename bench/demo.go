@@ -4,6 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -12,26 +17,38 @@ import (
 	"github.com/trimtab/trimtab/sim"
 )
 
-// DemoScenario is `trimtab demo`'s load on servers servers for d: calm (a
-// quarter of d, 4 clients), a burst (half, 64 clients) in which 90 % of
+// DefaultDemoRate is the demo burst's arrival rate in requests per
+// second: on 16 pods at the engine model's own speed, enough in-flight
+// requests that the pods holding the hot prompt carry more than the
+// herd signal's bounds, and above its min_picks gate (20 picks a second).
+const DefaultDemoRate = 35
+
+// demoCalmRate is the calm phases' arrival rate (req/s).
+const demoCalmRate = 4
+
+// DemoScenario is `trimtab demo`'s load on servers servers for d: open-loop
+// arrivals (a gateway's users do not wait for each other) at 4 req/s for a
+// quarter of d, rate req/s for half, 4 req/s for the last quarter. 90 % of
 // requests share one 6,000-token system prompt (the rest spread over 16
-// groups of 1,000-token prompts), calm again (4 clients). Every question
-// is new, 150 tokens; answers are 150 tokens.
-func DemoScenario(servers int, d time.Duration) (*sim.Scenario, error) {
+// groups of 1,000-token prompts), so the calm phase leaves it cached on a
+// few pods and the burst surges onto a prefix the pool already holds:
+// sim's hot-prefix-burst-open, shortened. Questions are 150 tokens
+// (±50 %), answers 150. A request times out after 20s.
+func DemoScenario(servers int, d time.Duration, rate float64) (*sim.Scenario, error) {
 	q := d / 4
 	return sim.ParseScenario([]byte(fmt.Sprintf(`
 name: demo
-description: Calm, a hot-prefix burst, calm again (trimtab demo).
+description: Calm, an open-loop surge on a hot prompt the pool already holds, calm again (trimtab demo).
 duration: %v
 servers: %d
-timeout: 60s
-workload: {kind: shared-prefix, groups: 16, prompts_per_group: 1000000, system_tokens: 1000, question_tokens: 150, output_tokens: 150}
-load: {mode: closed, levels: [64]}
+timeout: 20s
+workload: {kind: shared-prefix, groups: 16, prompts_per_group: 64, system_tokens: 1000, hot_fraction: 0.9, hot_system_tokens: 6000, question_tokens: 150, output_tokens: 150, jitter: 0.5}
+load: {mode: open, levels: [%g]}
 phases:
-  - {name: calm, duration: %v, level: 4}
-  - {name: burst, duration: %v, workload: {hot_fraction: 0.9, hot_system_tokens: 6000}}
-  - {name: calm again, duration: %v, level: 4}
-`, d, servers, q, d-2*q, q)), "")
+  - {name: calm, duration: %v, level: %d}
+  - {name: burst, duration: %v}
+  - {name: calm again, duration: %v, level: %d}
+`, d, servers, rate, q, demoCalmRate, d-2*q, q, demoCalmRate)), "")
 }
 
 // DemoConfig is `trimtab demo`: the demo scenario on Servers simulated
@@ -40,17 +57,34 @@ type DemoConfig struct {
 	Servers  int
 	Duration time.Duration
 	Speed    float64
+	// Rate is the burst's arrival rate in req/s (0: DefaultDemoRate).
+	Rate float64
 	// Compare also runs the field's static weights (sim's static-3-2-2)
 	// after the demo profile (configs/demo.yaml, adaptive).
 	Compare bool
-	// Screen redraws a full-screen view each second; else a line.
+	// Screen redraws a full-screen view each second; else a line every
+	// few seconds and one per change of the router's mode.
 	Screen bool
 	Seed   uint64
 }
 
-// Demo runs cfg, showing the run live on out, then prints the tables.
-// The fleet runs in g until ctx ends.
-func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig, start StartRouterFunc) error {
+// DemoDeps are the demo's collaborators.
+type DemoDeps struct {
+	// StartRouter starts a router for a policy; required.
+	StartRouter StartRouterFunc
+	// HostLoad returns the machine's 1-minute load average and its cores
+	// (ok false: unknown); nil skips the busy-machine warning.
+	HostLoad func() (load1 float64, cores int, ok bool)
+}
+
+// Demo runs cfg, showing the run live on out (per-pod load, the router's
+// mode and weights, each mode change with its reason), then prints the
+// tables and a three-line summary in words. The fleet runs in g until
+// ctx ends.
+func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig, deps DemoDeps) error {
+	if cfg.Rate == 0 {
+		cfg.Rate = DefaultDemoRate
+	}
 	switch {
 	case cfg.Servers < 2 || cfg.Servers > 64:
 		return fmt.Errorf("--servers %d: want 2…64", cfg.Servers)
@@ -58,8 +92,12 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 		return fmt.Errorf("--duration %v: want at least 4s", cfg.Duration)
 	case !(cfg.Speed > 0):
 		return fmt.Errorf("--time-scale %v: want > 0", cfg.Speed)
+	case !(cfg.Rate > 0) || cfg.Rate > 1000:
+		return fmt.Errorf("--rate %v: want more than 0 and at most 1000 requests per second", cfg.Rate)
+	case deps.StartRouter == nil:
+		return fmt.Errorf("demo: DemoDeps.StartRouter is required")
 	}
-	sc, err := DemoScenario(cfg.Servers, cfg.Duration)
+	sc, err := DemoScenario(cfg.Servers, cfg.Duration, cfg.Rate)
 	if err != nil {
 		return err
 	}
@@ -68,6 +106,7 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 		return err
 	}
 	pols := []Policy{{Name: "adaptive", Profile: adaptive}}
+	const staticName = "static 3:2:2"
 	if cfg.Compare {
 		p, err := Policies([]string{sim.PolicyStatic322}, nil)
 		if err != nil {
@@ -79,28 +118,193 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "trimtab demo: %d simulated vLLM servers (×%g real time), %v of load per policy\n", cfg.Servers, cfg.Speed, cfg.Duration)
-	admin := ""
-	show := func(l Live) {
-		if l.AdminURL != admin {
-			admin = l.AdminURL
-			fmt.Fprintf(out, "status page: %s/ui\n", admin)
-		}
-		if cfg.Screen {
-			io.WriteString(out, l.Screen())
-		} else {
-			fmt.Fprintln(out, l.Line())
-		}
+	burst := sc.Phases[1].Duration
+	fmt.Fprintf(out, "trimtab demo: %d simulated vLLM servers (×%g their model's speed) behind trimtab serve.\n", cfg.Servers, cfg.Speed)
+	fmt.Fprintf(out, "The load: %v calm at %d req/s, a %v burst at %g req/s (90 %% of requests on one 6,000-token system prompt the pool already holds), %v calm;\n",
+		sc.Phases[0].Duration, demoCalmRate, burst, cfg.Rate, sc.Phases[2].Duration)
+	names := "adaptive (configs/demo.yaml: the loop on)"
+	if cfg.Compare {
+		names += ", then " + staticName + " (the Gateway API Inference Extension's default weights)"
 	}
+	fmt.Fprintf(out, "played under %s: about %v in all.\n", names, (time.Duration(len(pols)) * (cfg.Duration + 5*time.Second)).Round(10*time.Second))
+	hostWarning(out, deps.HostLoad)
+
+	v := &demoView{out: out, screen: cfg.Screen, unit: sc.LevelUnit(), hc: &http.Client{Timeout: 2 * time.Second}, reasons: map[string]string{}}
 	// A fresh salt per run: the second policy must not find the first's
 	// prompts in the servers' caches.
 	runs := uint64(0)
 	salt := func() uint64 { runs++; return cfg.Seed<<32 + 2*runs + 1 }
 	rep, err := Run(ctx, Config{Scenario: sc, TimeScale: 1, Policies: pols, Repeat: 1, Seed: cfg.Seed, Targets: targets},
-		Deps{StartRouter: start, Salt: salt, Progress: show})
+		Deps{StartRouter: deps.StartRouter, Salt: salt, Progress: func(l Live) { v.show(ctx, l) }})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "\nResult (the same load under each policy; TTFT = time to first token as the client saw it):")
-	return rep.WriteTables(out)
+	if err := rep.WriteTables(out); err != nil {
+		return err
+	}
+	o := demoOutcome(rep, adaptive.Adaptive.ThetaOn, v.reasons, staticName)
+	o.Burst = fmt.Sprintf("the %v burst at %g req/s", burst, cfg.Rate)
+	hostWarning(out, deps.HostLoad)
+	fmt.Fprintln(out, "Summary:")
+	for _, line := range DemoSummary(o) {
+		fmt.Fprintln(out, "  "+line)
+	}
+	return nil
+}
+
+func hostWarning(out io.Writer, load func() (float64, int, bool)) {
+	if load == nil {
+		return
+	}
+	if l, n, ok := load(); ok {
+		if w := LoadWarning(l, n); w != "" {
+			fmt.Fprintln(out, w)
+		}
+	}
+}
+
+// demoOutcome collects the summary's numbers from rep: each policy's
+// burst phase (the scenario's second) and the adaptive run's loop.
+func demoOutcome(rep *Report, thetaOn float64, reasons map[string]string, staticName string) DemoOutcome {
+	o := DemoOutcome{StaticName: staticName}
+	for _, r := range rep.Runs {
+		if len(r.Phases) < 2 {
+			continue
+		}
+		ph := r.Phases[1]
+		st := Summarise(r.measured(1), ph.End-ph.Start)
+		_, busiest := r.busiest(ph.Start, ph.End)
+		if busiest == 0 {
+			busiest = math.NaN()
+		}
+		n := DemoNumbers{TTFTP99: st.TTFTP99, E2EP99: st.E2EP99, TokPerSec: st.TokPerSec, Busiest: busiest, Failed: st.Failed}
+		switch r.Policy {
+		case "adaptive":
+			o.Adaptive = n
+			o.Loop = loopStory(r, thetaOn, reasons[r.Policy])
+		default:
+			o.Static = &n
+		}
+	}
+	return o
+}
+
+// demoView draws the live run: the screen, or plain lines.
+type demoView struct {
+	out    io.Writer
+	screen bool
+	unit   string
+	hc     *http.Client
+
+	admin   string          // the run's admin URL
+	seen    map[uint64]bool // change entries shown, by Seq
+	recent  []string        // the last mode changes, for the screen
+	mode    string
+	phase   string
+	printed time.Duration // when the last plain status line was printed
+	// reasons holds each policy's first calm → rebalance reason.
+	reasons map[string]string
+}
+
+// demoPlainEvery is how often the plain view prints a status line
+// between changes.
+const demoPlainEvery = 5 * time.Second
+
+func (v *demoView) show(ctx context.Context, l Live) {
+	l.Unit = v.unit
+	if l.AdminURL != v.admin {
+		v.admin, v.seen, v.recent, v.mode, v.phase, v.printed = l.AdminURL, map[uint64]bool{}, nil, "", "", -demoPlainEvery
+		if !v.screen {
+			fmt.Fprintf(v.out, "\n── run %d/%d: %s ── status page: %s/ui\n", l.Run, l.Runs, l.Policy, l.AdminURL)
+		}
+	}
+	var changes []string
+	if l.AdminURL != "" {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		if h, err := history(hctx, v.hc, l.AdminURL, "1s"); err == nil {
+			for _, c := range h.Changes {
+				if v.seen[c.Seq] || c.FromVersion == 0 {
+					continue
+				}
+				v.seen[c.Seq] = true
+				if c.FromMode == c.ToMode {
+					continue
+				}
+				at := l.Elapsed
+				if h.Latest != nil {
+					at -= h.Latest.At.Sub(c.At)
+				}
+				why := tidyDurations(c.Reason)
+				changes = append(changes, fmt.Sprintf("%4.0fs  %s → %s: %s", max(at, 0).Seconds(), c.FromMode, c.ToMode, why))
+				if c.ToMode == "rebalance" && v.reasons[l.Policy] == "" {
+					v.reasons[l.Policy] = why
+				}
+			}
+		}
+		cancel()
+	}
+	if v.screen {
+		v.recent = append(v.recent, changes...)
+		if len(v.recent) > 6 {
+			v.recent = v.recent[len(v.recent)-6:]
+		}
+		s := l.Screen()
+		if len(v.recent) > 0 {
+			s += "\nmode changes (the configurator's reason):\n  " + strings.Join(v.recent, "\n  ") + "\n"
+		}
+		io.WriteString(v.out, s)
+		return
+	}
+	for _, c := range changes {
+		fmt.Fprintln(v.out, "  ▶ "+c)
+	}
+	if l.Phase != v.phase || l.Mode != v.mode || l.Elapsed-v.printed >= demoPlainEvery {
+		v.phase, v.mode, v.printed = l.Phase, l.Mode, l.Elapsed
+		fmt.Fprintln(v.out, plainLine(l))
+	}
+}
+
+// longDuration is a Go duration printed to the nanosecond ("1.049997947s").
+var longDuration = regexp.MustCompile(`\b\d+\.\d{4,}(?:s|ms|µs)\b`)
+
+// tidyDurations rounds the durations in a reason to the millisecond
+// ("1.049997947s" → "1.05s").
+func tidyDurations(s string) string {
+	return longDuration.ReplaceAllStringFunc(s, func(m string) string {
+		d, err := time.ParseDuration(m)
+		if err != nil {
+			return m
+		}
+		return d.Round(time.Millisecond).String()
+	})
+}
+
+// plainLine is one status line: time, phase, the router's mode, signal
+// and weights, every pod's load as one character, and TTFT so far.
+func plainLine(l Live) string {
+	top := 0.0
+	for _, x := range l.Load {
+		top = max(top, x)
+	}
+	s := fmt.Sprintf("%4.0fs %-10s", l.Elapsed.Seconds(), l.Phase)
+	if l.Mode != "" {
+		s += fmt.Sprintf(" %-9s signal %.2f", l.Mode, l.Signal)
+	}
+	s += fmt.Sprintf("  pods %s (busiest %.0f)", LoadStrip(l.Load), top)
+	if len(l.Weights) > 0 {
+		names := l.Scorers
+		if len(names) == 0 {
+			for n := range l.Weights {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+		}
+		var ws []string
+		for _, n := range names {
+			ws = append(ws, n+" "+num(math.Round(l.Weights[n]*10)/10))
+		}
+		s += "  weights " + strings.Join(ws, " ")
+	}
+	return s + "  TTFT p99 " + fmtMs(l.Stats.TTFTP99)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -12,12 +11,14 @@ import (
 // screen.
 type Live struct {
 	// Run is the run's number (1-based) of Runs.
-	Run, Runs      int
-	Policy         string
-	Level          float64
-	Repeat         int
-	Phase          string
-	Concurrency    float64
+	Run, Runs   int
+	Policy      string
+	Level       float64
+	Repeat      int
+	Phase       string
+	Concurrency float64
+	// Unit names Concurrency's unit ("req/s"; "" reads "clients").
+	Unit           string
 	Elapsed, Total time.Duration
 	// Stats are over every request finished so far.
 	Stats Stats
@@ -55,12 +56,12 @@ func (l Live) Line() string {
 }
 
 // Screen is a full-screen view (ANSI clear first): the router's mode,
-// signal and weights, per-pod load and served share, and TTFT so far.
+// signal and weights, per-pod load as bars, and TTFT so far.
 func (l Live) Screen() string {
 	var b strings.Builder
 	b.WriteString("\033[H\033[2J")
-	fmt.Fprintf(&b, "trimtab %s   run %d/%d   t=%.0fs/%.0fs   phase: %s (%g clients)", l.Policy, l.Run, l.Runs,
-		l.Elapsed.Seconds(), l.Total.Seconds(), l.Phase, l.Concurrency)
+	fmt.Fprintf(&b, "trimtab %s   run %d/%d   t=%.0fs/%.0fs   phase: %s (%g %s)", l.Policy, l.Run, l.Runs,
+		l.Elapsed.Seconds(), l.Total.Seconds(), l.Phase, l.Concurrency, l.unit())
 	if l.AdminURL != "" {
 		fmt.Fprintf(&b, "   status page: %s/ui", l.AdminURL)
 	}
@@ -68,16 +69,78 @@ func (l Live) Screen() string {
 	for _, n := range l.Scorers {
 		fmt.Fprintf(&b, "%-15s %5.2f   ", n, l.Weights[n])
 	}
-	b.WriteString("\n\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pod\trunning+waiting\t")
-	for i, n := range l.Pods {
-		if i < len(l.Load) {
-			fmt.Fprintf(tw, "%s\t%.0f\t\n", n, l.Load[i])
-		}
-	}
-	tw.Flush()
+	b.WriteString("\n\nrequests running + waiting per pod\n")
+	b.WriteString(LoadBars(l.Pods, l.Load, 40))
 	fmt.Fprintf(&b, "\nTTFT so far: p50 %s  p90 %s  p99 %s   requests %d  failed %d\n",
 		fmtMs(l.Stats.TTFTP50), fmtMs(l.Stats.TTFTP90), fmtMs(l.Stats.TTFTP99), l.Stats.Requests, l.Stats.Failed)
+	return b.String()
+}
+
+func (l Live) unit() string {
+	if l.Unit != "" {
+		return l.Unit
+	}
+	return "clients"
+}
+
+// eighths are the partial blocks of a bar, from one eighth to a whole.
+var eighths = []rune("▏▎▍▌▋▊▉█")
+
+// Bar is v as a horizontal bar of whole and eighth blocks, full at top
+// and width cells wide; at most width cells, empty for v ≤ 0 or NaN.
+func Bar(v, top float64, width int) string {
+	if !(v > 0) || !(top > 0) || width < 1 {
+		return ""
+	}
+	n := int(math.Round(min(v/top, 1) * float64(width) * 8)) // eighths of a cell
+	if n == 0 {
+		n = 1 // anything above zero shows
+	}
+	bar := strings.Repeat("█", n/8)
+	if r := n % 8; r > 0 {
+		bar += string(eighths[r-1])
+	}
+	return bar
+}
+
+// LoadBars renders one line per pod: its name, a bar of its load scaled
+// to the largest load (at least 1) over width cells, and the load. Pods
+// beyond len(load) are left out.
+func LoadBars(pods []string, load []float64, width int) string {
+	top, wname := 1.0, 0
+	for i, v := range load {
+		if i < len(pods) {
+			top, wname = max(top, v), max(wname, len(pods[i]))
+		}
+	}
+	var b strings.Builder
+	for i, n := range pods {
+		if i >= len(load) {
+			break
+		}
+		fmt.Fprintf(&b, "  %-*s %-*s %3.0f\n", wname, n, width, Bar(load[i], top, width), load[i])
+	}
+	return b.String()
+}
+
+// levels are the eight heights of a one-character bar.
+var levels = []rune("▁▂▃▄▅▆▇█")
+
+// LoadStrip is every pod's load as one character, ▁ (idle) to █ (the
+// largest load, at least 1): a whole pool on one line, for output that is
+// not a terminal.
+func LoadStrip(load []float64) string {
+	top := 1.0
+	for _, v := range load {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for _, v := range load {
+		i := 0
+		if v > 0 {
+			i = min(int(math.Ceil(v/top*float64(len(levels))))-1, len(levels)-1)
+		}
+		b.WriteRune(levels[max(i, 0)])
+	}
 	return b.String()
 }
