@@ -173,7 +173,7 @@ func demoOutcome(rep *Report, thetaOn float64, reasons map[string]string, static
 			continue
 		}
 		ph := r.Phases[1]
-		st := Summarise(r.measured(1), ph.End-ph.Start)
+		st := r.stats(r.measured(1), ph.End-ph.Start)
 		_, busiest := r.busiest(ph.Start, ph.End)
 		if busiest == 0 {
 			busiest = math.NaN()
