@@ -65,6 +65,9 @@ type File struct {
 	Tracing TracingConfig `mapstructure:"tracing" json:"tracing"`
 	// Replicas is replica sync between router replicas (off by default).
 	Replicas replica.Config `mapstructure:"replicas" json:"replicas"`
+	// Retune is the slow loop that re-tunes the calm weights on the
+	// router's own recorded traffic (docs/retune.md); advisory by default.
+	Retune control.RetuneConfig `mapstructure:"retune" json:"retune"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
@@ -112,6 +115,7 @@ func Default() *File {
 		Server:         settings.DefaultConfig(),
 		Tracing:        DefaultTracingConfig(),
 		Replicas:       replica.DefaultConfig(),
+		Retune:         control.DefaultRetuneConfig(),
 	}
 }
 
@@ -382,7 +386,30 @@ func (f *File) Validate() error {
 	if err := f.Replicas.Validate(); err != nil {
 		return err
 	}
+	if err := f.validateRetune(); err != nil {
+		return err
+	}
 	return f.Tracing.Validate()
+}
+
+// validateRetune checks the retune: section and what apply mode needs:
+// the traffic window it replays, and one router, since each replica
+// records only its own share of the traffic and would move its weights
+// apart from the others'.
+func (f *File) validateRetune() error {
+	if err := f.Retune.Validate(); err != nil {
+		return err
+	}
+	if f.Retune.Mode != control.RetuneApply {
+		return nil
+	}
+	if f.Replicas.Enabled {
+		return errors.New("retune.mode: apply is for a single router, and replicas.enabled is true: each replica would re-tune on its own share of the traffic and their weights would drift apart; use advisory and apply a proposal by reloading the same profile on every replica")
+	}
+	if !f.Server.Admin.Record.Enabled {
+		return errors.New("retune.mode: apply replays the recorded traffic window; set server.admin.record.enabled: true")
+	}
+	return nil
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {
