@@ -69,6 +69,9 @@ type File struct {
 	// Flow is flow control: bands, tenants, deadlines and the router's
 	// queue (off by default; docs/flow-control.md).
 	Flow flow.Config `mapstructure:"flow" json:"flow"`
+	// Retune is the slow loop that re-tunes the calm weights on the
+	// router's own recorded traffic (docs/retune.md); advisory by default.
+	Retune control.RetuneConfig `mapstructure:"retune" json:"retune"`
 
 	// HasEndpoints reports whether the file has an endpoints: section.
 	HasEndpoints bool `mapstructure:"-" json:"endpoints"`
@@ -117,6 +120,7 @@ func Default() *File {
 		Tracing:        DefaultTracingConfig(),
 		Replicas:       replica.DefaultConfig(),
 		Flow:           flow.DefaultConfig(),
+		Retune:         control.DefaultRetuneConfig(),
 	}
 }
 
@@ -390,7 +394,30 @@ func (f *File) Validate() error {
 	if err := f.Flow.Validate(); err != nil {
 		return err
 	}
+	if err := f.validateRetune(); err != nil {
+		return err
+	}
 	return f.Tracing.Validate()
+}
+
+// validateRetune checks the retune: section and what apply mode needs:
+// the traffic window it replays, and one router, since each replica
+// records only its own share of the traffic and would move its weights
+// apart from the others'.
+func (f *File) validateRetune() error {
+	if err := f.Retune.Validate(); err != nil {
+		return err
+	}
+	if f.Retune.Mode != control.RetuneApply {
+		return nil
+	}
+	if f.Replicas.Enabled {
+		return errors.New("retune.mode: apply is for a single router, and replicas.enabled is true: each replica would re-tune on its own share of the traffic and their weights would drift apart; use advisory and apply a proposal by reloading the same profile on every replica")
+	}
+	if !f.Server.Admin.Record.Enabled {
+		return errors.New("retune.mode: apply replays the recorded traffic window; set server.admin.record.enabled: true")
+	}
+	return nil
 }
 
 func (p PickerConfig) build() (scheduler.Picker, error) {

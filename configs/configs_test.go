@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -241,5 +242,43 @@ func TestServerAdminRecord(t *testing.T) {
 	_, err = Parse([]byte(scorer + "server:\n  admin:\n    record:\n      enabled: true\n      window: 100ms\n"))
 	if err == nil || !strings.Contains(err.Error(), "server.admin.record.window") {
 		t.Errorf("window 100ms: %v; want an error naming server.admin.record.window", err)
+	}
+}
+
+func TestRetuneSection(t *testing.T) {
+	base := `scorers:
+  - type: prefix
+    weight: 1
+  - type: queue
+    weight: 1
+`
+	f, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Retune != control.DefaultRetuneConfig() || f.Retune.Mode != control.RetuneAdvisory {
+		t.Errorf("retune defaults %+v, want control.DefaultRetuneConfig (advisory)", f.Retune)
+	}
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"apply, one router, recording", "retune:\n  mode: apply\n  interval: 5m\n  max_step: 0.2\nserver:\n  admin:\n    record:\n      enabled: true\n", ""},
+		{"unknown mode", "retune:\n  mode: auto\n", "retune.mode"},
+		{"bad step", "retune:\n  max_step: 2\n", "retune.max_step"},
+		{"unknown key", "retune:\n  speed: 2\n", "retune"},
+		{"apply without recording", "retune:\n  mode: apply\n", "server.admin.record.enabled"},
+		{"apply with replicas", "retune:\n  mode: apply\nserver:\n  admin:\n    record:\n      enabled: true\nreplicas:\n  enabled: true\n  insecure: true\n  peers: [\"127.0.0.1:9\"]\n", "replicas.enabled"},
+		{"advisory with replicas", "replicas:\n  enabled: true\n  insecure: true\n  peers: [\"127.0.0.1:9\"]\n", ""},
+	}
+	for _, tt := range tests {
+		f, err := Parse([]byte(base + tt.yaml))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want an error naming %s", tt.name, err, tt.want)
+		case tt.name == "apply, one router, recording" && (f.Retune.Mode != control.RetuneApply || f.Retune.Interval != 5*time.Minute || f.Retune.MaxStep != 0.2):
+			t.Errorf("%s: %+v", tt.name, f.Retune)
+		}
 	}
 }

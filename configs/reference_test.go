@@ -185,7 +185,6 @@ func yamlWords(doc string, typ reflect.Type) string {
 	return re.ReplaceAllStringFunc(doc, func(n string) string { return "`" + keys[n] + "`" })
 }
 
-
 // typeName is a field type in the user's words.
 func typeName(t reflect.Type) string {
 	if t == durationType {

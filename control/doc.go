@@ -18,12 +18,27 @@
 //  5. Metrics are updated, the "weights" line is logged for a new version,
 //     and Deps.Observe sees the Tick.
 //
+// # The slow loop
+//
+// Retune (retune.go, retune_run.go) re-tunes the calm weights on the
+// router's own recent traffic: every retune.interval it takes the traffic
+// recorder's window (RetuneSource), hands it with the calibrated engine
+// and the calm weights to a Retuner (sim/retune replays it in the
+// simulator: a bounded search around the calm weights), and Decide keeps,
+// proposes (advisory) or, in apply mode, steps toward the best vector by
+// at most retune.max_step through ReloadCalm, the path a profile reload
+// takes. ReloadCalm refuses a step computed from a profile an operator
+// has since reloaded (Calm's generation). See docs/retune.md.
+//
 // # Concurrency
 //
 // Tick and Run are not safe for concurrent use: one goroutine (Run, or the
 // simulator's event loop) owns the Loop. Run starts no goroutine: it owns
 // one ticker on the injected clock and returns when its context is done.
-// Reload, Config, Interval and Last may be called from any goroutine: a
-// reload is handed over through an atomic pointer and applied by the next
-// tick; Last returns the latest Tick, which is never modified afterwards.
+// Retune's Run and Step belong to one goroutine too (`serve` gives it its
+// own, so a replay never delays a tick); they start none. Reload,
+// ReloadCalm, Calm, Config, Interval and Last may be called from any
+// goroutine: a reload is handed over through an atomic pointer and applied
+// by the next tick; Last returns the latest Tick, which is never modified
+// afterwards.
 package control

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,11 +90,16 @@ type Loop struct {
 	base    atomic.Pointer[[]float64] // the profile's base weights in force, for readers
 	pending atomic.Pointer[reload]
 	last    atomic.Pointer[Tick]
+
+	reloadMu sync.Mutex
+	gen      uint64  // reloads queued since New; guarded by reloadMu
+	want     *reload // the newest profile, queued or in force; guarded by reloadMu
 }
 
 type reload struct {
 	cfg     Config
 	profile []scheduler.ScorerEntry
+	reason  string // why, when not the operator's reload (ReloadCalm)
 }
 
 // New builds a loop over target's profile. Versions continue from the
@@ -111,6 +118,7 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	if err := l.build(cfg, target.Scorers()); err != nil {
 		return nil, err
 	}
+	l.want = &reload{cfg: cfg, profile: target.Scorers()}
 	l.m = newMetrics(deps.Registerer)
 	w := target.Weights()
 	l.m.published(w, l.conf.Budget(w))
@@ -181,7 +189,64 @@ func (l *Loop) Reload(cfg Config, weights []float64) error {
 	if err := cfg.CheckProfile(profile); err != nil {
 		return err
 	}
-	l.pending.Store(&reload{cfg: cfg, profile: profile})
+	l.reloadMu.Lock()
+	defer l.reloadMu.Unlock()
+	l.queue(&reload{cfg: cfg, profile: profile})
+	return nil
+}
+
+// queue hands r to the next tick. The caller holds reloadMu.
+func (l *Loop) queue(r *reload) {
+	l.pending.Store(r)
+	l.gen++
+	l.want = r
+}
+
+// ErrReloaded is ReloadCalm's error when another reload was queued after
+// the Calm it was given.
+var ErrReloaded = errors.New("control: the profile was reloaded meanwhile")
+
+// Calm returns the newest profile's base weights (a queued reload's, else
+// those in force; index-aligned with the target's scorers), its adaptive
+// configuration, and its generation, which every Reload and ReloadCalm
+// advances. In adaptive mode the base weights are the calm weights. Safe
+// for concurrent use; the weights are a copy.
+func (l *Loop) Calm() (weights []float64, cfg Config, gen uint64) {
+	l.reloadMu.Lock()
+	defer l.reloadMu.Unlock()
+	weights = make([]float64, len(l.want.profile))
+	for i, e := range l.want.profile {
+		weights[i] = e.Weight
+	}
+	return weights, l.want.cfg, l.gen
+}
+
+// ReloadCalm queues new base weights under the newest profile's
+// configuration, as Reload does, provided no reload was queued since Calm
+// returned gen; otherwise it returns ErrReloaded and nothing changes, so
+// an operator's reload is never overwritten by a change computed from the
+// profile it replaced. reason is logged when a tick applies the weights.
+// Invalid weights are refused, naming why. Safe for concurrent use.
+func (l *Loop) ReloadCalm(gen uint64, weights []float64, reason string) error {
+	l.reloadMu.Lock()
+	defer l.reloadMu.Unlock()
+	if gen != l.gen {
+		return ErrReloaded
+	}
+	profile := slices.Clone(l.want.profile)
+	if len(weights) != len(profile) {
+		return fmt.Errorf("control: %d weights for %d scorers", len(weights), len(profile))
+	}
+	for i := range profile {
+		profile[i].Weight = weights[i]
+	}
+	if err := (&scheduler.Weights{Values: weights}).Validate(len(profile)); err != nil {
+		return fmt.Errorf("scorers: %w", err)
+	}
+	if err := l.want.cfg.CheckProfile(profile); err != nil {
+		return err
+	}
+	l.queue(&reload{cfg: l.want.cfg, profile: profile, reason: reason})
 	return nil
 }
 
@@ -193,6 +258,9 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 	if p := l.pending.Swap(nil); p != nil {
 		if err := l.build(p.cfg, p.profile); err != nil { // validated by Reload
 			l.log.Error("control loop reload failed; keeping the running loop", "err", err)
+		} else if p.reason != "" {
+			l.log.Info("control loop reconfigured", "adaptive", p.cfg.Enabled, "reason", p.reason,
+				slog.Group("base", l.attrs(*l.base.Load())...))
 		} else {
 			l.log.Info("control loop reconfigured", "adaptive", p.cfg.Enabled)
 		}

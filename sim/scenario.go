@@ -113,6 +113,9 @@ type Scenario struct {
 
 	dir      string // directory of the scenario file, for relative trace paths
 	embedded bool   // a shipped scenario: relative paths are in the binary
+	// traceData, when set, is the trace itself (TraceScenarioData); the
+	// workload's trace names it and is never opened.
+	traceData []byte
 }
 
 // Spreads: how requests are shared among router replicas.

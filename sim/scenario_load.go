@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"embed"
 	"errors"
@@ -80,6 +81,8 @@ func (s *Scenario) LoadTrace(override string) ([]TraceEntry, error) {
 	switch {
 	case override != "":
 		r, err = os.Open(override)
+	case s.traceData != nil:
+		r = io.NopCloser(bytes.NewReader(s.traceData))
 	case s.embedded && !filepath.IsAbs(s.Workload.Trace):
 		name = "scenarios/" + s.Workload.Trace
 		r, err = shipped.Open(name)

@@ -33,17 +33,43 @@ type TraceConfig struct {
 // cfg.OutputTokens when none is known. It is named "trace-" and the file's
 // base name.
 func TraceScenario(path string, cfg TraceConfig) (*Scenario, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	base := strings.TrimSuffix(filepath.Base(path), ".gz")
+	return traceScenario(abs, nil, "trace-"+strings.TrimSuffix(base, filepath.Ext(base)), filepath.Base(path), cfg)
+}
+
+// MaxTraceData bounds the trace TraceScenarioData takes: 256 MiB, more
+// than the largest window `trimtab serve` records (1,000,000 requests
+// of at most 256 ids).
+const MaxTraceData = 256 << 20
+
+// TraceScenarioData is TraceScenario for a trace held in memory (Mooncake
+// JSONL, not compressed), such as a window taken from `trimtab serve`'s
+// traffic recorder: the scenario keeps data (the caller must not modify
+// it) and is named "trace-" and name.
+func TraceScenarioData(name string, data []byte, cfg TraceConfig) (*Scenario, error) {
+	if len(data) > MaxTraceData {
+		return nil, fmt.Errorf("trace: %d bytes, want at most %d", len(data), MaxTraceData)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return traceScenario(name+".jsonl", data, "trace-"+name, name, cfg)
+}
+
+// traceScenario builds the replay of the trace at path, or of data when it
+// is not nil (path then only names it).
+func traceScenario(path string, data []byte, name, label string, cfg TraceConfig) (*Scenario, error) {
 	if cfg.Servers < 1 || cfg.Servers > 4096 {
 		return nil, fmt.Errorf("servers: %d, want 1…4096", cfg.Servers)
 	}
 	if cfg.OutputTokens < 0 {
 		return nil, fmt.Errorf("output tokens: %d, want ≥ 0", cfg.OutputTokens)
 	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
-	}
-	probe := &Scenario{Duration: time.Duration(math.MaxInt64), Workload: Workload{Trace: abs, OutputTokens: 1}}
+	probe := &Scenario{Duration: time.Duration(math.MaxInt64), Workload: Workload{Trace: path, OutputTokens: 1}, traceData: data}
 	entries, err := probe.LoadTrace("")
 	if err != nil {
 		return nil, err
@@ -63,9 +89,7 @@ func TraceScenario(path string, cfg TraceConfig) (*Scenario, error) {
 		out = max(1, (sum+known/2)/known)
 	}
 	span := time.Duration(entries[len(entries)-1].Timestamp)*time.Millisecond + time.Millisecond
-	base := strings.TrimSuffix(filepath.Base(path), ".gz")
-	name := "trace-" + strings.TrimSuffix(base, filepath.Ext(base))
-	data := fmt.Sprintf(`name: %s
+	text := fmt.Sprintf(`name: %s
 description: %s
 duration: %s
 warmup: %s
@@ -80,7 +104,12 @@ load:
   mode: trace
   levels: [1]
 `, strconv.Quote(name),
-		strconv.Quote(fmt.Sprintf("Replay of the %d requests of %s on %d servers at their recorded pace; unknown output lengths are %d tokens.", len(entries), filepath.Base(path), cfg.Servers, out)),
-		span, span/20, cfg.Servers, strconv.Quote(abs), out)
-	return ParseScenario([]byte(data), "")
+		strconv.Quote(fmt.Sprintf("Replay of the %d requests of %s on %d servers at their recorded pace; unknown output lengths are %d tokens.", len(entries), label, cfg.Servers, out)),
+		span, span/20, cfg.Servers, strconv.Quote(path), out)
+	sc, err := ParseScenario([]byte(text), "")
+	if err != nil {
+		return nil, err
+	}
+	sc.traceData = data
+	return sc, nil
 }

@@ -70,3 +70,45 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+func TestTraceScenarioData(t *testing.T) {
+	data := []byte(`{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [0, 1]}
+{"timestamp": 1999, "input_length": 100, "output_length": 0, "hash_ids": [0]}
+`)
+	sc, err := TraceScenarioData("window", data, TraceConfig{Servers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Last arrival 1999 ms → duration 2s, warm-up 2s / 20 = 100ms; no known
+	// output → the default.
+	if sc.Name != "trace-window" || sc.Duration != 2*time.Second || sc.Warmup != 100*time.Millisecond || sc.Servers != 2 ||
+		sc.Workload.OutputTokens != DefaultTraceOutputTokens || sc.Load.Mode != ModeTrace {
+		t.Errorf("name %q duration %v warmup %v servers %d output %d mode %s", sc.Name, sc.Duration, sc.Warmup, sc.Servers, sc.Workload.OutputTokens, sc.Load.Mode)
+	}
+	if _, err := os.Stat(sc.Workload.Trace); err == nil {
+		t.Fatalf("a file %s exists; the test cannot tell the data from it", sc.Workload.Trace)
+	}
+	entries, err := sc.LoadTrace("")
+	if err != nil || len(entries) != 2 || entries[1].Timestamp != 1999 || entries[0].InputLength != 600 {
+		t.Errorf("LoadTrace: %+v, %v; want both entries from the data", entries, err)
+	}
+	pols, err := Policies([]string{PolicyLeastQueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(RunConfig{Scenario: sc, Policy: pols[0], Level: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Issued != 2 || res.Completed != 2 {
+		t.Errorf("the replay issued %d and completed %d requests, want the trace's 2", res.Issued, res.Completed)
+	}
+	for _, bad := range [][]byte{nil, []byte("not json\n"), make([]byte, MaxTraceData+1)} {
+		if _, err := TraceScenarioData("bad", bad, TraceConfig{Servers: 1}); err == nil {
+			t.Errorf("%d bytes accepted", len(bad))
+		}
+	}
+	if _, err := TraceScenarioData("window", data, TraceConfig{Servers: 0}); err == nil {
+		t.Error("servers 0 accepted")
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/trimtab/trimtab/replica"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/retune"
 )
 
 // service is one running trimtab: discovery and scraping feed the
@@ -45,6 +46,9 @@ type service struct {
 	admin *proxy.Admin
 	repl  *replica.Replica // nil without replica sync
 	flow  *flow.Controller // nil with flow control off
+	// retune re-tunes the calm weights on the recorded traffic; nil with
+	// retune.mode: off.
+	retune *control.Retune
 	// peers finds the replicas in Kubernetes (replicas.discovery); nil
 	// without.
 	peers fleet.Discoverer
@@ -168,6 +172,16 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 	}
 	srv, dec := f.Server, proxy.NewRecorder(f.Server.Admin.Decisions, f.Server.Admin.DecisionsEvery)
 	traffic := proxy.NewTrafficRecorder(srv.Admin.Record, reg)
+	if f.Retune.Mode != control.RetuneOff {
+		rt, err := retune.New(f)
+		if err == nil {
+			s.retune, err = control.NewRetune(f.Retune, s.loop, rt, retuneSource{traffic: traffic, cal: s.cal, sched: s.sched},
+				control.RetuneDeps{Clock: s.clk, Registerer: reg, Logger: log.With("component", "retune"), Tracer: opt.Tracer})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	pdeps := func(l net.Listener) proxy.Deps {
 		return proxy.Deps{Scheduler: s.sched, Flow: s.flow, View: s.sched, Gatherer: s.reg, Registerer: reg,
 			Logger: log.With("component", "proxy"), Clock: s.clk, Recorder: dec, Traffic: traffic, Control: s.loop, Listener: l, Tracer: opt.Tracer}
@@ -189,6 +203,9 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		s.admin.Handle(status.PathHistory, s.hist.Handler())
 		s.admin.Handle("GET "+fleet.PathCalibration, s.cal.Handler())
 		s.admin.Handle("GET "+fleet.PathCalibrationEngine, s.cal.EngineHandler())
+		if s.retune != nil {
+			s.admin.Handle("GET "+control.PathRetune, s.retune.Handler())
+		}
 		ui := status.NewUI(status.UIConfig{AdminAddr: srv.Admin.Addr, AdminToken: srv.Admin.Token != ""})
 		s.admin.Handle("/ui", ui)
 		s.admin.Handle("/ui/", ui)
@@ -222,6 +239,11 @@ func (s *service) Run(ctx context.Context) error {
 		// The dispatcher outlives the servers' drain: queued requests
 		// are in-flight requests.
 		back.Go(func() error { return s.flow.Run(bctx) })
+	}
+	if s.retune != nil {
+		// Its own goroutine: a replay (up to retune.timeout) never delays
+		// the loop's ticks.
+		back.Go(func() error { return s.retune.Run(bctx) })
 	}
 	if s.repl != nil {
 		// Like the loop, sync keeps running while the servers drain, so
