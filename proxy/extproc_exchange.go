@@ -278,6 +278,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		return x.immediate(pickError(err, req))
 	}
 	x.d = d
+	x.st.us.reset(false) // until the response headers say what the body is
 	e.deps.Traffic.Record(req)
 	x.picked = e.deps.Clock.Now()
 	x.addr = d.Endpoint.Address

@@ -198,6 +198,7 @@ func (h *HTTP) rejectAPI(w http.ResponseWriter, api API, e *Error) {
 type reqState struct {
 	p    Parsed
 	body []byte
+	us   usageScan // the response's usage, once the pick is made
 }
 
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
@@ -267,7 +268,7 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 	}
 	h.deps.Traffic.Record(req)
 	h.tr.decided(r.Context(), d)
-	h.forward(w, r, api, d, st.body)
+	h.forward(w, r, api, d, st)
 }
 
 // dropRequestHeader lists inbound headers never forwarded: hop-by-hop

@@ -102,7 +102,8 @@ func retryableStatus(code int) bool {
 // before it can still be retried or answered in the API's error format.
 // With no retry left, a stream's headers go out at once, as the endpoint
 // sent them.
-func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte) {
+func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, st *reqState) {
+	body := st.body
 	clk := h.deps.Clock
 	start := clk.Now()
 	ctx := r.Context()
@@ -222,8 +223,11 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 	}
 	w.WriteHeader(resp.StatusCode)
 	h.m.count(addr, resp.StatusCode)
-	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d)
-	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start)}
+	us := &st.us
+	us.reset(isEventStream(resp.Header.Get("Content-Type")))
+	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d, us)
+	us.finish()
+	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start), Usage: us.usage()}
 	switch {
 	case res.clientGone || (res.err != nil && ctx.Err() != nil):
 		o.Kind = scheduler.OutcomeCanceled
@@ -268,8 +272,9 @@ type streamResult struct {
 // produce it). The first body byte (for a streamed completion, the first
 // token) is reported to the decision, which stops counting the prompt as
 // pending prefill on the endpoint (d is nil for pass-through requests,
-// which are not scheduled).
-func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision) streamResult {
+// which are not scheduled). Each read, once sent on and flushed, is given
+// to us (nil: none) to find the usage the endpoint reports.
+func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision, us *usageScan) streamResult {
 	rc := http.NewResponseController(w)
 	var res streamResult
 	if flushFirst {
@@ -295,6 +300,9 @@ func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, 
 			if ferr := rc.Flush(); ferr != nil {
 				res.clientGone = true
 				return res
+			}
+			if us != nil {
+				us.write(buf[:n])
 			}
 		}
 		if err == io.EOF {
@@ -439,7 +447,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		h.m.count(addr, resp.StatusCode)
 		ub := newUpstreamBody(resp.Body, h.timers, h.cfg.HTTP.StreamIdleTimeout, cancel)
 		bp := bufPool.Get().(*[]byte)
-		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil)
+		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil, nil)
 		bufPool.Put(bp)
 		ub.Close()
 		if res.err != nil && ub.timedOut() {
