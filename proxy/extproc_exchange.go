@@ -279,7 +279,7 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 	}
 	x.d = d
 	x.st.us.reset(false) // until the response headers say what the body is
-	e.deps.Traffic.Record(req)
+	x.st.rec = e.deps.Traffic.Record(req)
 	x.picked = e.deps.Clock.Now()
 	x.addr = d.Endpoint.Address
 	dest := d.Endpoint.Address

@@ -187,6 +187,10 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	e.m.count(x.addr, x.status)
 	x.freeSlot() // first: once Done is observed, the slot is free
 	x.st.us.finish()
-	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat, Usage: x.st.us.usage()})
+	u := x.st.us.usage()
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat, Usage: u})
+	if kind == scheduler.OutcomeSuccess {
+		x.st.rec.SetOutput(outputTokens(u))
+	}
 	x.d = nil
 }

@@ -239,6 +239,9 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 		h.hm.streamTimeout(res.n)
 	}
 	d.Done(o)
+	if o.Kind == scheduler.OutcomeSuccess {
+		st.rec.SetOutput(outputTokens(o.Usage))
+	}
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
 		abortStream(w, resp, api, streamError(ub))

@@ -388,3 +388,13 @@ func (u *usageScan) usage() scheduler.Usage {
 	out.Chunks = u.chunks
 	return out
 }
+
+// outputTokens is a response's output length for the traffic trace: the
+// tokens the endpoint reported, else its token-bearing events, else 0
+// (unknown).
+func outputTokens(u scheduler.Usage) int64 {
+	if u.OutputTokens > 0 {
+		return u.OutputTokens
+	}
+	return u.Chunks
+}

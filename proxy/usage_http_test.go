@@ -14,8 +14,11 @@ import (
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim"
 	"github.com/trimtab/trimtab/sim/fakeserver"
 )
 
@@ -347,4 +350,122 @@ func TestExtProcOutcomeCarriesReportedUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTraceOutputLengthFromUsage: the traffic trace records each request's
+// output length from what its response reported, through the HTTP proxy
+// and through ext_proc, against a fake vLLM server: completion_tokens
+// (= max_tokens: the fake server always generates them all), or, from a
+// stream without usage, its count of token events.
+func TestTraceOutputLengthFromUsage(t *testing.T) {
+	srv := startFakeServer(t)
+	f := newFixture(t, nil, srv)
+	cfg := DefaultConfig()
+	cfg.Admin.Record.Enabled = true
+	traffic := NewTrafficRecorder(cfg.Admin.Record, nil)
+	deps := f.deps(t)
+	deps.Traffic = traffic
+	h, err := NewHTTP(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := start(t, h)
+	edeps := f.deps(t)
+	edeps.Traffic = traffic
+	e, err := NewExtProc(cfg, edeps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eaddr, _ := start(t, e)
+	conn, err := grpc.NewClient(eaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ec := extprocv3.NewExternalProcessorClient(conn)
+
+	var want []int
+	for i, tc := range []struct {
+		path, body string
+		stream     bool
+		extproc    bool
+	}{
+		{PathChat, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"one"}]}`, false, false},
+		{PathCompletions, `{"model":"m","max_tokens":9,"stream":true,"stream_options":{"include_usage":true},"prompt":"two"}`, true, false},
+		{PathMessages, `{"model":"m","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"three"}]}`, true, false},
+		{PathChat, `{"model":"m","max_tokens":6,"stream":true,"messages":[{"role":"user","content":"four"}]}`, true, false},
+		{PathResponses, `{"model":"m","max_output_tokens":11,"input":"five"}`, false, true},
+	} {
+		var body string
+		if tc.extproc {
+			body = viaExtProc(t, ec, tc.path, tc.body)
+		} else {
+			resp := post(t, "http://"+addr+tc.path, tc.body, nil)
+			body = readAll(t, resp.Body)
+			resp.Body.Close()
+		}
+		f.outcome(t)
+		u := clientUsage(t, body, tc.stream)
+		n := int(u.OutputTokens)
+		if n == 0 { // no usage: the data events the client saw, less [DONE]
+			for line := range strings.Lines(body) {
+				if strings.HasPrefix(line, "data: ") && line != "data: [DONE]\n" {
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatalf("request %d: the client sees no output length in %q", i, body)
+		}
+		want = append(want, n)
+	}
+	f.waitIdle(t)
+	var buf bytes.Buffer
+	if _, err := traffic.WriteTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := sim.ParseTrace(bufio.NewScanner(&buf), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("%d trace entries, want %d:\n%s", len(entries), len(want), buf.String())
+	}
+	// 5, 9, 4, 11 reported; the chat stream without usage: its data events.
+	for i, e := range entries {
+		if e.OutputLength != want[i] {
+			t.Errorf("entry %d: output_length %d, want %d", i, e.OutputLength, want[i])
+		}
+	}
+}
+
+// viaExtProc sends one request through the ext_proc server as Envoy would
+// (full duplex streamed), forwards it to the destination, relays the
+// response in one body message and returns the response body.
+func viaExtProc(t *testing.T, c extprocv3.ExternalProcessorClient, path, body string) string {
+	t.Helper()
+	s := openStream(t, context.Background(), c)
+	defer func() { _ = s.s.CloseSend() }()
+	s.send(&extprocv3.ProcessingRequest{
+		Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrMap(":method", "POST", ":path", path)}},
+		ProtocolConfig: duplex,
+	})
+	s.send(requestBody([]byte(body), true))
+	r := s.recv()
+	dest := destination(t, r.GetRequestHeaders().GetResponse(), r.GetDynamicMetadata())
+	for !s.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
+	}
+	resp, err := http.Post("http://"+dest+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, resp.Body)
+	resp.Body.Close()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrMap(":status", strconv.Itoa(resp.StatusCode), "content-type", resp.Header.Get("Content-Type"))}}})
+	s.recv()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte(got), EndOfStream: true}}})
+	s.recv()
+	return got
 }
