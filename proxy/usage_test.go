@@ -207,3 +207,40 @@ func FuzzUsageScan(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkUsageScan measures the scan's cost per response, read in 32 KiB
+// reads as the HTTP proxy does: an SSE stream of n chat chunks and a usage
+// chunk, and a JSON body of n bytes of text before its usage.
+func BenchmarkUsageScan(b *testing.B) {
+	for _, n := range []int{16, 256, 4096} {
+		var sse bytes.Buffer
+		for range n {
+			sse.WriteString(chatChunk("token"))
+		}
+		sse.WriteString(`data: {"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":50}}` + "\n\ndata: [DONE]\n\n")
+		json := []byte(`{"choices":[{"text":"` + strings.Repeat("y", 64*n) + `"}],"usage":{"prompt_tokens":100,"completion_tokens":50}}`)
+		for _, tc := range []struct {
+			name string
+			sse  bool
+			body []byte
+		}{{fmt.Sprintf("sse/events=%d", n), true, sse.Bytes()}, {fmt.Sprintf("json/bytes=%d", len(json)), false, json}} {
+			b.Run(tc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(tc.body)))
+				var u usageScan
+				for b.Loop() {
+					u.reset(tc.sse)
+					for p := tc.body; len(p) > 0; {
+						k := min(32<<10, len(p))
+						u.write(p[:k])
+						p = p[k:]
+					}
+					u.finish()
+					if u.usage().PromptTokens != 100 {
+						b.Fatal("usage not found")
+					}
+				}
+			})
+		}
+	}
+}
