@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -468,4 +469,65 @@ func viaExtProc(t *testing.T, c extprocv3.ExternalProcessorClient, path, body st
 		Body: []byte(got), EndOfStream: true}}})
 	s.recv()
 	return got
+}
+
+// TestHTTPForwardsAnyBodyUnchanged: the usage scan only reads what passes:
+// bodies that are no usage at all — 1 MiB of random bytes as an event
+// stream, a deeply nested usage-looking JSON, a usage object split across
+// many small writes — reach the client byte for byte, and the outcome is
+// a success with what the body really reported.
+func TestHTTPForwardsAnyBodyUnchanged(t *testing.T) {
+	random := make([]byte, 1<<20)
+	for i := range random {
+		random[i] = byte(i*7919 + i>>8) // deterministic noise with newlines and quotes
+	}
+	nested := []byte(strings.Repeat(`{"usage":`, 20000) + "1" + strings.Repeat("}", 20000))
+	// Within the tail window and never closed: every occurrence parses to
+	// the window's end and fails.
+	unclosed := []byte(strings.Repeat(`{"usage":`, 220))
+	split := []byte(`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}`)
+	for _, tc := range []struct {
+		name, ct string
+		body     []byte
+		step     int
+		want     scheduler.Usage
+	}{
+		{"random event stream", "text/event-stream", random, 32 << 10, scheduler.Usage{}},
+		{"nested usage keys", "application/json", nested, 4096, scheduler.Usage{}},
+		{"unclosed usage keys", "application/json", unclosed, 100, scheduler.Usage{}},
+		{"usage in 3-byte writes", "application/json", split, 3, scheduler.Usage{PromptTokens: 12, CachedTokens: 8, CachedReported: true, OutputTokens: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", tc.ct)
+				rc := http.NewResponseController(w)
+				for p := tc.body; len(p) > 0; {
+					n := min(tc.step, len(p))
+					_, _ = w.Write(p[:n])
+					_ = rc.Flush()
+					p = p[n:]
+				}
+			}))
+			defer u.Close()
+			addr := u.Listener.Addr().String()
+			f := newFixture(t, nil, addr)
+			h, err := NewHTTP(DefaultConfig(), f.deps(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			paddr, _ := start(t, h)
+			resp := post(t, "http://"+paddr+PathCompletions, `{"model":"m","prompt":"x","stream":true}`, nil)
+			got := readAll(t, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || got != string(tc.body) {
+				t.Fatalf("status %d, %d bytes: want 200 and the endpoint's %d bytes unchanged", resp.StatusCode, len(got), len(tc.body))
+			}
+			o := f.outcome(t)
+			o.Usage.Chunks = 0 // the noise's blank lines make events of it
+			if o.Kind != scheduler.OutcomeSuccess || o.Usage != tc.want {
+				t.Errorf("outcome %v with usage %+v, want success with %+v", o.Kind, o.Usage, tc.want)
+			}
+		})
+	}
 }
