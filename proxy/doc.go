@@ -18,6 +18,11 @@
 //     body, picks, and answers with the x-gateway-destination-endpoint
 //     header and envoy.lb dynamic metadata (and, opt-in, the decision's
 //     scores); it watches the response to finish the decision.
+//
+// Both paths read the usage the endpoint reports (prompt, cached and
+// output tokens) from the response bytes they pass on, without holding or
+// copying the stream to the client, and give it to the decision's Outcome
+// for the calibration (usage.go).
 //   - Admin serves /metrics, /healthz, /readyz and JSON debug views
 //     (/debug/weights, /debug/endpoints, /debug/decisions), and
 //     /debug/trace: the TrafficRecorder's window of scheduled requests as

@@ -287,7 +287,8 @@ func (x *exchange) pick(eos, noBody bool) (bool, error) {
 		return x.immediate(pickError(err, req))
 	}
 	x.d = d
-	e.deps.Traffic.Record(req)
+	x.st.us.reset(false) // until the response headers say what the body is
+	x.st.rec = e.deps.Traffic.Record(req)
 	x.picked = e.deps.Clock.Now()
 	x.addr = d.Endpoint.Address
 	dest := d.Endpoint.Address

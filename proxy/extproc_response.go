@@ -18,10 +18,13 @@ import (
 )
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
+	sse := false
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
+		case "content-type":
+			sse = isEventStream(headerValue(hv))
 		case ServedHeader:
 			if !x.servedMD {
 				x.servedHeader(hv)
@@ -41,6 +44,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		})
 	}
+	x.st.us.reset(sse)
 	cr := &extprocv3.CommonResponse{}
 	if set != nil {
 		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
@@ -128,6 +132,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if err := x.send(resp); err != nil {
 		return err
 	}
+	if x.d != nil {
+		x.st.us.write(b.GetBody())
+	}
 	if b.GetEndOfStream() {
 		x.finish()
 	}
@@ -179,6 +186,11 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	e.m.endpoint(x.addr).observe(x.ttfb.Seconds(), x.gotFirst, lat.Seconds())
 	e.m.count(x.addr, x.status)
 	x.freeSlot() // first: once Done is observed, the slot is free
-	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat})
+	x.st.us.finish()
+	u := x.st.us.usage()
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat, Usage: u})
+	if kind == scheduler.OutcomeSuccess {
+		x.st.rec.SetOutput(outputTokens(u))
+	}
 	x.d = nil
 }

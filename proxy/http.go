@@ -198,6 +198,8 @@ func (h *HTTP) rejectAPI(w http.ResponseWriter, api API, e *Error) {
 type reqState struct {
 	p    Parsed
 	body []byte
+	us   usageScan // the response's usage, once the pick is made
+	rec  TraceSlot // the request's record in the traffic window
 }
 
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
@@ -210,6 +212,7 @@ func putState(st *reqState) {
 	}
 	st.p.dropHugeBuffers(maxPooledBody)
 	st.p.Request = scheduler.Request{}
+	st.rec = TraceSlot{}
 	statePool.Put(st)
 }
 
@@ -265,9 +268,9 @@ func (h *HTTP) scheduled(w http.ResponseWriter, r *http.Request) {
 		h.rejectAPI(w, api, pickError(err, req))
 		return
 	}
-	h.deps.Traffic.Record(req)
+	st.rec = h.deps.Traffic.Record(req)
 	h.tr.decided(r.Context(), d)
-	h.forward(w, r, api, d, st.body, effectiveKey(req))
+	h.forward(w, r, api, d, st, effectiveKey(req))
 	lease.Release()
 }
 

@@ -102,7 +102,8 @@ func retryableStatus(code int) bool {
 // before it can still be retried or answered in the API's error format.
 // With no retry left, a stream's headers go out at once, as the endpoint
 // sent them.
-func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, body []byte, key uint64) {
+func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *scheduler.Decision, st *reqState, key uint64) {
+	body := st.body
 	clk := h.deps.Clock
 	start := clk.Now()
 	ctx := r.Context()
@@ -228,8 +229,11 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 		sn.p, sn.key = h.parser, key
 		defer putSniffer(sn)
 	}
-	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d, sn)
-	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start)}
+	us := &st.us
+	us.reset(isEventStream(resp.Header.Get("Content-Type")))
+	res := stream(w, ub, !held && resp.ContentLength < 0, buf, clk, start, d, sn, us)
+	us.finish()
+	o := scheduler.Outcome{Status: resp.StatusCode, TTFT: res.ttfb, Latency: clk.Since(start), Usage: us.usage()}
 	switch {
 	case res.clientGone || (res.err != nil && ctx.Err() != nil):
 		o.Kind = scheduler.OutcomeCanceled
@@ -241,6 +245,9 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 		h.hm.streamTimeout(res.n)
 	}
 	d.Done(o)
+	if o.Kind == scheduler.OutcomeSuccess {
+		st.rec.SetOutput(outputTokens(o.Usage))
+	}
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
 		abortStream(w, resp, api, streamError(ub))
@@ -274,9 +281,10 @@ type streamResult struct {
 // produce it). The first body byte (for a streamed completion, the first
 // token) is reported to the decision, which stops counting the prompt as
 // pending prefill on the endpoint (d is nil for pass-through requests,
-// which are not scheduled).
-// sn, when not nil, is fed the body's bytes (a Responses response's id).
-func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision, sn *idSniffer) streamResult {
+// which are not scheduled). sn, when not nil, is fed the body's bytes (a
+// Responses response's id). Each read, once sent on and flushed, is given
+// to us (nil: none) to find the usage the endpoint reports.
+func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, clk interface{ Since(time.Time) time.Duration }, start time.Time, d *scheduler.Decision, sn *idSniffer, us *usageScan) streamResult {
 	rc := http.NewResponseController(w)
 	var res streamResult
 	if flushFirst {
@@ -303,6 +311,9 @@ func stream(w http.ResponseWriter, body io.Reader, flushFirst bool, buf []byte, 
 			if ferr := rc.Flush(); ferr != nil {
 				res.clientGone = true
 				return res
+			}
+			if us != nil {
+				us.write(buf[:n])
 			}
 		}
 		if err == io.EOF {
@@ -447,7 +458,7 @@ func (h *HTTP) passthrough(w http.ResponseWriter, r *http.Request) {
 		h.m.count(addr, resp.StatusCode)
 		ub := newUpstreamBody(resp.Body, h.timers, h.cfg.HTTP.StreamIdleTimeout, cancel)
 		bp := bufPool.Get().(*[]byte)
-		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil, nil)
+		res := stream(w, ub, resp.ContentLength < 0, *bp, clk, start, nil, nil, nil)
 		bufPool.Put(bp)
 		ub.Close()
 		if res.err != nil && ub.timedOut() {

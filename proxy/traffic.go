@@ -48,8 +48,11 @@ const (
 // k × 512 tokens. The prompt itself is never kept. WriteTrace renumbers
 // the hashes to small integers in order of first appearance, as Mooncake
 // ids are, so a downloaded trace reveals the sharing and nothing of the
-// content. The output length is not known to the router and is written
-// as 0; the simulator replays such entries with its workload's
+// content. The output length is the one the request's TraceSlot was given
+// when it completed: the output tokens the endpoint reported, else its
+// token-bearing stream events; 0 (unknown) until then, and for a request
+// that failed or was cancelled or whose response said nothing of its
+// output. The simulator replays unknown lengths with its workload's
 // output_tokens.
 //
 // Record never blocks and allocates nothing: a request reserves its record
@@ -74,11 +77,26 @@ type trafficWindow struct {
 }
 
 type trafficRec struct {
-	at    int64 // arrival − window start, ns (≥ 0)
-	input int32 // tokens
-	off   int32 // ids[off : off+n]
-	n     int32
-	ready atomic.Bool // the fields above are written
+	at     int64 // arrival − window start, ns (≥ 0)
+	input  int32 // tokens
+	off    int32 // ids[off : off+n]
+	n      int32
+	ready  atomic.Bool  // the fields above are written
+	output atomic.Int32 // output tokens; 0 unknown
+}
+
+// TraceSlot is one recorded request's record, to which its output length
+// is added when it completes. The zero TraceSlot (a request not recorded)
+// ignores it. A plain value; copying it is free.
+type TraceSlot struct{ rec *trafficRec }
+
+// SetOutput records the request's output length in tokens (≤ 0 leaves it
+// unknown; larger than 2³¹−1 is clamped). Allocation-free; safe for
+// concurrent use with WriteTrace.
+func (s TraceSlot) SetOutput(tokens int64) {
+	if s.rec != nil && tokens > 0 {
+		s.rec.output.Store(int32(min(tokens, 1<<31-1)))
+	}
 }
 
 // NewTrafficRecorder returns a recorder for cfg (validated by
@@ -120,14 +138,16 @@ func (r *TrafficRecorder) Restart() {
 // Record adds req (its Arrival, Prompt, Model and CacheSalt) to the
 // window. The block hashes are chained from the model and the cache salt,
 // as the prefix scorer's are, so prompts of different models or tenants
-// never share ids. Called once per scheduled request.
-func (r *TrafficRecorder) Record(req *scheduler.Request) {
+// never share ids. Called once per scheduled request; the returned slot
+// takes the request's output length at completion (the zero TraceSlot
+// when the request was not recorded).
+func (r *TrafficRecorder) Record(req *scheduler.Request) TraceSlot {
 	if r == nil {
-		return
+		return TraceSlot{}
 	}
 	w := r.win.Load()
 	if w == nil {
-		return
+		return TraceSlot{}
 	}
 	now := req.Arrival.UnixNano()
 	start := w.start.Load()
@@ -139,12 +159,12 @@ func (r *TrafficRecorder) Record(req *scheduler.Request) {
 	at := max(now-start, 0)
 	if at >= int64(r.cfg.Window) {
 		r.dropped[0].Inc()
-		return
+		return TraceSlot{}
 	}
 	i := w.nrec.Add(1) - 1
 	if i >= int64(len(w.recs)) {
 		r.dropped[1].Inc()
-		return
+		return TraceSlot{}
 	}
 	tokens := max(len(req.Prompt)/TraceBytesPerToken, 1)
 	n := min((tokens+TraceBlockTokens-1)/TraceBlockTokens, maxTraceIDs)
@@ -153,12 +173,13 @@ func (r *TrafficRecorder) Record(req *scheduler.Request) {
 	if off+int64(n) > int64(len(w.ids)) {
 		// The record slot is spent; an unready record is never written.
 		r.dropped[2].Inc()
-		return
+		return TraceSlot{}
 	}
 	traceHashes(w.ids[off:off+int64(n)], req.Prompt, req.Model, req.CacheSalt)
 	rec.at, rec.input, rec.off, rec.n = at, int32(min(tokens, 1<<31-1)), int32(off), int32(n)
 	rec.ready.Store(true)
 	r.noted.Inc()
+	return TraceSlot{rec: rec}
 }
 
 // traceHashes sets out[j] to the chained hash of the prompt's blocks 0…j
@@ -194,8 +215,8 @@ type TraceSummary struct {
 
 // WriteTrace writes the window's recorded requests to out as Mooncake
 // JSONL, one object per line in arrival order: {"timestamp": ms from the
-// window's first request, "input_length": tokens, "output_length": 0,
-// "hash_ids": [ids]}, ids renumbered from 0 in order of first appearance.
+// window's first request, "input_length": tokens, "output_length": tokens
+// (0: unknown), "hash_ids": [ids]}, ids renumbered from 0 in order of first appearance.
 // Requests still being recorded are left out. It reads a snapshot and
 // allocates; call it off the request path.
 func (r *TrafficRecorder) WriteTrace(out io.Writer) (TraceSummary, error) {
@@ -220,7 +241,9 @@ func (r *TrafficRecorder) WriteTrace(out io.Writer) (TraceSummary, error) {
 		line = strconv.AppendInt(line, rec.at/int64(time.Millisecond), 10)
 		line = append(line, `, "input_length": `...)
 		line = strconv.AppendInt(line, int64(rec.input), 10)
-		line = append(line, `, "output_length": 0, "hash_ids": [`...)
+		line = append(line, `, "output_length": `...)
+		line = strconv.AppendInt(line, int64(rec.output.Load()), 10)
+		line = append(line, `, "hash_ids": [`...)
 		for k, h := range w.ids[rec.off : rec.off+rec.n] {
 			id, ok := ids[h]
 			if !ok {

@@ -265,16 +265,16 @@ func TestTraceHashesSeparateTenants(t *testing.T) {
 	}
 }
 
-// TestTrafficRecordAllocates: Record, on the request path, allocates
-// nothing, recording or dropping.
+// TestTrafficRecordAllocates: Record and its slot's SetOutput, on the
+// request path, allocate nothing, recording or dropping.
 func TestTrafficRecordAllocates(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race; CI runs this test in its no-race pass")
 	}
 	r := NewTrafficRecorder(settings.RecordConfig{Enabled: true, Window: time.Minute, MaxRequests: 100, MaxBlocks: 1 << 12}, nil)
 	req := &scheduler.Request{Model: "m", CacheSalt: "s", Prompt: []byte(words("a", 8192)), Arrival: time.Unix(5, 0)}
-	if n := testing.AllocsPerRun(200, func() { r.Record(req) }); n != 0 {
-		t.Errorf("Record allocates %v times per call, want 0", n)
+	if n := testing.AllocsPerRun(200, func() { r.Record(req).SetOutput(7) }); n != 0 {
+		t.Errorf("Record and SetOutput allocate %v times per call, want 0", n)
 	}
 	var off *TrafficRecorder
 	if n := testing.AllocsPerRun(200, func() { off.Record(req) }); n != 0 {

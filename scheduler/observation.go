@@ -24,8 +24,11 @@ type Usage struct {
 	CachedReported bool
 	// OutputTokens is usage.completion_tokens; 0 when not reported.
 	OutputTokens int64
-	// Chunks is the number of streamed events the response carried; 0
-	// when it was not streamed or they were not counted.
+	// Chunks is the number of token-bearing streamed events the response
+	// carried (the proxy counts data events of a chat or completions
+	// stream other than [DONE], and content delta events of a Responses
+	// or Messages stream); 0 when it was not streamed or they were not
+	// counted. An estimate of the output tokens when OutputTokens is 0.
 	Chunks int64
 }
 
