@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/trimtab/trimtab/sim/engine"
 )
 
 // TestAdapterDrawZipf: with exponent 1 over 32 adapters, adapter k is
@@ -73,5 +75,20 @@ func TestLoRASkewResidency(t *testing.T) {
 	}
 	if *lo.TTFTP99 > *lq.TTFTP99 {
 		t.Errorf("adaptive-lora TTFT p99 %.0f ms, worse than least-queue's %.0f ms", *lo.TTFTP99, *lq.TTFTP99)
+	}
+}
+
+// TestApplyEngineKeepsAdapterSlots: an engine calibration replaces the
+// GPU model but not the scenario's adapter slots.
+func TestApplyEngineKeepsAdapterSlots(t *testing.T) {
+	sc, err := ShippedScenario("lora-skew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyEngine([]*Scenario{sc}, "h100-80gb-llama-3.1-8b"); err != nil {
+		t.Fatal(err)
+	}
+	if c := sc.EngineConfig(); c.MaxLoRAs != 4 || c.MaxCPULoRAs != 8 || c.NumBlocks == engine.DefaultConfig().NumBlocks {
+		t.Errorf("after the h100 calibration: max_loras %d, max_cpu_loras %d, num_blocks %d; want 4, 8 and the h100's", c.MaxLoRAs, c.MaxCPULoRAs, c.NumBlocks)
 	}
 }
