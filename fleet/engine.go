@@ -36,6 +36,18 @@ type Mapping struct {
 	// adapters; its value is a timestamp and the series with the largest
 	// value wins. Optional.
 	LoRAInfo []string `mapstructure:"lora_info"`
+	// LoRALoaded is a gauge with one series per resident adapter, valued 1
+	// while it is loaded, whose labels adapter_name, level ("gpu" or
+	// "cpu") and pinned ("true" or "false") give the adapter's residency.
+	// Optional; when the server exports it (or LoRAGPULoaded or
+	// LoRAGPUSlots) the lora scorer scores residency, and LoRAInfo only
+	// says which adapters are busy.
+	LoRALoaded []string `mapstructure:"lora_loaded"`
+	// LoRAGPULoaded is the number of GPU adapter slots in use. Optional.
+	LoRAGPULoaded []string `mapstructure:"lora_gpu_loaded"`
+	// LoRAGPUSlots is the number of GPU adapter slots; optional, the
+	// max_lora label of LoRAInfo otherwise.
+	LoRAGPUSlots []string `mapstructure:"lora_gpu_slots"`
 	// CacheInfo is an info gauge carrying the KV block size and number of
 	// blocks in labels (CacheInfoBlockSizeLabel, CacheInfoBlocksLabel).
 	// Optional.
@@ -61,12 +73,18 @@ func EngineMapping(engine string) (Mapping, bool) {
 	switch engine {
 	case EngineVLLM:
 		// vLLM ≥ 0.10 exports kv_cache_usage_perc (a fraction despite the
-		// name); older servers gpu_cache_usage_perc.
+		// name); older servers gpu_cache_usage_perc. The adapter residency
+		// gauges are those of vllm-project/vllm#54830 (split from #45411,
+		// which deprecates lora_requests_info); servers without them
+		// report adapters through lora_requests_info alone.
 		return Mapping{
 			Waiting:                 []string{"vllm:num_requests_waiting"},
 			Running:                 []string{"vllm:num_requests_running"},
 			KVUtil:                  []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
 			LoRAInfo:                []string{"vllm:lora_requests_info"},
+			LoRALoaded:              []string{"vllm:lora_adapter_loaded"},
+			LoRAGPULoaded:           []string{"vllm:num_gpu_loaded_lora_adapters"},
+			LoRAGPUSlots:            []string{"vllm:max_gpu_lora_adapters"},
 			CacheInfo:               []string{"vllm:cache_config_info"},
 			CacheInfoBlockSizeLabel: "block_size",
 			CacheInfoBlocksLabel:    "num_gpu_blocks",
@@ -125,6 +143,9 @@ func (m Mapping) merge(o Mapping) Mapping {
 	m.Running = pick(m.Running, o.Running)
 	m.KVUtil = pick(m.KVUtil, o.KVUtil)
 	m.LoRAInfo = pick(m.LoRAInfo, o.LoRAInfo)
+	m.LoRALoaded = pick(m.LoRALoaded, o.LoRALoaded)
+	m.LoRAGPULoaded = pick(m.LoRAGPULoaded, o.LoRAGPULoaded)
+	m.LoRAGPUSlots = pick(m.LoRAGPUSlots, o.LoRAGPUSlots)
 	m.CacheInfo = pick(m.CacheInfo, o.CacheInfo)
 	m.CacheInfoBlockSizeLabel = pickS(m.CacheInfoBlockSizeLabel, o.CacheInfoBlockSizeLabel)
 	m.CacheInfoBlocksLabel = pickS(m.CacheInfoBlocksLabel, o.CacheInfoBlocksLabel)
@@ -228,6 +249,7 @@ var nameBytes = func() (t [256]uint8) {
 // mapper is a compiled Mapping.
 type mapper struct {
 	waiting, running, kv, lora, cacheInfo, blockSize, blocks []selector
+	loraLoaded, loraGPULoaded, loraGPUSlots                  []selector
 	bsLabel, nbLabel                                         string
 	modelLabel                                               string
 	// names are the metric families the mapping reads, sorted and
@@ -257,6 +279,9 @@ func (m Mapping) compile() (*mapper, error) {
 		{"running", m.Running, &mp.running, true},
 		{"kv_util", m.KVUtil, &mp.kv, false},
 		{"lora_info", m.LoRAInfo, &mp.lora, false},
+		{"lora_loaded", m.LoRALoaded, &mp.loraLoaded, false},
+		{"lora_gpu_loaded", m.LoRAGPULoaded, &mp.loraGPULoaded, false},
+		{"lora_gpu_slots", m.LoRAGPUSlots, &mp.loraGPUSlots, false},
 		{"cache_info", m.CacheInfo, &mp.cacheInfo, false},
 		{"cache_block_size", m.CacheBlockSize, &mp.blockSize, false},
 		{"cache_blocks", m.CacheBlocks, &mp.blocks, false},
@@ -292,6 +317,11 @@ func (m Mapping) compile() (*mapper, error) {
 	}
 	if len(mp.lora) > 0 {
 		for _, l := range []string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"} {
+			mp.addLabel(l)
+		}
+	}
+	if len(mp.loraLoaded) > 0 {
+		for _, l := range []string{"adapter_name", "level", "pinned"} {
 			mp.addLabel(l)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 // extract maps parsed families to Metrics.
@@ -55,18 +57,90 @@ func (mp *mapper) extract(fams map[string]*dto.MetricFamily, models []string) (M
 	if len(models) == 0 && mp.modelLabel != "" {
 		m.Models = mp.seenModels(fams, mp.running)
 	}
+	if err := mp.extractLoRA(fams, models, &m.LoRA); err != nil {
+		return Metrics{}, err
+	}
+	return m, nil
+}
+
+// extractLoRA reads the adapter state: activity and slots from the info
+// gauge, residency from the per-adapter gauge and the slot gauges. Names
+// are bounded by addAdapter.
+func (mp *mapper) extractLoRA(fams map[string]*dto.MetricFamily, models []string, st *scheduler.LoRAState) error {
 	if s := mp.latest(fams, mp.lora, models); s != nil {
-		m.LoRA.Active = splitList(labelValue(s, "running_lora_adapters"))
-		m.LoRA.Waiting = splitList(labelValue(s, "waiting_lora_adapters"))
+		st.Active = splitList(labelValue(s, "running_lora_adapters"))
+		st.Waiting = splitList(labelValue(s, "waiting_lora_adapters"))
 		if v := labelValue(s, "max_lora"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return Metrics{}, &ScrapeError{ReasonInvalidValue, fmt.Errorf("lora_info: max_lora %q", v)}
+				return &ScrapeError{ReasonInvalidValue, fmt.Errorf("lora_info: max_lora %q", v)}
 			}
-			m.LoRA.Max = n
+			st.Max = n
 		}
 	}
-	return m, nil
+	if v, ok, err := mp.aggregate(fams, mp.loraGPUSlots, models, true); err != nil {
+		return err
+	} else if ok {
+		st.Residency = true
+		st.Max = int(min(v, math.MaxInt32))
+	}
+	used, usedOK, err := mp.aggregate(fams, mp.loraGPULoaded, models, true)
+	if err != nil {
+		return err
+	}
+	st.Residency = st.Residency || usedOK
+	gpuSeries := 0
+	for i := range mp.loraLoaded {
+		fam := fams[mp.loraLoaded[i].name]
+		if fam == nil {
+			continue
+		}
+		st.Residency = true
+		byModel := mp.filterByModel(fam, &mp.loraLoaded[i], models)
+		for _, s := range fam.GetMetric() {
+			if !mp.loraLoaded[i].matches(s) || (byModel && !mp.modelIn(s, models)) {
+				continue
+			}
+			if v := value(s); !(v > 0) { // 0 or NaN: not loaded
+				continue
+			}
+			name := labelValue(s, "adapter_name")
+			switch labelValue(s, "level") {
+			case "gpu":
+				gpuSeries++
+				st.GPU = addAdapter(st.GPU, name)
+			case "cpu":
+				st.CPU = addAdapter(st.CPU, name)
+			default:
+				continue
+			}
+			if labelValue(s, "pinned") == "true" {
+				st.Pinned = addAdapter(st.Pinned, name)
+			}
+		}
+		break
+	}
+	// An adapter on the GPU may also be listed in the CPU cache; it is
+	// served from the GPU.
+	st.CPU = slices.DeleteFunc(st.CPU, func(n string) bool { return slices.Contains(st.GPU, n) })
+	if len(st.CPU) == 0 {
+		st.CPU = nil
+	}
+	st.Used = gpuSeries
+	if usedOK {
+		st.Used = max(st.Used, int(min(used, math.MaxInt32)))
+	}
+	return nil
+}
+
+// addAdapter appends name to list unless it is empty, longer than
+// scheduler.MaxLoRANameBytes, already listed, or the list is full
+// (scheduler.MaxLoRAAdapters).
+func addAdapter(list []string, name string) []string {
+	if name == "" || len(name) > scheduler.MaxLoRANameBytes || len(list) >= scheduler.MaxLoRAAdapters || slices.Contains(list, name) {
+		return list
+	}
+	return append(list, name)
 }
 
 // seenModels returns the distinct values of the model label on the series
@@ -225,20 +299,12 @@ func value(s *dto.Metric) float64 {
 	return math.NaN()
 }
 
-// splitList splits a comma-separated label value, dropping empty items.
+// splitList splits a comma-separated list of adapter names, dropping empty
+// items and keeping the bounds of addAdapter.
 func splitList(s string) []string {
-	if s == "" {
-		return nil
-	}
-	parts := strings.Split(s, ",")
-	out := parts[:0]
-	for _, p := range parts {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		out = addAdapter(out, strings.TrimSpace(p))
 	}
 	return out
 }

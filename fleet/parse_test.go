@@ -269,6 +269,11 @@ func FuzzParseVLLM(f *testing.F) {
 	f.Add(om, true)
 	f.Add([]byte("vllm:num_requests_waiting{model_name=\"a\"} 1e308\nvllm:num_requests_waiting{model_name=\"a\"} 1e308\n"), false)
 	f.Add([]byte(`{"vllm:num_requests_waiting",model_name="a"} 1`), false)
+	f.Add([]byte(loadBase+`vllm:lora_adapter_loaded{adapter_name="x",level="gpu",pinned="true"} 1
+vllm:lora_adapter_loaded{adapter_name="x",level="cpu",pinned="false"} 1
+vllm:num_gpu_loaded_lora_adapters 1e300
+vllm:max_gpu_lora_adapters 4
+`), false)
 	mp := mustMapper(f, EngineVLLM, Mapping{})
 	f.Fuzz(func(t *testing.T, body []byte, openMetrics bool) {
 		p := newParser(mp)
@@ -283,10 +288,19 @@ func FuzzParseVLLM(f *testing.F) {
 		if m.Waiting < 0 || m.Running < 0 || m.KVUtil < 0 || m.KVUtil > 1 || m.CacheBlocks < 0 || m.CacheBlockSize < 0 {
 			t.Fatalf("out-of-range metrics %+v", m)
 		}
-		for _, s := range append(m.LoRA.Active, m.LoRA.Waiting...) {
-			if s == "" || strings.Contains(s, ",") {
-				t.Fatalf("bad adapter name %q", s)
+		l := &m.LoRA
+		for _, list := range [][]string{l.Active, l.Waiting, l.GPU, l.CPU, l.Pinned} {
+			if len(list) > scheduler.MaxLoRAAdapters {
+				t.Fatalf("%d adapters, bound %d", len(list), scheduler.MaxLoRAAdapters)
 			}
+			for _, s := range list {
+				if s == "" || len(s) > scheduler.MaxLoRANameBytes || strings.Contains(s, ",") {
+					t.Fatalf("bad adapter name %q", s)
+				}
+			}
+		}
+		if l.Max < 0 || l.Used < len(l.GPU) {
+			t.Fatalf("slots max %d used %d for %d GPU adapters", l.Max, l.Used, len(l.GPU))
 		}
 	})
 }

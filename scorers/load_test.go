@@ -245,23 +245,44 @@ func TestPendingPrefill(t *testing.T) {
 }
 
 func TestLoRA(t *testing.T) {
-	st := func(max int, active ...string) scheduler.LoRAState {
+	// legacy: lora_requests_info only (running adapters, max_lora).
+	legacy := func(max int, active ...string) scheduler.LoRAState {
 		return scheduler.LoRAState{Active: active, Max: max}
 	}
+	// res: residency reported, max slots, used slots, GPU adapters.
+	res := func(max, used int, gpu ...string) scheduler.LoRAState {
+		return scheduler.LoRAState{Residency: true, Max: max, Used: used, GPU: gpu}
+	}
+	cpu := res(4, 4, "a", "b", "c", "d")
+	cpu.CPU = []string{"x"}
+	pinned := res(2, 2, "a", "b")
+	pinned.Pinned = []string{"a", "b"}
+	busy := res(2, 2, "a", "b")
+	busy.Active, busy.Waiting = []string{"a"}, []string{"b"}
+	halfBusy := res(2, 2, "a", "b")
+	halfBusy.Active = []string{"a"}
 	tests := []struct {
 		name  string
 		lora  string
 		state []scheduler.LoRAState
 		want  []float64
 	}{
-		// active → 1; free slot (1 < 2) → 0.8; full (2 == 2) → 0.
-		{"active, free, full", "x", []scheduler.LoRAState{st(2, "x"), st(2, "y"), st(2, "y", "z")}, []float64{1, 0.8, 0}},
-		// Max 0 is unknown: no known free slot → 0 unless active.
-		{"unknown max", "x", []scheduler.LoRAState{st(0), st(0, "x")}, []float64{0, 1}},
+		// on the GPU → 1.0; in the CPU cache → 0.7; free slot (3 < 4) →
+		// 0.6; slots full of idle unpinned adapters → 0.3.
+		{"tiers", "x", []scheduler.LoRAState{res(4, 1, "x"), cpu, res(4, 3, "a", "b", "c"), res(2, 2, "a", "b")},
+			[]float64{1, 0.7, 0.6, 0.3}},
+		// full (2 == 2) and every GPU adapter pinned, or busy (a running,
+		// b waiting) → 0 saturated; one idle (b) → 0.3.
+		{"saturated", "x", []scheduler.LoRAState{pinned, busy, halfBusy}, []float64{0, 0, 0.3}},
+		// nothing loaded and the slot count unknown: a free slot (0.6);
+		// unknown count with adapters loaded and idle: evictable (0.3).
+		{"unknown max", "x", []scheduler.LoRAState{res(0, 0), res(0, 1, "a")}, []float64{0.6, 0.3}},
+		// legacy: running → 1.0; fewer busy than slots (1 < 2) → 0.3,
+		// all busy (2 == 2) → 0; max unknown (0) → 0.
+		{"legacy", "x", []scheduler.LoRAState{legacy(2, "x"), legacy(2, "y"), legacy(2, "y", "z"), legacy(0)},
+			[]float64{1, 0.3, 0, 0}},
 		// base-model request: neutral 1 for all.
-		{"base model", "", []scheduler.LoRAState{st(1, "y"), st(0)}, []float64{1, 1}},
-		// active wins even when the slots are full.
-		{"active and full", "x", []scheduler.LoRAState{st(1, "x"), st(4)}, []float64{1, 0.8}},
+		{"base model", "", []scheduler.LoRAState{legacy(1, "y"), res(1, 1, "y")}, []float64{1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,6 +298,28 @@ func TestLoRA(t *testing.T) {
 			got, _ := h.pick(t, &scheduler.Request{LoRA: tt.lora})
 			checkScores(t, got, tt.want)
 		})
+	}
+}
+
+// TestLoRAAllocs: scoring allocates nothing, on residency and legacy
+// endpoints alike.
+func TestLoRAAllocs(t *testing.T) {
+	l, err := NewLoRA("lora", DefaultLoRAConfig(), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := eps(addrs(4)...)
+	es[0].LoRA = scheduler.LoRAState{Residency: true, Max: 2, Used: 2, GPU: []string{"a", "b"}, Pinned: []string{"a"}, Active: []string{"b"}}
+	es[1].LoRA = scheduler.LoRAState{Residency: true, Max: 4, Used: 1, GPU: []string{"a"}, CPU: []string{"x"}}
+	es[2].LoRA = scheduler.LoRAState{Active: []string{"a"}, Max: 2}
+	ptrs := make([]*scheduler.Endpoint, len(es))
+	for i := range es {
+		ptrs[i] = &es[i]
+	}
+	out := make([]float64, len(es))
+	req := &scheduler.Request{LoRA: "y"}
+	if n := testing.AllocsPerRun(200, func() { l.Score(nil, req, ptrs, out) }); n != 0 {
+		t.Errorf("Score: %v allocations, want 0", n)
 	}
 }
 

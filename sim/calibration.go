@@ -181,7 +181,9 @@ func readBounded(path string) ([]byte, error) {
 
 // ApplyEngine loads the engine calibration nameOrPath (LoadEngine) and
 // makes it every scenario's engine, replacing its engine: section; ""
-// leaves the scenarios as they are.
+// leaves the scenarios as they are. A scenario's adapter slots
+// (max_loras, max_cpu_loras: the deployment's settings, not the GPU's)
+// stay unless the calibration sets them.
 func ApplyEngine(scs []*Scenario, nameOrPath string) error {
 	if nameOrPath == "" {
 		return nil
@@ -191,7 +193,11 @@ func ApplyEngine(scs []*Scenario, nameOrPath string) error {
 		return err
 	}
 	for _, sc := range scs {
+		own := sc.Engine
 		sc.Engine, sc.EngineName = e, name
+		if e.MaxLoRAs == 0 {
+			sc.Engine.MaxLoRAs, sc.Engine.MaxCPULoRAs = own.MaxLoRAs, own.MaxCPULoRAs
+		}
 		if err := sc.Validate(); err != nil {
 			return fmt.Errorf("engine %s: %w", name, err)
 		}

@@ -26,6 +26,11 @@ func (r *runner) scrape() {
 		}
 		st := e.Stats()
 		ep.Waiting, ep.Running, ep.KVUtil = float64(st.Waiting), float64(st.Running), st.KVUtil
+		if e.Config().MaxLoRAs > 0 {
+			ad := e.Adapters()
+			ep.LoRA = scheduler.LoRAState{Active: ad.Running, Waiting: ad.Waiting, Max: ad.Slots,
+				Residency: true, GPU: ad.GPU, CPU: ad.CPU, Used: len(ad.GPU)}
+		}
 		ep.ScrapedAt = at
 	}
 	r.setEndpoints()
@@ -112,8 +117,10 @@ func (r *runner) mark(end bool) {
 		st := e.Stats()
 		if !end {
 			r.markGen[i], r.markHits[i], r.markQuery[i] = st.GenerationTokens, st.PrefixHits, st.PrefixQueries
+			r.markLoads[i] = st.AdapterLoads
 			continue
 		}
+		r.markLoads[i] = st.AdapterLoads - r.markLoads[i]
 		r.markGen[i] = st.GenerationTokens - r.markGen[i]
 		r.markHits[i] = st.PrefixHits - r.markHits[i]
 		r.markQuery[i] = st.PrefixQueries - r.markQuery[i]
@@ -124,8 +131,9 @@ func (r *runner) mark(end bool) {
 		return
 	}
 	r.phaseTokens(r.phase)
-	var gen, hits, query int64
+	var gen, hits, query, loads int64
 	for i := range r.servers {
+		loads += r.markLoads[i]
 		gen += r.markGen[i]
 		hits += r.markHits[i]
 		query += r.markQuery[i]
@@ -135,6 +143,9 @@ func (r *runner) mark(end bool) {
 	}
 	if query > 0 {
 		r.res.PrefixHitRate = float64(hits) / float64(query)
+	}
+	if r.sc.EngineConfig().MaxLoRAs > 0 {
+		r.res.AdapterLoads = &loads
 	}
 	r.res.HerdPicks = 0
 	for _, rt := range r.routers {

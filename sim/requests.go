@@ -80,6 +80,15 @@ func (r *runner) arrive(c int) {
 		SessionKey: q.spec.sessionKey,
 		Arrival:    Epoch.Add(r.now),
 	}
+	if d := r.drawLoRA[r.phase]; d != nil {
+		// vLLM keys cached blocks by adapter: another adapter's blocks
+		// never match.
+		k := d.draw(r.wrng)
+		for i := range q.seq.Hashes {
+			q.seq.Hashes[i] ^= d.salts[k]
+		}
+		q.seq.LoRA, q.req.LoRA = d.names[k], d.names[k]
+	}
 	if len(q.spec.routerSegs) > 0 {
 		q.rbuf = q.rbuf[:0]
 		for _, s := range q.spec.routerSegs {

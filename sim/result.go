@@ -52,6 +52,10 @@ type Result struct {
 	// bound (scheduler.Endpoint.HerdPicks, summed over the pool at the end
 	// of the run).
 	HerdPicks int64
+	// AdapterLoads counts adapters loaded into GPU slots by all servers
+	// during the window (from the CPU cache or from disk); nil when the
+	// engine models no adapters (max_loras 0).
+	AdapterLoads *int64
 	// LoadMax and LoadMin are the highest and lowest time-averaged load
 	// (running + waiting) of a pod during the window.
 	LoadMax, LoadMin float64

@@ -67,13 +67,14 @@ type runner struct {
 	// routers are the router replicas (one unless Scenario.Routers says
 	// otherwise); sched and ctl are the first one's, whose weights and
 	// signal the timeline records.
-	routers []*router
-	rr      int // round-robin spread: replicas used so far
-	sched   *scheduler.Scheduler
-	ctl     *control.Loop
-	gens    []generator // per phase
-	wrng    *rand.Rand  // workload
-	arng    *rand.Rand  // arrivals
+	routers  []*router
+	rr       int // round-robin spread: replicas used so far
+	sched    *scheduler.Scheduler
+	ctl      *control.Loop
+	gens     []generator    // per phase
+	drawLoRA []*adapterDraw // per phase; nil entries: no adapters
+	wrng     *rand.Rand     // workload
+	arng     *rand.Rand     // arrivals
 
 	servers []*engine.Engine
 	caps    []float64
@@ -104,6 +105,7 @@ type runner struct {
 	markGen   []int64 // generation tokens at warm-up, per server
 	markHits  []int64
 	markQuery []int64
+	markLoads []int64
 	loadSum   []float64
 	loadN     int
 }
@@ -146,6 +148,9 @@ func Run(cfg RunConfig) (*Result, error) {
 			plain = i
 		}
 		r.gens = append(r.gens, g)
+	}
+	for i := range sc.Phases {
+		r.drawLoRA = append(r.drawLoRA, newAdapterDraw(sc.Phases[i].Work(), cfg.Seed))
 	}
 	if sc.Load.Mode == ModeTrace {
 		r.scale = cfg.Level
@@ -244,6 +249,7 @@ func (r *runner) addServer(c float64) error {
 	r.markGen = append(r.markGen, 0)
 	r.markHits = append(r.markHits, 0)
 	r.markQuery = append(r.markQuery, 0)
+	r.markLoads = append(r.markLoads, 0)
 	r.loadSum = append(r.loadSum, 0)
 	if tl := r.res.Timeline; tl != nil {
 		tl.PodLoad = append(tl.PodLoad, make([]float64, len(tl.T)))

@@ -230,6 +230,10 @@ type EngineOverrides struct {
 	StepPerContextToken time.Duration `yaml:"step_per_context_token"`
 	PrefillAttention1k  time.Duration `yaml:"prefill_attention_per_1k"`
 	DisablePrefixCache  bool          `yaml:"disable_prefix_caching"`
+	MaxLoRAs            int           `yaml:"max_loras"`
+	MaxCPULoRAs         int           `yaml:"max_cpu_loras"`
+	LoRALoadCPU         time.Duration `yaml:"lora_load_cpu"`
+	LoRALoadDisk        time.Duration `yaml:"lora_load_disk"`
 	// Classes split the servers into engine classes (GPU generations,
 	// models), each with its own engine.
 	Classes []EngineClass `yaml:"classes"`
@@ -260,6 +264,10 @@ func (o EngineOverrides) Apply(base engine.Config) engine.Config {
 	if o.DisablePrefixCache {
 		base.PrefixCaching = false
 	}
+	set(&base.MaxLoRAs, o.MaxLoRAs)
+	set(&base.MaxCPULoRAs, o.MaxCPULoRAs)
+	setD(&base.LoRALoadCPU, o.LoRALoadCPU)
+	setD(&base.LoRALoadDisk, o.LoRALoadDisk)
 	return base
 }
 
@@ -322,6 +330,14 @@ type Workload struct {
 	MaxPromptTokens int `yaml:"max_prompt_tokens"`
 	// AgenticWorkload holds the agentic kind's fields.
 	AgenticWorkload `yaml:",inline"`
+	// Adapters, when > 0, gives every request one of that many LoRA
+	// adapters (lora-1 … lora-N), drawn with Zipf popularity: adapter k
+	// with probability ∝ 1/k^AdapterZipf (0: uniform). An adapter's
+	// requests share no KV cache with other adapters' (vLLM keys cached
+	// blocks by adapter). The engine models adapter slots when
+	// engine.max_loras > 0.
+	Adapters    int     `yaml:"adapters"`
+	AdapterZipf float64 `yaml:"adapter_zipf"`
 }
 
 // Load describes the arrival process and its sweep.

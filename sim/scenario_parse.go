@@ -207,6 +207,12 @@ func (w *Workload) validate(prefix, mode string) []error {
 	if w.SystemTokens < 0 || w.MaxPromptTokens < 0 {
 		bad("token counts must be ≥ 0")
 	}
+	if w.Adapters < 0 || w.Adapters > maxAdapters {
+		bad("adapters: %d, must be in [0, %d]", w.Adapters, maxAdapters)
+	}
+	if w.AdapterZipf < 0 || w.AdapterZipf > 10 {
+		bad("adapter_zipf: %v, must be in [0, 10]", w.AdapterZipf)
+	}
 	switch {
 	case mode == ModeTrace && w.Kind != KindTrace:
 		bad("kind: load.mode trace needs workload kind trace")

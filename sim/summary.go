@@ -72,6 +72,10 @@ type RunSummary struct {
 	// HerdPicks counts picks whose calm choice was over the guard's bound
 	// (simulator runs; absent when none).
 	HerdPicks int64 `json:"herd_picks,omitempty"`
+	// AdapterLoads counts LoRA adapters loaded into GPU slots during the
+	// window, over all servers (absent when the engine models no
+	// adapters).
+	AdapterLoads *int64 `json:"adapter_loads,omitempty"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
@@ -147,6 +151,7 @@ func (r *Result) Summary() RunSummary {
 		s.ContinuationHitRatio = &v
 	}
 	s.HerdPicks = r.HerdPicks
+	s.AdapterLoads = r.AdapterLoads
 	if rt := r.Routers; rt != nil {
 		s.Routers = &RoutersSummary{Replicas: rt.Replicas, Spread: rt.Spread, Sync: rt.SyncOn(),
 			SyncDelayMS: float64(rt.SyncDelay) / 1e6, SyncIntervalMS: float64(rt.SyncInterval) / 1e6, SyncPicks: r.SyncPicks}

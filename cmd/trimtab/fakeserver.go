@@ -43,5 +43,8 @@ servers on ports N … N+K−1, named fake-0 … fake-(K−1).`,
 	f.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", cfg.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	f.IntVar(&cfg.Engine.NumBlocks, "num-blocks", cfg.Engine.NumBlocks, "KV cache blocks of 16 tokens")
 	f.IntVar(&cfg.Engine.MaxNumSeqs, "max-num-seqs", cfg.Engine.MaxNumSeqs, "maximum running sequences")
+	f.StringSliceVar(&cfg.Adapters, "adapters", nil, "LoRA adapters served on top of --model (a request names one as its model)")
+	f.IntVar(&cfg.Engine.MaxLoRAs, "max-loras", cfg.Engine.MaxLoRAs, "GPU adapter slots (0: adapters cost nothing and export no adapter metrics)")
+	f.IntVar(&cfg.Engine.MaxCPULoRAs, "max-cpu-loras", cfg.Engine.MaxCPULoRAs, "adapters in the CPU cache, GPU ones included (0: --max-loras)")
 	return cmd
 }

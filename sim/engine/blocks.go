@@ -193,6 +193,9 @@ func (q *deque) pushFront(s *Seq) {
 
 func (q *deque) front() *Seq { return q.buf[q.head] }
 
+// at returns the i-th sequence from the front.
+func (q *deque) at(i int) *Seq { return q.buf[(q.head+i)%len(q.buf)] }
+
 func (q *deque) popFront() *Seq {
 	s := q.buf[q.head]
 	q.buf[q.head] = nil

@@ -66,6 +66,8 @@ type Seq struct {
 	Hashes []uint64
 	// PromptTokens ≥ 1 and OutputTokens ≥ 1 are the request's lengths.
 	PromptTokens, OutputTokens int
+	// LoRA is the adapter the sequence runs with ("" for the base model).
+	LoRA string
 	// Data is free for the caller.
 	Data any
 
@@ -129,6 +131,10 @@ type Stats struct {
 	// Steps counts finished steps; BusyTime sums their durations.
 	Steps    int64
 	BusyTime time.Duration
+	// AdapterLoads counts adapters loaded into a GPU slot (from the CPU
+	// cache or from disk), AdapterDiskLoads those loaded from disk, and
+	// AdapterEvictions adapters moved out of a GPU slot to make room.
+	AdapterLoads, AdapterDiskLoads, AdapterEvictions int64
 }
 
 // Engine is one simulated server.
@@ -146,6 +152,11 @@ type Engine struct {
 	batch   []scheduled
 	busy    bool
 	stepDur time.Duration
+
+	adapters  []adapter // the CPU cache, GPU-resident adapters included
+	loras     []string  // the batch's distinct adapters, while forming it
+	skipped   []*Seq    // waiting sequences passed over for lack of a slot
+	loraClock int64
 
 	st Stats
 }
@@ -248,7 +259,11 @@ func (e *Engine) Abort(s *Seq) {
 // sequence is preempted (recompute: its blocks are released and it goes
 // back to the head of the queue), and no new sequence is admitted in that
 // step. ok is false when there is nothing to run; the engine then stays
-// idle. StartStep panics if a step is already in progress.
+// idle. With adapters (MaxLoRAs > 0) a waiting sequence whose adapter
+// would exceed MaxLoRAs distinct adapters in the running set is passed
+// over, keeping its place, and the step first loads the running set's
+// adapters that are not on the GPU (LoRALoadCPU or LoRALoadDisk each).
+// StartStep panics if a step is already in progress.
 func (e *Engine) StartStep() (d time.Duration, ok bool) {
 	if e.busy {
 		panic("engine: StartStep during a step")
@@ -274,8 +289,15 @@ func (e *Engine) StartStep() (d time.Duration, ok bool) {
 		e.batch = append(e.batch, scheduled{s, n})
 		budget -= n
 	}
+	if e.loraOn() {
+		e.batchLoRAs()
+	}
 	for !preempted && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.len() > 0 {
 		s := e.waiting.front()
+		if e.loraOn() && !e.loraFits(s) {
+			e.skipped = append(e.skipped, e.waiting.popFront())
+			continue
+		}
 		if s.computed == 0 && len(s.blocks) == 0 {
 			e.lookup(s)
 		}
@@ -295,9 +317,21 @@ func (e *Engine) StartStep() (d time.Duration, ok bool) {
 		e.running = append(e.running, s)
 		e.batch = append(e.batch, scheduled{s, n})
 		budget -= n
+		if e.loraOn() {
+			e.addBatchLoRA(s.LoRA)
+		}
 	}
+	for i := len(e.skipped) - 1; i >= 0; i-- {
+		e.waiting.pushFront(e.skipped[i])
+	}
+	clear(e.skipped)
+	e.skipped = e.skipped[:0]
 	if len(e.batch) == 0 {
 		return 0, false
+	}
+	var load time.Duration
+	if e.loraOn() {
+		load = time.Duration(e.loadLoRAs())
 	}
 	var prefill, decodes, ctx int
 	var pairs float64 // prefill (token, earlier token) pairs
@@ -316,7 +350,7 @@ func (e *Engine) StartStep() (d time.Duration, ok bool) {
 		time.Duration(prefill)*e.cfg.StepPerPrefillToken +
 		time.Duration(pairs/1000*float64(e.cfg.PrefillAttentionPer1k)) +
 		time.Duration(decodes)*e.cfg.StepPerDecodeSeq +
-		time.Duration(ctx)*e.cfg.StepPerContextToken
+		time.Duration(ctx)*e.cfg.StepPerContextToken + load
 	e.st.PromptTokens += int64(prefill)
 	e.busy, e.stepDur = true, d
 	return d, true

@@ -311,6 +311,9 @@ func TestValidate(t *testing.T) {
 		{"seqs", func(c *Config) { c.MaxNumSeqs = 0 }, "engine.max_num_seqs: must be > 0"},
 		{"budget", func(c *Config) { c.MaxBatchedTokens = 0 }, "engine.max_batched_tokens: must be > 0"},
 		{"fixed", func(c *Config) { c.StepFixed = 0 }, "engine.step_fixed: must be > 0"},
+		{"loras", func(c *Config) { c.MaxLoRAs = -1 }, "engine.max_loras: -1, must be in [0, 1024]"},
+		{"cpu loras", func(c *Config) { c.MaxLoRAs, c.MaxCPULoRAs = 4, 2 }, "engine.max_cpu_loras: 2, must be 0 (max_loras) or in [max_loras, 1024]"},
+		{"load", func(c *Config) { c.LoRALoadDisk = -time.Second }, "engine.lora_load_disk: -1s, must be ≥ 0"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()

@@ -61,7 +61,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, chat bool) (*comp
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return nil, nil, 0, false
 	}
-	if req.Model != "" && req.Model != s.cfg.Model {
+	if _, ok := s.adapterFor(req.Model); !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return nil, nil, 0, false
 	}
@@ -157,7 +157,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !ok {
 		return
 	}
-	er, err := s.submit(prompt, maxTokens)
+	lora, _ := s.adapterFor(req.Model)
+	er, err := s.submit(prompt, maxTokens, lora)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -275,11 +276,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id 
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"object": "list",
-		"data": []any{map[string]any{
-			"id": s.cfg.Model, "object": "model", "created": s.start.Unix(), "owned_by": "trimtab-fakeserver",
-			"max_model_len": s.cfg.Engine.NumBlocks * s.cfg.Engine.BlockSize,
-		}},
-	})
+	data := []any{map[string]any{
+		"id": s.cfg.Model, "object": "model", "created": s.start.Unix(), "owned_by": "trimtab-fakeserver",
+		"max_model_len": s.cfg.Engine.NumBlocks * s.cfg.Engine.BlockSize,
+	}}
+	for _, a := range s.cfg.Adapters { // as vLLM lists --lora-modules
+		data = append(data, map[string]any{"id": a, "object": "model", "created": s.start.Unix(),
+			"owned_by": "trimtab-fakeserver", "root": a, "parent": s.cfg.Model})
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }

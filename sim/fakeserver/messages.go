@@ -64,7 +64,8 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "model: Field required")
 		return
 	}
-	if req.Model != s.cfg.Model {
+	lora, ok := s.adapterFor(req.Model)
+	if !ok {
 		writeAnthropicError(w, http.StatusNotFound, fmt.Sprintf("model: %s", req.Model))
 		return
 	}
@@ -87,7 +88,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	er, err := s.submit(append(prompt, conv...), maxTokens)
+	er, err := s.submit(append(prompt, conv...), maxTokens, lora)
 	if err != nil {
 		writeAnthropicError(w, http.StatusBadRequest, err.Error())
 		return

@@ -70,7 +70,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
-	if req.Model != "" && req.Model != s.cfg.Model {
+	lora, ok := s.adapterFor(req.Model)
+	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
 	}
@@ -93,7 +94,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	er, err := s.submit(append(prompt, conv...), maxTokens)
+	er, err := s.submit(append(prompt, conv...), maxTokens, lora)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

@@ -8,11 +8,14 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
@@ -40,7 +43,15 @@ type Config struct {
 	MaxTokensLimit int `mapstructure:"max_tokens_limit"`
 	// Engine is the engine model (default engine.DefaultConfig()).
 	Engine engine.Config `mapstructure:"engine"`
+	// Adapters are the LoRA adapters served on top of Model (vLLM
+	// --lora-modules): a request naming one as its model runs with it,
+	// in the engine's adapter slots when Engine.MaxLoRAs > 0. At most
+	// MaxAdapters names of at most 256 bytes.
+	Adapters []string `mapstructure:"adapters"`
 }
+
+// MaxAdapters bounds Config.Adapters.
+const MaxAdapters = 1024
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -64,6 +75,13 @@ func (c Config) Validate() error {
 		return errors.New("fakeserver.default_max_tokens: must be ≥ 1")
 	case c.MaxTokensLimit < c.DefaultMaxTokens:
 		return errors.New("fakeserver.max_tokens_limit: must be ≥ default_max_tokens")
+	case len(c.Adapters) > MaxAdapters:
+		return fmt.Errorf("fakeserver.adapters: %d adapters, at most %d", len(c.Adapters), MaxAdapters)
+	}
+	for i, a := range c.Adapters {
+		if a == "" || len(a) > 256 || a == c.Model || slices.Contains(c.Adapters[:i], a) {
+			return fmt.Errorf("fakeserver.adapters[%d]: %q must be a distinct name of 1…256 bytes other than the model", i, a)
+		}
 	}
 	return c.Engine.Validate()
 }
@@ -209,13 +227,32 @@ func deliver(ev engine.Event) {
 	ev.Seq.Data.(*request).events <- tokenEvent{ev.Kind, ev.Seq.Generated}
 }
 
-// submit adds a request for prompt with maxTokens output tokens.
-func (s *Server) submit(prompt []byte, maxTokens int) (*request, error) {
+// adapterFor resolves a request's model: "" for the base model (or no
+// model named), the adapter's name for one of Config.Adapters; ok is
+// false for anything else.
+func (s *Server) adapterFor(model string) (lora string, ok bool) {
+	if model == "" || model == s.cfg.Model {
+		return "", true
+	}
+	return model, slices.Contains(s.cfg.Adapters, model)
+}
+
+// submit adds a request for prompt with maxTokens output tokens, run
+// with adapter lora ("" for the base model).
+func (s *Server) submit(prompt []byte, maxTokens int, lora string) (*request, error) {
 	r := &request{events: make(chan tokenEvent, maxTokens+1)}
 	r.seq.ID = s.ids.Add(1)
 	r.seq.PromptTokens = max(1, (len(prompt)+BytesPerToken-1)/BytesPerToken)
 	r.seq.OutputTokens = maxTokens
 	r.seq.Hashes = engine.HashBlocks(nil, prompt, s.cfg.Engine.BlockSize*BytesPerToken)
+	if lora != "" {
+		// vLLM keys cached blocks by adapter.
+		salt := xxhash.Sum64String(lora)
+		for i := range r.seq.Hashes {
+			r.seq.Hashes[i] ^= salt
+		}
+		r.seq.LoRA = lora
+	}
 	r.seq.Data = r
 	s.mu.Lock()
 	err := s.eng.Add(&r.seq)
@@ -261,10 +298,18 @@ var (
 	descPreempt  = prometheus.NewDesc("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", []string{"model_name"}, nil)
 	descSuccess  = prometheus.NewDesc("vllm:request_success_total", "Count of successfully processed requests.", []string{"model_name", "finished_reason"}, nil)
 	descCacheCfg = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.", []string{"block_size", "num_gpu_blocks", "enable_prefix_caching"}, nil)
+	// The adapter gauges of vllm-project/vllm#54830 and the older info
+	// gauge, exported when the engine models adapter slots.
+	descLoRALoaded = prometheus.NewDesc("vllm:lora_adapter_loaded", "LoRA adapter loaded, by cache level.", []string{"model_name", "adapter_name", "level", "pinned"}, nil)
+	descLoRAGPU    = prometheus.NewDesc("vllm:num_gpu_loaded_lora_adapters", "Number of LoRA adapters loaded in GPU slots.", []string{"model_name"}, nil)
+	descLoRACPU    = prometheus.NewDesc("vllm:num_cpu_loaded_lora_adapters", "Number of LoRA adapters in the CPU cache only.", []string{"model_name"}, nil)
+	descLoRASlots  = prometheus.NewDesc("vllm:max_gpu_lora_adapters", "Number of GPU LoRA adapter slots.", []string{"model_name"}, nil)
+	descLoRAInfo   = prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests (deprecated).", []string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKV, descKVOld, descQueries, descHits, descPrompt, descGen, descPreempt, descSuccess, descCacheCfg} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKV, descKVOld, descQueries, descHits, descPrompt, descGen, descPreempt, descSuccess, descCacheCfg,
+		descLoRALoaded, descLoRAGPU, descLoRACPU, descLoRASlots, descLoRAInfo} {
 		ch <- d
 	}
 }
@@ -273,6 +318,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.mu.Lock()
 	st := s.eng.Stats()
+	var ad engine.AdapterState
+	lora := s.cfg.Engine.MaxLoRAs > 0
+	if lora {
+		ad = s.eng.Adapters()
+	}
 	succ, aborted := s.succ, s.abort
 	s.mu.Unlock()
 	m := s.cfg.Model
@@ -289,4 +339,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSuccess, prometheus.CounterValue, float64(aborted), m, "abort")
 	ch <- prometheus.MustNewConstMetric(descCacheCfg, prometheus.GaugeValue, 1,
 		strconv.Itoa(st.BlockSize), strconv.Itoa(st.NumBlocks), strconv.FormatBool(s.cfg.Engine.PrefixCaching))
+	if !lora {
+		return
+	}
+	for _, a := range ad.GPU {
+		ch <- prometheus.MustNewConstMetric(descLoRALoaded, prometheus.GaugeValue, 1, m, a, "gpu", "false")
+	}
+	for _, a := range ad.CPU {
+		ch <- prometheus.MustNewConstMetric(descLoRALoaded, prometheus.GaugeValue, 1, m, a, "cpu", "false")
+	}
+	ch <- prometheus.MustNewConstMetric(descLoRAGPU, prometheus.GaugeValue, float64(len(ad.GPU)), m)
+	ch <- prometheus.MustNewConstMetric(descLoRACPU, prometheus.GaugeValue, float64(len(ad.CPU)), m)
+	ch <- prometheus.MustNewConstMetric(descLoRASlots, prometheus.GaugeValue, float64(ad.Slots), m)
+	// The info gauge's value is the time of the report.
+	ch <- prometheus.MustNewConstMetric(descLoRAInfo, prometheus.GaugeValue, float64(s.clk.Now().Unix()),
+		strconv.Itoa(ad.Slots), strings.Join(ad.Running, ","), strings.Join(ad.Waiting, ","))
 }

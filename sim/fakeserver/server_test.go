@@ -304,6 +304,9 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.TimeScale = 0 }, "fakeserver.time_scale: must be a finite number > 0"},
 		{func(c *Config) { c.DefaultMaxTokens = 0 }, "fakeserver.default_max_tokens: must be ≥ 1"},
 		{func(c *Config) { c.Engine.NumBlocks = 0 }, "engine.num_blocks: must be > 0"},
+		{func(c *Config) { c.Adapters = []string{"a", "a"} }, "fakeserver.adapters[1]"},
+		{func(c *Config) { c.Adapters = []string{strings.Repeat("n", 257)} }, "fakeserver.adapters[0]"},
+		{func(c *Config) { c.Adapters = make([]string, MaxAdapters+1) }, "fakeserver.adapters: 1025 adapters, at most 1024"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()
