@@ -25,7 +25,8 @@ type CalibrationConfig struct {
 	// re-estimates and publishes (> 0). Default 5s.
 	Interval time.Duration `mapstructure:"interval"`
 	// Window is how many observations it keeps per endpoint (16…4096):
-	// the estimate follows the last Window requests. Default 128.
+	// the prefill estimate follows the last Window requests, the decode
+	// line the last 128 of them. Default 1024.
 	Window int `mapstructure:"window"`
 	// MinSamples is N: an estimate resting on n observations is blended
 	// with the prior with weight min(1, n/N) (1…Window). Default 20.
@@ -110,10 +111,10 @@ func (p CalibrationPrior) Validate() error {
 }
 
 // DefaultCalibrationConfig returns the defaults: publish every 5s from the
-// last 128 observations per endpoint, fully learned at 20, forgotten after
+// last 1,024 observations per endpoint, fully learned at 20, forgotten after
 // 10m, 8,192 buffered, the default prior.
 func DefaultCalibrationConfig() CalibrationConfig {
-	return CalibrationConfig{Interval: 5 * time.Second, Window: 128, MinSamples: 20, MaxAge: 10 * time.Minute, Buffer: 8192, Prior: DefaultCalibrationPrior()}
+	return CalibrationConfig{Interval: 5 * time.Second, Window: 1024, MinSamples: 20, MaxAge: 10 * time.Minute, Buffer: 8192, Prior: DefaultCalibrationPrior()}
 }
 
 // Validate checks the config; errors name the field.
@@ -158,11 +159,13 @@ type EndpointCalibration struct {
 	Capacity float64 `json:"capacity"`
 	// Calibration is what was published.
 	Calibration scheduler.Calibration `json:"calibration"`
-	// Source is "prior" (nothing observed), "blended" (fewer than
-	// min_samples observations) or "learned".
+	// Source is what the published prefill throughput rests on: "prior"
+	// (nothing observed), "blended" (fewer than min_samples prefill
+	// points, its own or its class's when Pooled) or "learned".
 	Source string `json:"source"`
-	// PrefillSamples and DecodeSamples are the observations each estimate
-	// rests on.
+	// PrefillSamples and DecodeSamples are the endpoint's own
+	// observations each estimate rests on (prefill: those not picked
+	// while admission-bound).
 	PrefillSamples int `json:"prefill_samples"`
 	DecodeSamples  int `json:"decode_samples"`
 	// LearnedPrefillTokensPerSecond is the estimate from the observations
@@ -181,8 +184,8 @@ type EndpointCalibration struct {
 	UncachedShare float64 `json:"uncached_share"`
 	// MeanPromptTokens is the mean prompt of the recent observations.
 	MeanPromptTokens float64 `json:"mean_prompt_tokens"`
-	// Pooled says the published prefill throughput is its class's median
-	// (endpoints of the same capacity and models).
+	// Pooled says the published prefill throughput is its class's fit
+	// (endpoints of the same capacity and models, their points together).
 	Pooled bool `json:"pooled"`
 	// KVSource is "scraped" (vllm:cache_config_info) or "prior".
 	KVSource  string `json:"kv_source"`
@@ -220,7 +223,7 @@ type Calibrator struct {
 
 	eps     map[string]*epCal
 	spare   []scheduler.Observation
-	scratch []float64 // Theil–Sen slopes
+	scratch []float64 // Theil–Sen slopes, quantile residuals
 	used    []bool    // Theil–Sen: samples in a pair
 	snap    atomic.Pointer[CalibrationSnapshot]
 	mu      sync.Mutex // serialises Tick
@@ -242,7 +245,7 @@ func NewCalibrator(cfg CalibrationConfig, target CalibrationTarget, deps Calibra
 		log:     deps.Logger,
 		ring:    scheduler.NewObservationRing(cfg.Buffer),
 		eps:     map[string]*epCal{},
-		scratch: make([]float64, 0, cfg.Window*(cfg.Window-1)/2),
+		scratch: make([]float64, 0, max(cfg.Window, decodeWindow*(decodeWindow-1)/2)),
 	}
 	if c.clk == nil {
 		c.clk = clock.RealClock{}
@@ -297,22 +300,39 @@ func (c *Calibrator) Tick(now time.Time) *CalibrationSnapshot {
 // sample is one observation as the estimator keeps it.
 type sample struct {
 	at       time.Time
-	prompt   float64 // prompt tokens (the server's count when reported)
-	own      float64 // own uncached tokens
-	queue    float64 // pending tokens ahead, as recorded (see Observation)
-	matched  bool    // queue is in uncached tokens
-	reported bool    // own comes from the server's cached_tokens
-	ttft     float64 // seconds; 0: none
-	batch    float64 // in-flight at the pick + 1
-	itl      float64 // seconds per output token after the first; 0: unknown
+	pick     time.Time // the request's arrival at the router; zero: unknown
+	seq      uint64    // the endpoint's pick ordinal (orders equal picks)
+	prompt   float64   // prompt tokens (the server's count when reported)
+	own      float64   // own uncached tokens
+	queue    float64   // pending tokens ahead, as recorded (see Observation)
+	matched  bool      // queue is in uncached tokens
+	reported bool      // own comes from the server's cached_tokens
+	// rPrompt and rUncached are the router's own counts of the request
+	// (the units of a later request's queue, unmatched and matched).
+	rPrompt, rUncached float64
+	// admission says the request was picked while the endpoint was
+	// admission-bound (see admissionBound): its first byte measures
+	// waiting for KV, not prefill.
+	admission bool
+	ttft      float64 // seconds; 0: none
+	batch     float64 // in-flight at the pick + 1
+	itl       float64 // seconds per output token after the first; 0: unknown
 }
 
-// epCal is one endpoint's window of samples (a ring) and its last
-// known KV configuration.
+// fb returns the time the sample's first byte reached the router.
+func (s *sample) fb() time.Time {
+	return s.pick.Add(time.Duration(s.ttft * float64(time.Second)))
+}
+
+// epCal is one endpoint's window of samples (a ring), its last known KV
+// configuration, and the prefill points of the last step (for pooling).
 type epCal struct {
 	win              []sample
 	next, n          int
 	blockSize, block int // last scraped cache config (kept when metrics go stale)
+	live             []int
+	xs, ys           []float64
+	rate             float64 // the prefill rate published last (tokens/s; 0: none learned)
 }
 
 func (e *epCal) add(s sample) {
@@ -330,7 +350,8 @@ func (c *Calibrator) Step(now time.Time, pool []*scheduler.Endpoint, obs []sched
 		in[ep.Address] = true
 		e := c.eps[ep.Address]
 		if e == nil {
-			e = &epCal{win: make([]sample, c.cfg.Window)}
+			e = &epCal{win: make([]sample, c.cfg.Window), live: make([]int, 0, c.cfg.Window),
+				xs: make([]float64, 0, c.cfg.Window), ys: make([]float64, 0, c.cfg.Window)}
 			c.eps[ep.Address] = e
 		}
 		if ep.CacheBlockSize > 0 && ep.CacheBlocks > 0 {
@@ -371,13 +392,18 @@ func (c *Calibrator) Step(now time.Time, pool []*scheduler.Endpoint, obs []sched
 // else the router's.
 func toSample(now time.Time, o *scheduler.Observation) sample {
 	s := sample{
-		at:      now,
-		prompt:  float64(o.PromptTokens),
-		own:     float64(o.UncachedTokens),
-		queue:   float64(max(o.QueueTokens, 0)),
-		matched: o.Matched,
-		ttft:    o.TTFT.Seconds(),
-		batch:   float64(max(o.InFlight, 0)) + 1,
+		at:        now,
+		pick:      o.Arrival,
+		seq:       o.Seq,
+		prompt:    float64(o.PromptTokens),
+		own:       float64(o.UncachedTokens),
+		queue:     float64(max(o.QueueTokens, 0)),
+		matched:   o.Matched,
+		rPrompt:   float64(max(o.PromptTokens, 0)),
+		rUncached: float64(max(o.UncachedTokens, 0)),
+		admission: admissionBound(o),
+		ttft:      o.TTFT.Seconds(),
+		batch:     float64(max(o.InFlight, 0)) + 1,
 	}
 	if u := o.Usage; u.PromptTokens > 0 {
 		s.prompt = float64(u.PromptTokens)
@@ -389,6 +415,8 @@ func toSample(now time.Time, o *scheduler.Observation) sample {
 			s.reported = true
 		}
 	}
+	// Uncached tokens beyond the prompt are a wrong count.
+	s.own = min(s.own, s.prompt)
 	out := o.Usage.OutputTokens
 	if out <= 0 {
 		out = o.Usage.Chunks
@@ -412,51 +440,59 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		kv, out.KVSource, out.BlockSize = float64(e.block*e.blockSize), "scraped", e.blockSize
 	}
 
-	var xs, ys, bs, itls []float64
-	var promptSum, ownSum, reportedPrompt, reportedOwn float64
+	var bs, itls []float64
+	var promptSum, reportedPrompt, reportedOwn float64
 	if e != nil {
 		cutoff := now.Add(-c.cfg.MaxAge)
+		e.live = e.live[:0]
 		for i := range e.n {
 			s := &e.win[i]
 			if s.at.Before(cutoff) {
 				continue
 			}
+			e.live = append(e.live, i)
 			promptSum += s.prompt
 			if s.reported {
 				reportedPrompt += s.prompt
 				reportedOwn += s.own
 			}
 		}
-		if reportedPrompt > 0 {
-			out.UncachedShare = min(reportedOwn/reportedPrompt, 1)
-		}
-		for i := range e.n {
-			s := &e.win[i]
-			if s.at.Before(cutoff) {
-				continue
-			}
-			q := s.queue
-			if !s.matched {
-				q *= out.UncachedShare
-			}
-			ownSum++
-			xs = append(xs, q+s.own)
-			ys = append(ys, s.ttft)
-			if s.itl > 0 {
+		// The decode line from the newest decodeWindow samples.
+		for k := 1; k <= e.n && len(itls) < decodeWindow; k++ {
+			s := &e.win[(e.next-k+len(e.win))%len(e.win)]
+			if s.itl > 0 && !s.at.Before(cutoff) {
 				bs = append(bs, s.batch)
 				itls = append(itls, s.itl)
 			}
 		}
-		if ownSum > 0 {
-			out.MeanPromptTokens = promptSum / ownSum
+		if reportedPrompt > 0 {
+			out.UncachedShare = min(reportedOwn/reportedPrompt, 1)
 		}
+		if len(e.live) > 0 {
+			out.MeanPromptTokens = promptSum / float64(len(e.live))
+		}
+		sort.Slice(e.live, func(a, b int) bool {
+			sa, sb := &e.win[e.live[a]], &e.win[e.live[b]]
+			if !sa.pick.Equal(sb.pick) {
+				return sa.pick.Before(sb.pick)
+			}
+			return sa.seq < sb.seq
+		})
+		// Requests ahead count what they had left at the rate this
+		// endpoint last published (in full before anything was).
+		c.points(e, out.UncachedShare, e.rate)
 	}
-	// Pairs whose work differs by less than a token say nothing.
-	slope, n := c.theilSen(xs, ys, 1)
+	var xs, ys []float64
+	if e != nil {
+		xs, ys = e.xs, e.ys
+	}
+	n := len(xs)
+	if r := c.fitPrefill(xs, ys); r > 0 {
+		out.LearnedPrefillTokensPerSecond = r
+	} else {
+		n = 0
+	}
 	out.PrefillSamples, out.DecodeSamples = n, len(itls)
-	if slope > 0 {
-		out.LearnedPrefillTokensPerSecond = 1 / slope
-	}
 	out.priorR = priorR
 	fixed, perSeq := priorFixed, priorPerSeq
 	if m := len(itls); m >= 2 {
@@ -468,54 +504,239 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	}
 	out.DecodeStepFixedSeconds, out.DecodeStepPerSeqSeconds = fixed, perSeq
 	step := fixed + perSeq*max(out.Batch, 1)
-	samples := n
-	switch {
-	case n == 0:
-		samples = 0
-	case n >= c.cfg.MinSamples:
-		out.Source = "learned"
-	default:
-		out.Source = "blended"
-	}
-	out.Calibration = scheduler.Calibration{DecodeStepSeconds: step, KVCapacityTokens: kv, Samples: samples}
+	out.Calibration = scheduler.Calibration{DecodeStepSeconds: step, KVCapacityTokens: kv}
 	return out
 }
 
-// minClass is how many learned endpoints a class needs before its members
-// publish the class median.
-const minClass = 3
+// admissionKV is the scraped KV-cache utilisation at or above which an
+// endpoint with requests waiting is taken to be admission-bound.
+const admissionKV = 0.9
+
+// admissionBound says o's request was picked while its endpoint was
+// admission-bound by its fresh scraped metrics: requests waiting and the
+// KV cache (nearly) full, so the engine admits a request only when
+// another frees its blocks and the first byte measures that wait rather
+// than prefill. Unknown (stale) metrics say nothing.
+func admissionBound(o *scheduler.Observation) bool {
+	return o.Scraped && o.Waiting > 0 && o.KVUtil >= admissionKV
+}
+
+// points fills e.xs and e.ys with the prefill points of e's live samples
+// (e.live, in pick order) that were not admission-bound: the time to
+// first byte against the prefill work the request waited for, its own
+// uncached tokens plus the work ahead of it at the pick.
+//
+// The work ahead is rebuilt from the window: every earlier-picked request
+// whose first byte came after this pick was ahead, with its reported
+// uncached tokens; when rate > 0 (tokens/s) one whose first byte came
+// within own/rate of the pick counts only rate × that time, the part it
+// had left to prefill. Requests ahead that the window does not hold
+// (still running, failed, forgotten) are the recorded queue less what was
+// found, in queue units (router-uncached tokens when matched, else prompt
+// tokens scaled by share, the endpoint's uncached share).
+func (c *Calibrator) points(e *epCal, share, rate float64) {
+	e.xs, e.ys = e.xs[:0], e.ys[:0]
+	var maxTTFT float64
+	for _, i := range e.live {
+		maxTTFT = max(maxTTFT, e.win[i].ttft)
+	}
+	for k, i := range e.live {
+		s := &e.win[i]
+		if s.admission {
+			continue
+		}
+		if s.pick.IsZero() {
+			q := s.queue
+			if !s.matched {
+				q *= share
+			}
+			e.xs, e.ys = append(e.xs, q+s.own), append(e.ys, s.ttft)
+			continue
+		}
+		var work, found float64
+		for m := k - 1; m >= 0; m-- {
+			a := &e.win[e.live[m]]
+			if a.pick.IsZero() {
+				continue
+			}
+			if s.pick.Sub(a.pick).Seconds() > maxTTFT {
+				break // every earlier one was answered before this pick
+			}
+			left := a.fb().Sub(s.pick).Seconds()
+			if left <= 0 {
+				continue // answered before this pick: no longer ahead
+			}
+			w := a.own
+			if rate > 0 {
+				w = min(w, rate*left)
+			}
+			work += w
+			if s.matched {
+				found += a.rUncached
+			} else {
+				found += a.rPrompt
+			}
+		}
+		missing := max(s.queue-found, 0)
+		if !s.matched {
+			missing *= share
+		}
+		e.xs, e.ys = append(e.xs, work+missing+s.own), append(e.ys, s.ttft)
+	}
+}
+
+// decodeWindow is how many of the newest samples the decode line is
+// fitted to (Theil–Sen is quadratic in them).
+const decodeWindow = 128
+
+// prefillQuantile is the quantile of the time to first byte the prefill
+// line is fitted to: waits that are not prefill (admission, a step in
+// progress, decodes sharing the steps) only add to it, so the line under
+// most points is the prefill's.
+const prefillQuantile = 0.25
+
+// fitPrefill returns the prefill throughput (tokens/s) of the points:
+// the inverse slope of the prefillQuantile regression line of time to
+// first byte (ys) on work (xs); 0 when the work varies by less than a
+// token or the slope is not positive.
+func (c *Calibrator) fitPrefill(xs, ys []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	if hi-lo < 1 {
+		return 0
+	}
+	b := c.quantileSlope(xs, ys, prefillQuantile)
+	if !(b > 1e-9) {
+		return 0
+	}
+	return 1 / b
+}
+
+// quantileSlope returns the slope b of the tau quantile regression line
+// y ≈ a + b·x, 0 ≤ b ≤ 0.01 s per token (at least 100 tokens/s): it
+// minimises the check loss Σ ρ_tau(y − a − b·x)
+// with a the tau quantile of y − b·x, a convex function of b, by golden
+// section search.
+func (c *Calibrator) quantileSlope(xs, ys []float64, tau float64) float64 {
+	loss := func(b float64) float64 {
+		r := c.scratch[:0]
+		for i := range xs {
+			r = append(r, ys[i]-b*xs[i])
+		}
+		c.scratch = r[:0]
+		a := selectK(r, int(tau*float64(len(r)-1)))
+		var l float64
+		for i := range xs {
+			if d := ys[i] - b*xs[i] - a; d >= 0 {
+				l += tau * d
+			} else {
+				l -= (1 - tau) * d
+			}
+		}
+		return l
+	}
+	const phi = 0.6180339887498949
+	lo, hi := 0.0, 0.01
+	m1, m2 := hi-phi*(hi-lo), lo+phi*(hi-lo)
+	f1, f2 := loss(m1), loss(m2)
+	for range 48 {
+		if f1 <= f2 {
+			hi, m2, f2 = m2, m1, f1
+			m1 = hi - phi*(hi-lo)
+			f1 = loss(m1)
+		} else {
+			lo, m1, f1 = m1, m2, f2
+			m2 = lo + phi*(hi-lo)
+			f2 = loss(m2)
+		}
+	}
+	b := (lo + hi) / 2
+	// The optimum passes through two of the points: snap to the slope of
+	// the pair through the point nearest the line closest to b, when that
+	// loses nothing (exact on exact data).
+	r := c.scratch[:0]
+	for i := range xs {
+		r = append(r, ys[i]-b*xs[i])
+	}
+	a := selectK(r, int(tau*float64(len(r)-1)))
+	c.scratch = r[:0]
+	at, near := 0, math.Inf(1)
+	for i := range xs {
+		if d := math.Abs(ys[i] - b*xs[i] - a); d < near {
+			at, near = i, d
+		}
+	}
+	snap, gap := b, math.Inf(1)
+	for j := range xs {
+		if dx := xs[j] - xs[at]; math.Abs(dx) >= 1 {
+			if sl := (ys[j] - ys[at]) / dx; math.Abs(sl-b) < gap {
+				snap, gap = sl, math.Abs(sl-b)
+			}
+		}
+	}
+	if snap >= 0 && snap <= 0.01 && loss(snap) <= loss(b) {
+		b = snap
+	}
+	return b
+}
 
 // pool sets each endpoint's published prefill throughput. Endpoints of
 // the same class (declared capacity and models) run the same engine, so
-// once minClass of them are learned each publishes the class median of
-// the learned estimates, which averages out one endpoint's noise;
-// otherwise its own. Either is blended with the prior, in seconds per
-// token (the unit costs add in), with weight min(1, samples/min_samples).
+// the class's prefill points are fitted together (fitPrefill), which
+// averages out one endpoint's noise and sees a wider range of work; an
+// endpoint alone in its class, or whose class has no fit, keeps its own.
+// Either is blended with the prior, in seconds per token (the unit costs
+// add in), with weight min(1, points/min_samples).
 func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
-	learned := map[string][]float64{}
-	samples := map[string]int{}
+	members := map[string][]int{}
 	for i := range eps {
-		if e := &eps[i]; e.LearnedPrefillTokensPerSecond > 0 && e.PrefillSamples >= c.cfg.MinSamples {
-			learned[class[i]] = append(learned[class[i]], e.LearnedPrefillTokensPerSecond)
-			samples[class[i]] += e.PrefillSamples
+		if eps[i].PrefillSamples > 0 {
+			members[class[i]] = append(members[class[i]], i)
 		}
 	}
-	med := map[string]float64{}
-	for k, v := range learned {
-		if len(v) >= minClass {
-			med[k] = medianOf(v)
+	type fit struct {
+		r float64
+		n int
+	}
+	fits := map[string]fit{}
+	var xs, ys []float64
+	for k, m := range members {
+		if len(m) < 2 {
+			continue
+		}
+		xs, ys = xs[:0], ys[:0]
+		for _, i := range m {
+			if e := c.eps[eps[i].Address]; e != nil {
+				xs, ys = append(xs, e.xs...), append(ys, e.ys...)
+			}
+		}
+		if r := c.fitPrefill(xs, ys); r > 0 {
+			fits[k] = fit{r, len(xs)}
 		}
 	}
 	for i := range eps {
 		e := &eps[i]
 		r, n := e.LearnedPrefillTokensPerSecond, e.PrefillSamples
-		if m, ok := med[class[i]]; ok {
-			r, n, e.Pooled = m, samples[class[i]], true
+		if f, ok := fits[class[i]]; ok {
+			r, n, e.Pooled = f.r, f.n, true
 		}
 		e.Calibration.PrefillTokensPerSecond = e.priorR
+		if ec := c.eps[e.Address]; ec != nil {
+			ec.rate = r
+		}
+		e.Source, e.Calibration.Samples = "prior", 0
 		if r > 0 {
 			w := min(1, float64(n)/float64(c.cfg.MinSamples))
 			e.Calibration.PrefillTokensPerSecond = 1 / ((1-w)/e.priorR + w/r)
+			e.Source, e.Calibration.Samples = "blended", n
+			if n >= c.cfg.MinSamples {
+				e.Source = "learned"
+			}
 		}
 	}
 }

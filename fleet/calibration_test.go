@@ -74,7 +74,8 @@ func TestCalibratorEstimates(t *testing.T) {
 		// 10 of N = 20: weight 0.5 in seconds per token:
 		// 1 / (0.5/13,097.98 + 0.5/10,000) = 1 / 88.174 µs = 11,341.2.
 		{"half", 10, 11341.2, "blended", 10},
-		// 40 ≥ N: the estimate alone, exactly 10,000 (Theil–Sen on a line).
+		// 40 ≥ N: the estimate alone, exactly 10,000 (the lower-quartile
+		// line of points on a line is that line).
 		{"learned", 40, 10000, "learned", 40},
 	}
 	for _, tc := range cases {
@@ -112,7 +113,8 @@ func TestCalibratorEstimates(t *testing.T) {
 
 func TestCalibratorIgnoresOutliers(t *testing.T) {
 	// 200 observations on the 10,000 tokens/s line, 10 % of them garbage:
-	// a first byte 20× too slow or 20× too fast, or the work ×50.
+	// a first byte 20× too slow or 20× too fast, or the work ×50 (more
+	// uncached tokens than the prompt has, which counts as the prompt).
 	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
 	cfg := DefaultCalibrationConfig()
 	cfg.Window = 200
@@ -161,25 +163,43 @@ func TestCalibratorForgetsOldObservations(t *testing.T) {
 }
 
 func TestCalibratorPoolsAClass(t *testing.T) {
-	// Three endpoints of one class learn 9,000, 10,000 and 12,000
-	// tokens/s; each publishes the median, 10,000. A fourth of capacity 2
-	// (its own class) keeps its own estimate.
+	// Three endpoints of one class run the same 10,000 tokens/s engine:
+	// a:1 and b:1 with 30 points each (x = 100…3,000 tokens), c:1 with 5
+	// (x = 100…500), too few to learn from alone. Fitted together, the
+	// 65 points give 10,000 for each of them, learned on 65 samples. A
+	// fourth of capacity 2 (its own class) learns its own 25,000 from 30.
 	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"}, scheduler.Endpoint{Address: "c:1"}, scheduler.Endpoint{Address: "d:1", Capacity: 2})
 	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for addr, r := range map[string]float64{"a:1": 9000, "b:1": 10000, "c:1": 12000, "d:1": 25000} {
-		for i := range 30 {
-			o := obs(addr, int64(100*(i+1)), 0, 2)
-			o.TTFT = time.Duration((0.02 + float64(o.UncachedTokens)/r) * float64(time.Second))
+	for _, ep := range []struct {
+		addr string
+		n    int
+		r    float64
+	}{{"a:1", 30, 10000}, {"b:1", 30, 10000}, {"c:1", 5, 10000}, {"d:1", 30, 25000}} {
+		for i := range ep.n {
+			o := obs(ep.addr, int64(100*(i+1)), 0, 2)
+			o.TTFT = time.Duration((0.02 + float64(o.UncachedTokens)/ep.r) * float64(time.Second))
 			c.Ring().Record(o)
 		}
 	}
 	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	for addr, want := range map[string]float64{"a:1": 10000, "b:1": 10000, "c:1": 10000, "d:1": 25000} {
-		if got := tg.got[addr].PrefillTokensPerSecond; math.Abs(got/want-1) > 1e-3 {
-			t.Errorf("%s: %.0f tokens/s, want %.0f", addr, got, want)
+	for _, want := range []struct {
+		addr    string
+		r       float64
+		samples int
+		pooled  bool
+	}{{"a:1", 10000, 65, true}, {"b:1", 10000, 65, true}, {"c:1", 10000, 65, true}, {"d:1", 25000, 30, false}} {
+		var e EndpointCalibration
+		for _, x := range c.Snapshot().Endpoints {
+			if x.Address == want.addr {
+				e = x
+			}
+		}
+		if got := e.Calibration.PrefillTokensPerSecond; math.Abs(got/want.r-1) > 1e-6 || e.Calibration.Samples != want.samples || e.Pooled != want.pooled || e.Source != "learned" {
+			t.Errorf("%s: %.0f tokens/s on %d samples, pooled %v, %s; want %.0f on %d, pooled %v, learned",
+				want.addr, got, e.Calibration.Samples, e.Pooled, e.Source, want.r, want.samples, want.pooled)
 		}
 	}
 }
@@ -191,7 +211,7 @@ func TestCalibrationConfigValidate(t *testing.T) {
 	}{
 		{func(c *CalibrationConfig) { c.Interval = 0 }, "calibration.interval"},
 		{func(c *CalibrationConfig) { c.Window = 8 }, "calibration.window"},
-		{func(c *CalibrationConfig) { c.MinSamples = 500 }, "calibration.min_samples"},
+		{func(c *CalibrationConfig) { c.MinSamples = 2000 }, "calibration.min_samples"},
 		{func(c *CalibrationConfig) { c.Buffer = 1 }, "calibration.buffer"},
 		{func(c *CalibrationConfig) { c.Prior.StepFixed = 0 }, "calibration.prior.step_fixed"},
 	} {
@@ -221,9 +241,6 @@ func TestCalibrationMetrics(t *testing.T) {
 # HELP trimtab_fleet_calibration_kv_capacity_tokens KV cache capacity the calibrator publishes for the endpoint, in tokens (scraped cache_config_info, else the prior).
 # TYPE trimtab_fleet_calibration_kv_capacity_tokens gauge
 trimtab_fleet_calibration_kv_capacity_tokens{endpoint="a:1"} 16000
-# HELP trimtab_fleet_calibration_prefill_tokens_per_second Prefill throughput the calibrator publishes for the endpoint: uncached prompt tokens per second when busy prefilling (the prior blended with what was learned).
-# TYPE trimtab_fleet_calibration_prefill_tokens_per_second gauge
-trimtab_fleet_calibration_prefill_tokens_per_second{endpoint="a:1"} 10000
 # HELP trimtab_fleet_calibration_samples Observations the endpoint's prefill estimate rests on (0: the prior alone).
 # TYPE trimtab_fleet_calibration_samples gauge
 trimtab_fleet_calibration_samples{endpoint="a:1"} 40
@@ -231,8 +248,28 @@ trimtab_fleet_calibration_samples{endpoint="a:1"} 40
 # TYPE trimtab_fleet_calibration_observations_total counter
 trimtab_fleet_calibration_observations_total 40
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_prefill_tokens_per_second", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_observations_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_observations_total"); err != nil {
 		t.Error(err)
+	}
+	// The prefill throughput: 10,000 up to the nanosecond rounding of the
+	// observed times.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "trimtab_fleet_calibration_prefill_tokens_per_second" {
+			for _, m := range mf.GetMetric() {
+				found = true
+				if v := m.GetGauge().GetValue(); math.Abs(v/10000-1) > 1e-9 {
+					t.Errorf("prefill_tokens_per_second %v, want 10,000", v)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no trimtab_fleet_calibration_prefill_tokens_per_second")
 	}
 }
 

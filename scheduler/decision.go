@@ -38,6 +38,12 @@ type Decision struct {
 	queue, inflightAt int64
 	firstByte         atomic.Bool
 	done              atomic.Bool
+
+	// seq, waiting, kv and scraped are the endpoint's pick ordinal and
+	// scraped state at the pick (Observation).
+	seq         uint64
+	waiting, kv float64
+	scraped     bool
 }
 
 func (s *Scheduler) newDecision() *Decision {

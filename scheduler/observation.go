@@ -61,6 +61,14 @@ type Observation struct {
 	// InFlight is this router's in-flight requests on the endpoint at the
 	// pick, not counting this one.
 	InFlight int64
+	// Seq is how many picks this router had sent to the endpoint before
+	// this one: it orders requests picked at the same Arrival.
+	Seq uint64
+	// Waiting and KVUtil are the endpoint's scraped waiting requests and
+	// KV-cache utilisation at the pick; Scraped says they were fresh
+	// (State fresh, ScrapedAt set), else they are zero.
+	Waiting, KVUtil float64
+	Scraped         bool
 	// TTFT and Latency are the outcome's.
 	TTFT, Latency time.Duration
 	// Usage is what the server reported.
@@ -132,11 +140,18 @@ func (r *ObservationRing) Recorded() uint64 { return r.total.Load() }
 func (s *Scheduler) ObserveInto(ring *ObservationRing) { s.obs.Store(ring) }
 
 // markPick records, for the decision's current endpoint just charged with
-// it, the work ahead of the request and the in-flight count at the pick.
+// it, the work ahead of the request, the in-flight count, the pick's
+// ordinal and the scraped state at the pick.
 // Called before the request's own tokens and in-flight count are added.
 func (d *Decision) markPick() {
 	e := d.Endpoint
 	d.inflightAt = e.st.inflight.Load()
+	d.seq = e.st.picks.Load()
+	d.scraped = e.State == StateFresh && !e.ScrapedAt.IsZero()
+	d.waiting, d.kv = 0, 0
+	if d.scraped {
+		d.waiting, d.kv = e.Waiting, e.KVUtil
+	}
 	if d.cs.matched {
 		d.queue = e.st.tokens.Load()
 	} else {
@@ -151,6 +166,10 @@ func (d *Decision) observation(o Outcome) Observation {
 		Kind:        o.Kind,
 		QueueTokens: d.queue,
 		InFlight:    d.inflightAt,
+		Seq:         d.seq,
+		Waiting:     d.waiting,
+		KVUtil:      d.kv,
+		Scraped:     d.scraped,
 		TTFT:        o.TTFT,
 		Latency:     o.Latency,
 		Usage:       o.Usage,

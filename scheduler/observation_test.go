@@ -44,9 +44,10 @@ func TestObservationRecordsTheWorkAhead(t *testing.T) {
 			t.Fatalf("%d observations, want 2", len(got))
 		}
 		// Request 2 found request 1's uncached 1,000 − 400 = 600 tokens
-		// pending and one request in flight; its own uncached 600.
+		// pending and one request in flight (one pick before it: Seq 1);
+		// its own uncached 600; the endpoint never scraped.
 		want := Observation{Endpoint: "a:1", Arrival: t0.Add(time.Second), Kind: OutcomeSuccess, PromptTokens: 1000, UncachedTokens: 600,
-			QueueTokens: 600, Matched: true, InFlight: 1, TTFT: 300 * time.Millisecond, Latency: time.Second, Usage: u}
+			QueueTokens: 600, Matched: true, InFlight: 1, Seq: 1, TTFT: 300 * time.Millisecond, Latency: time.Second, Usage: u}
 		if got[0] != want {
 			t.Errorf("request 2:\n got %+v\nwant %+v", got[0], want)
 		}
@@ -75,6 +76,33 @@ func TestObservationRecordsTheWorkAhead(t *testing.T) {
 			t.Errorf("request 3: %+v, want queue 500, in flight 2, 1,000 tokens unmatched", o)
 		}
 	})
+}
+
+func TestObservationRecordsTheScrapedStateAtThePick(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		state State
+		want  Observation
+	}{
+		// Fresh metrics travel with the observation.
+		{"fresh", StateFresh, Observation{Waiting: 3, KVUtil: 0.95, Scraped: true}},
+		// Stale ones say nothing.
+		{"stale", StateStale, Observation{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}})
+			s.SetEndpoints([]Endpoint{{Address: "a:1", Waiting: 3, KVUtil: 0.95, ScrapedAt: t0, State: tc.state}})
+			ring := NewObservationRing(8)
+			s.ObserveInto(ring)
+			d, _ := s.Pick(context.Background(), &Request{ID: "1", Prompt: make([]byte, 400), Arrival: t0})
+			d.Done(Outcome{Kind: OutcomeSuccess})
+			got := ring.Drain(nil)
+			if len(got) != 1 || got[0].Waiting != tc.want.Waiting || got[0].KVUtil != tc.want.KVUtil || got[0].Scraped != tc.want.Scraped {
+				t.Errorf("%+v, want waiting %v, KV %v, scraped %v", got, tc.want.Waiting, tc.want.KVUtil, tc.want.Scraped)
+			}
+		})
+	}
 }
 
 func TestObservationRingDropsWhenFull(t *testing.T) {
