@@ -110,6 +110,9 @@ type Scenario struct {
 	// Routers, when set, puts several router replicas in front of the
 	// pool (nil: one router, as always).
 	Routers *Routers `yaml:"routers"`
+	// Streams are further sources of requests, each with its own class,
+	// workload and arrivals (see Stream).
+	Streams []Stream `yaml:"streams"`
 
 	dir      string // directory of the scenario file, for relative trace paths
 	embedded bool   // a shipped scenario: relative paths are in the binary
@@ -319,6 +322,9 @@ type Workload struct {
 	MaxPromptTokens int `yaml:"max_prompt_tokens"`
 	// AgenticWorkload holds the agentic kind's fields.
 	AgenticWorkload `yaml:",inline"`
+	// Class is the requests' class: band, tenant and TTL for flow control
+	// and the per-class results (nil: none).
+	Class *RequestClass `yaml:"class"`
 }
 
 // Load describes the arrival process and its sweep.
