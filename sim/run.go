@@ -134,18 +134,19 @@ type runner struct {
 // Run simulates one scenario at one level under one policy. It is
 // deterministic for a given RunConfig. The result is a copy: nothing of
 // the run stays reachable from it.
-func Run(cfg RunConfig) (*Result, error) {
+func Run(cfg RunConfig) (*Result, error) { return runWith(&runner{cfg: cfg}) }
+
+// runWith runs r, which holds only its RunConfig; tests keep r to look
+// inside after the run.
+func runWith(r *runner) (*Result, error) {
+	cfg := r.cfg
 	sc := cfg.Scenario
 	if sc == nil {
 		return nil, errors.New("sim: no scenario")
 	}
-	r := &runner{
-		cfg:   cfg,
-		sc:    sc,
-		wrng:  rand.New(rand.NewPCG(cfg.Seed, 0x77)),
-		arng:  rand.New(rand.NewPCG(cfg.Seed, 0xa7)),
-		scale: 1,
-	}
+	r.sc, r.scale = sc, 1
+	r.wrng = rand.New(rand.NewPCG(cfg.Seed, 0x77))
+	r.arng = rand.New(rand.NewPCG(cfg.Seed, 0xa7))
 	if err := r.buildRouters(); err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
