@@ -355,7 +355,8 @@ type Burst struct {
 }
 
 // Scaled returns a copy of the scenario played in d instead of Duration:
-// the warm-up, every phase and every event keep their share of the run.
+// the warm-up, every phase, every event and every stream's start keep
+// their share of the run.
 func (s *Scenario) Scaled(d time.Duration) *Scenario {
 	c := *s
 	f := float64(d) / float64(s.Duration)
@@ -372,6 +373,10 @@ func (s *Scenario) Scaled(d time.Duration) *Scenario {
 	c.Events = append([]Event(nil), s.Events...)
 	for i := range c.Events {
 		c.Events[i].At = scale(s.Events[i].At)
+	}
+	c.Streams = append([]Stream(nil), s.Streams...)
+	for i := range c.Streams {
+		c.Streams[i].Start = scale(s.Streams[i].Start)
 	}
 	return &c
 }
