@@ -92,6 +92,17 @@ type waiter struct {
 	req    *scheduler.Request
 	tokens int64
 	ch     chan result // buffered 1: the dispatcher never blocks
+	// notify, when set (Offer), receives the decision instead of ch.
+	notify func(*scheduler.Decision, Lease, error)
+}
+
+// deliver hands w its decision. Called with c.mu held.
+func (w *waiter) deliver(r result) {
+	if w.notify != nil {
+		w.notify(r.d, r.lease, r.err)
+		return
+	}
+	w.ch <- r
 }
 
 type result struct {
@@ -181,46 +192,11 @@ func (c *Controller) Load(addr string) int64 {
 // returned). promptBytes and output size the charge (Detector.Tokens).
 // Errors are the scheduler's, a *DropError, or ctx's.
 func (c *Controller) Pick(ctx context.Context, req *scheduler.Request, cl Class, output int) (*scheduler.Decision, Lease, error) {
-	if cl.Band < 0 || cl.Band >= len(c.cfg.Bands) {
-		cl.Band = c.cls.def
+	w := &waiter{ctx: ctx, req: req, tokens: c.det.Tokens(len(req.Prompt), output), ch: make(chan result, 1)}
+	it, r := c.submit(w, &cl)
+	if it == nil {
+		return r.d, r.lease, r.err
 	}
-	w := &waiter{ctx: ctx, req: req, tokens: c.det.Tokens(len(req.Prompt), output)}
-	now := c.clk.Now()
-	c.mu.Lock()
-	ahead := 0
-	for b := 0; b <= cl.Band; b++ {
-		ahead += c.q.BandLen(b)
-	}
-	if ahead == 0 {
-		if subset, room := c.room(req, now); room {
-			r := c.dispatch(w, subset)
-			c.mu.Unlock()
-			if r.err == nil {
-				c.m.dispatched(cl, 0)
-			}
-			return r.d, r.lease, r.err
-		}
-	}
-	if c.stopped.Load() {
-		c.mu.Unlock()
-		c.m.drop(cl, ReasonStopped)
-		return nil, Lease{}, ErrStopped
-	}
-	it := &Item[*waiter]{Value: w, Band: cl.Band, Tenant: cl.Tenant, Enqueued: now, Deadline: now.Add(c.cls.TTL(cl))}
-	w.ch = make(chan result, 1)
-	victim, ok := c.q.Push(it)
-	if !ok {
-		c.mu.Unlock()
-		c.m.drop(cl, ReasonQueueFull)
-		return nil, Lease{}, ErrQueueFull
-	}
-	if victim != nil {
-		victim.Value.ch <- result{err: ErrShed}
-		c.m.drop(Class{Band: victim.Band, Tenant: victim.Tenant}, ReasonShed)
-	}
-	c.m.queued(cl, 1)
-	c.mu.Unlock()
-	c.poke()
 
 	select {
 	case r := <-w.ch:
@@ -241,6 +217,52 @@ func (c *Controller) Pick(ctx context.Context, req *scheduler.Request, cl Class,
 		r.lease.Release()
 	}
 	return nil, Lease{}, ctx.Err()
+}
+
+// submit dispatches w's request at once when it may, returning its
+// result and a nil item, or queues it and returns its item; cl's band is
+// corrected to the default when out of range.
+func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
+	if cl.Band < 0 || cl.Band >= len(c.cfg.Bands) {
+		cl.Band = c.cls.def
+	}
+	req := w.req
+	now := c.clk.Now()
+	c.mu.Lock()
+	ahead := 0
+	for b := 0; b <= cl.Band; b++ {
+		ahead += c.q.BandLen(b)
+	}
+	if ahead == 0 {
+		if subset, room := c.room(req, now); room {
+			r := c.dispatch(w, subset)
+			c.mu.Unlock()
+			if r.err == nil {
+				c.m.dispatched(*cl, 0)
+			}
+			return nil, r
+		}
+	}
+	if c.stopped.Load() {
+		c.mu.Unlock()
+		c.m.drop(*cl, ReasonStopped)
+		return nil, result{err: ErrStopped}
+	}
+	it := &Item[*waiter]{Value: w, Band: cl.Band, Tenant: cl.Tenant, Enqueued: now, Deadline: now.Add(c.cls.TTL(*cl))}
+	victim, ok := c.q.Push(it)
+	if !ok {
+		c.mu.Unlock()
+		c.m.drop(*cl, ReasonQueueFull)
+		return nil, result{err: ErrQueueFull}
+	}
+	if victim != nil {
+		victim.Value.deliver(result{err: ErrShed})
+		c.m.drop(Class{Band: victim.Band, Tenant: victim.Tenant}, ReasonShed)
+	}
+	c.m.queued(*cl, 1)
+	c.mu.Unlock()
+	c.poke()
+	return it, result{}
 }
 
 // room reports whether req may be dispatched now: one of its eligible
@@ -346,7 +368,7 @@ func (c *Controller) stop() {
 		cl := Class{Band: it.Band, Tenant: it.Tenant}
 		c.m.queued(cl, -1)
 		c.m.drop(cl, ReasonStopped)
-		it.Value.ch <- result{err: ErrStopped}
+		it.Value.deliver(result{err: ErrStopped})
 	}
 }
 
@@ -363,7 +385,7 @@ func (c *Controller) Drain() {
 		cl := Class{Band: it.Band, Tenant: it.Tenant}
 		c.m.queued(cl, -1)
 		c.m.drop(cl, ReasonTTL)
-		it.Value.ch <- result{err: ErrExpired}
+		it.Value.deliver(result{err: ErrExpired})
 		c.expired[i] = nil
 	}
 	for {
@@ -381,6 +403,6 @@ func (c *Controller) Drain() {
 		c.m.queued(cl, -1)
 		r := c.dispatch(w, subset)
 		c.m.dispatched(cl, now.Sub(it.Enqueued))
-		w.ch <- r
+		w.deliver(r)
 	}
 }

@@ -34,6 +34,20 @@
 // leading bytes for the router's prefix hashing and shared KV blocks for
 // the engine's prefix cache.
 //
+// # Flow control, classes and streams
+//
+// When the policy's profile has flow.enabled, every router replica runs
+// the real flow.Controller on the run's virtual clock: arrivals go
+// through Controller.Offer, and the run calls Controller.Drain where
+// serve's dispatcher goroutine would run (after a request ends, and every
+// flow.poll while requests wait); see sim/flow.go. A workload's class
+// (band, tenant, TTL) reaches the controller as the headers the proxy
+// would pass it. Streams (Scenario.Streams) add further sources of
+// requests, each with its own class, workload, arrivals and deadline, and
+// Result.Classes reports each class: latencies of its measured requests
+// (misses at its timeout) and how many of all its requests completed,
+// were dropped by flow control, timed out or failed.
+//
 // # Concurrency model
 //
 // A run is single-threaded and owns everything it builds (scheduler,

@@ -20,6 +20,8 @@ const (
 	evSync                      // every replica sends its sync batch
 	evSyncDeliver               // a replica's batch (msg) reaches the others
 	evCalibrate                 // every replica's calibrator steps and publishes
+	evFlow                      // the flow dispatchers run (idx: flowWake or flowPoll)
+	evStream                    // stream idx issues a request (gen 1: an open-loop arrival)
 )
 
 // event is one scheduled happening. Events at the same time run in the

@@ -25,6 +25,7 @@ func optionalPolicies() []Policy {
 	return []Policy{
 		{Name: PolicyAdaptiveSession, Description: "configs/adaptive.yaml plus a session scorer at the prefix weight (32): new sessions spread by bounded-load hashing, each session's turns stay", Build: buildAdaptiveSession, Profile: adaptiveSessionProfile},
 		loraPolicy(),
+		{Name: PolicyAdaptiveFlow, Description: "configs/adaptive.yaml with flow control on at its defaults (flow.enabled: true)", Build: buildAdaptiveFlow, Profile: adaptiveFlowProfile},
 	}
 }
 

@@ -55,13 +55,19 @@ func (r *runner) arrive(c int) {
 	q := r.getReq()
 	q.client, q.arrival, q.live, q.phase = c, r.now, true, r.phase
 	q.measured = r.now >= r.warm && r.now < r.end
+	q.stream, q.timeout = 0, r.sc.Timeout
 	slot := c
-	if c < 0 {
+	switch {
+	case c <= streamClient0:
+		slot = r.streamSpec(q, streamClient0-c)
+	case c < 0:
 		// Open loop: arrivals cycle over a pool of sessions / tenants.
 		slot = r.openN % openChatSlots
 		r.openN++
 	}
-	r.gens[r.phase].next(r.wrng, slot, &q.spec)
+	if q.stream == 0 {
+		r.gens[r.phase].next(r.wrng, slot, &q.spec)
+	}
 	q.buf = q.buf[:0]
 	for _, s := range q.spec.segs {
 		q.buf = r.segs.append(q.buf, s)
@@ -102,14 +108,22 @@ func (r *runner) arrive(c int) {
 		r.res.Phases[q.phase].Measured++
 	}
 	r.inflight++
-	dec, err := r.route(slot).sched.Pick(context.Background(), &q.req)
+	if i := r.classOf(q); i >= 0 {
+		r.classes[i].res.Issued++
+	}
+	rt := r.route(slot)
+	if rt.flow != nil {
+		r.offer(rt, q)
+		return
+	}
+	dec, err := rt.sched.Pick(context.Background(), &q.req)
 	if err != nil {
 		r.fail(q)
 		return
 	}
 	q.dec = dec
 	if r.dispatch(q) {
-		r.h.push(event{at: r.now + r.sc.Timeout, kind: evTimeout, r: q, gen: q.gen})
+		r.h.push(event{at: r.now + q.timeout, kind: evTimeout, r: q, gen: q.gen})
 	}
 }
 
@@ -156,8 +170,8 @@ func (r *runner) miss(q *simReq) {
 	if q.seq.Generated > 0 {
 		ttft = q.seq.FirstTokenAt - q.arrival
 	}
-	r.res.Miss(ttft, r.sc.Timeout)
-	r.res.Phases[q.phase].Miss(ttft, r.sc.Timeout)
+	r.res.Miss(ttft, q.timeout)
+	r.res.Phases[q.phase].Miss(ttft, q.timeout)
 }
 
 func (r *runner) fail(q *simReq) {
@@ -169,6 +183,7 @@ func (r *runner) fail(q *simReq) {
 	if q.dec != nil {
 		q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeError, Status: 503})
 	}
+	r.ended(q, endFailed)
 	r.inflight--
 	c := q.client
 	r.putReq(q)
@@ -176,6 +191,10 @@ func (r *runner) fail(q *simReq) {
 }
 
 func (r *runner) timeout(q *simReq) {
+	if q.ticket != nil {
+		r.timeoutQueued(q)
+		return
+	}
 	r.servers[q.server].Abort(&q.seq)
 	r.leave(q)
 	r.res.TimedOut++
@@ -188,6 +207,7 @@ func (r *runner) timeout(q *simReq) {
 		o.TTFT = q.seq.FirstTokenAt - q.arrival
 	}
 	q.dec.Done(o)
+	r.ended(q, endTimedOut)
 	r.inflight--
 	c := q.client
 	s := q.server
@@ -239,6 +259,7 @@ func (r *runner) onEvent(ev engine.Event) {
 	}
 	r.res.Completed++
 	q.dec.Done(scheduler.Outcome{Kind: scheduler.OutcomeSuccess, Status: 200, TTFT: ttft, Latency: e2e, Usage: usage(&q.seq)})
+	r.ended(q, endCompleted)
 	r.leave(q)
 	r.inflight--
 	c := q.client

@@ -80,6 +80,10 @@ type Result struct {
 
 	// Phases has one entry per scenario phase, in order.
 	Phases []PhaseResult
+	// Classes has one entry per class of request the scenario names
+	// (workload.class, streams), in order of appearance; none when it
+	// names none.
+	Classes []ClassResult
 
 	Timeline *Timeline
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
 )
@@ -30,6 +31,12 @@ type router struct {
 	log    *scorers.PickLog   // nil without sync
 	peers  *scorers.PeerLoads // nil without sync
 	name   string
+
+	// flow is the replica's flow controller (nil: the policy has flow
+	// control off); flowClass the class it gives each of the run's
+	// classes.
+	flow      *flow.Controller
+	flowClass []flow.Class
 }
 
 // syncMsg is one replica's batch: its picks since the last batch and its
@@ -73,6 +80,9 @@ func (r *runner) buildRouters() error {
 		}
 		sched.ObserveInto(cal.Ring())
 		rt := &router{sched: sched, ctl: loop, cal: cal, name: "router-" + strconv.Itoa(i)}
+		if rt.flow, err = r.buildFlow(sched); err != nil {
+			return err
+		}
 		if syncOn {
 			rt.prefix, _ = scorers.SyncedPrefix(sched.Scorers())
 			if rt.prefix != nil {

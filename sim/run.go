@@ -9,6 +9,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim/engine"
 )
@@ -59,6 +60,17 @@ type simReq struct {
 	measured bool
 	gen      uint32
 	live     bool
+	// Flow control and streams: the request's stream (0: the scenario's
+	// load; k: Streams[k−1]), its client timeout, its place in the
+	// router's queue (nil: not waiting), its lease, the notify function
+	// Offer calls (made once per simReq), and whether flow control
+	// dropped it.
+	stream  int
+	timeout time.Duration
+	ticket  *flow.Ticket
+	lease   flow.Lease
+	notify  func(*scheduler.Decision, flow.Lease, error)
+	dropped bool
 }
 
 type runner struct {
@@ -108,23 +120,35 @@ type runner struct {
 	markLoads []int64
 	loadSum   []float64
 	loadN     int
+
+	// Flow control (sim/flow.go): the policy's flow section, the
+	// dispatcher's poll, whether a wake or a poll is scheduled, decisions
+	// to act on; the classes and streams.
+	flowCfg                *flow.Config
+	flowPoll               time.Duration
+	flowPolling, flowWoken bool
+	flowReady              []flowDecision
+	classes                []classRun
+	phaseClass             []int // class of each phase's load (empty: no classes)
+	streams                []streamRun
 }
 
 // Run simulates one scenario at one level under one policy. It is
 // deterministic for a given RunConfig. The result is a copy: nothing of
 // the run stays reachable from it.
-func Run(cfg RunConfig) (*Result, error) {
+func Run(cfg RunConfig) (*Result, error) { return runWith(&runner{cfg: cfg}) }
+
+// runWith runs r, which holds only its RunConfig; tests keep r to look
+// inside after the run.
+func runWith(r *runner) (*Result, error) {
+	cfg := r.cfg
 	sc := cfg.Scenario
 	if sc == nil {
 		return nil, errors.New("sim: no scenario")
 	}
-	r := &runner{
-		cfg:   cfg,
-		sc:    sc,
-		wrng:  rand.New(rand.NewPCG(cfg.Seed, 0x77)),
-		arng:  rand.New(rand.NewPCG(cfg.Seed, 0xa7)),
-		scale: 1,
-	}
+	r.sc, r.scale = sc, 1
+	r.wrng = rand.New(rand.NewPCG(cfg.Seed, 0x77))
+	r.arng = rand.New(rand.NewPCG(cfg.Seed, 0xa7))
 	if err := r.buildRouters(); err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.Policy.Name, err)
 	}
@@ -163,6 +187,7 @@ func Run(cfg RunConfig) (*Result, error) {
 	}
 	r.loop()
 	r.finish()
+	r.finishClasses()
 	res := r.res
 	return &res, nil
 }
@@ -218,6 +243,7 @@ func (r *runner) setup() error {
 	if r.sc.Load.Mode == ModeTrace {
 		r.scheduleTrace()
 	}
+	r.setupClasses()
 	return nil
 }
 
@@ -316,6 +342,10 @@ func (r *runner) loop() {
 			}
 		case evSyncDeliver:
 			r.deliverSync(ev.msg)
+		case evFlow:
+			r.flowEvent(int(ev.idx))
+		case evStream:
+			r.streamEvent(int(ev.idx), ev.gen == 1)
 		case evCalibrate:
 			r.calibrate()
 			if r.running() {

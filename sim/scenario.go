@@ -110,6 +110,9 @@ type Scenario struct {
 	// Routers, when set, puts several router replicas in front of the
 	// pool (nil: one router, as always).
 	Routers *Routers `yaml:"routers"`
+	// Streams are further sources of requests, each with its own class,
+	// workload and arrivals (see Stream).
+	Streams []Stream `yaml:"streams"`
 
 	dir      string // directory of the scenario file, for relative trace paths
 	embedded bool   // a shipped scenario: relative paths are in the binary
@@ -338,6 +341,9 @@ type Workload struct {
 	// engine.max_loras > 0.
 	Adapters    int     `yaml:"adapters"`
 	AdapterZipf float64 `yaml:"adapter_zipf"`
+	// Class is the requests' class: band, tenant and TTL for flow control
+	// and the per-class results (nil: none).
+	Class *RequestClass `yaml:"class"`
 }
 
 // Load describes the arrival process and its sweep.
@@ -368,7 +374,8 @@ type Burst struct {
 }
 
 // Scaled returns a copy of the scenario played in d instead of Duration:
-// the warm-up, every phase and every event keep their share of the run.
+// the warm-up, every phase, every event and every stream's start keep
+// their share of the run.
 func (s *Scenario) Scaled(d time.Duration) *Scenario {
 	c := *s
 	f := float64(d) / float64(s.Duration)
@@ -385,6 +392,10 @@ func (s *Scenario) Scaled(d time.Duration) *Scenario {
 	c.Events = append([]Event(nil), s.Events...)
 	for i := range c.Events {
 		c.Events[i].At = scale(s.Events[i].At)
+	}
+	c.Streams = append([]Stream(nil), s.Streams...)
+	for i := range c.Streams {
+		c.Streams[i].Start = scale(s.Streams[i].Start)
 	}
 	return &c
 }

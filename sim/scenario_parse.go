@@ -47,6 +47,7 @@ func (s *Scenario) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, s.Workload.validate("workload.", s.Load.Mode)...)
+	errs = append(errs, s.validateFlow()...)
 	if rt := s.Routers; rt != nil {
 		if rt.Replicas < 1 || rt.Replicas > 64 {
 			bad("routers.replicas: %d, want 1…64", rt.Replicas)
@@ -312,6 +313,7 @@ func (s *Scenario) resolve() error {
 	if rt := s.Routers; rt != nil {
 		rt.SetDefaults()
 	}
+	s.resolveStreams()
 	s.Engine.setDefaults()
 	for i := range s.Events {
 		ev := &s.Events[i]

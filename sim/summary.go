@@ -76,6 +76,28 @@ type RunSummary struct {
 	// window, over all servers (absent when the engine models no
 	// adapters).
 	AdapterLoads *int64 `json:"adapter_loads,omitempty"`
+	// Classes are the run's classes of request (workload.class, streams;
+	// absent when the scenario names none).
+	Classes []ClassSummary `json:"classes,omitempty"`
+}
+
+// ClassSummary is one class of request in a run. Latencies and goodput
+// cover its measured requests, misses included (see RunSummary); the
+// counts cover all of its requests in the run, the warm-up included.
+type ClassSummary struct {
+	Name     string   `json:"name"`
+	TTFTP50  *float64 `json:"ttft_p50_ms"`
+	TTFTP99  *float64 `json:"ttft_p99_ms"`
+	E2EP99   *float64 `json:"e2e_p99_ms"`
+	Goodput  *float64 `json:"goodput"`
+	Measured int      `json:"measured"`
+	// Issued = Completed + Dropped (refused by flow control) + TimedOut
+	// + Failed.
+	Issued    int `json:"issued"`
+	Completed int `json:"completed"`
+	Dropped   int `json:"dropped"`
+	TimedOut  int `json:"timed_out"`
+	Failed    int `json:"failed"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
@@ -152,6 +174,12 @@ func (r *Result) Summary() RunSummary {
 	}
 	s.HerdPicks = r.HerdPicks
 	s.AdapterLoads = r.AdapterLoads
+	for _, c := range r.Classes {
+		s.Classes = append(s.Classes, ClassSummary{Name: c.Name,
+			TTFTP50: ms(Percentile(c.TTFT, 50)), TTFTP99: ms(Percentile(c.TTFT, 99)), E2EP99: ms(Percentile(c.E2E, 99)),
+			Goodput: ms(c.Goodput), Measured: c.Measured,
+			Issued: c.Issued, Completed: c.Completed, Dropped: c.Dropped, TimedOut: c.TimedOut, Failed: c.Failed})
+	}
 	if rt := r.Routers; rt != nil {
 		s.Routers = &RoutersSummary{Replicas: rt.Replicas, Spread: rt.Spread, Sync: rt.SyncOn(),
 			SyncDelayMS: float64(rt.SyncDelay) / 1e6, SyncIntervalMS: float64(rt.SyncInterval) / 1e6, SyncPicks: r.SyncPicks}

@@ -25,8 +25,8 @@ const module = "github.com/trimtab/trimtab"
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
 //     scorers, fleet, control, proxy/settings, replica, flow);
-//   - sim → scheduler, scorers, fleet, configurator, control, configs: the
-//     packages above except proxy;
+//   - sim → scheduler, scorers, fleet, configurator, control, configs,
+//     flow: the packages above except proxy;
 //   - internal (status page, dashboards, load generator) → scheduler;
 //   - bench (the real-time bench machinery) → sim, configs, internal;
 //   - cmd → anything; nothing imports cmd or proxy.
@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
-	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs"},
+	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
 	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
