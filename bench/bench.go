@@ -93,7 +93,7 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	if pol.Profile != nil {
 		prof := *pol.Profile
 		prof.Scheduler.Seed = seed
-		if router, err = deps.StartRouter(ctx, RouterSpec{Policy: pol.Name, Profile: &prof, Baseline: pol.Baseline, Seed: seed, Scenario: sc}, cfg.Targets); err != nil {
+		if router, err = deps.LaunchRouter(ctx, RouterSpec{Policy: pol.Name, Profile: &prof, Baseline: pol.Baseline, Seed: seed, Scenario: sc}, cfg.Targets); err != nil {
 			return nil, fmt.Errorf("starting the router: %w", err)
 		}
 		deps.Logger.Info(fmt.Sprintf("router for %s started: proxy %s, admin %s, status page %s/ui", pol.Name, router.ProxyURL, router.AdminURL, router.AdminURL),

@@ -109,9 +109,9 @@ type Config struct {
 
 // Deps are the bench's collaborators.
 type Deps struct {
-	// StartRouter starts a router for a policy with a profile. Required
+	// LaunchRouter starts a router for a policy with a profile. Required
 	// unless RouterURL is set.
-	StartRouter StartRouterFunc
+	LaunchRouter StartRouterFunc
 	// Salt returns a fresh per-run prompt salt, never 0; required. It must
 	// differ between bench invocations (cmd draws it from a random source).
 	Salt func() uint64
@@ -152,8 +152,8 @@ func (c *Config) Validate(d *Deps) error {
 		if p.Profile == nil && c.RouterURL == "" {
 			return fmt.Errorf("bench: policy %q has no profile and no router URL is given", p.Name)
 		}
-		if p.Profile != nil && d.StartRouter == nil {
-			return fmt.Errorf("bench: policy %q needs Deps.StartRouter", p.Name)
+		if p.Profile != nil && d.LaunchRouter == nil {
+			return fmt.Errorf("bench: policy %q needs Deps.LaunchRouter", p.Name)
 		}
 	}
 	for _, l := range c.Levels {

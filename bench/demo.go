@@ -70,8 +70,8 @@ type DemoConfig struct {
 
 // DemoDeps are the demo's collaborators.
 type DemoDeps struct {
-	// StartRouter starts a router for a policy; required.
-	StartRouter StartRouterFunc
+	// LaunchRouter starts a router for a policy; required.
+	LaunchRouter StartRouterFunc
 	// HostLoad returns the machine's 1-minute load average and its cores
 	// (ok false: unknown); nil skips the busy-machine warning.
 	HostLoad func() (load1 float64, cores int, ok bool)
@@ -94,8 +94,8 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 		return fmt.Errorf("--time-scale %v: want > 0", cfg.Speed)
 	case !(cfg.Rate > 0) || cfg.Rate > 1000:
 		return fmt.Errorf("--rate %v: want more than 0 and at most 1000 requests per second", cfg.Rate)
-	case deps.StartRouter == nil:
-		return fmt.Errorf("demo: DemoDeps.StartRouter is required")
+	case deps.LaunchRouter == nil:
+		return fmt.Errorf("demo: DemoDeps.LaunchRouter is required")
 	}
 	sc, err := DemoScenario(cfg.Servers, cfg.Duration, cfg.Rate)
 	if err != nil {
@@ -135,7 +135,7 @@ func Demo(ctx context.Context, g *errgroup.Group, out io.Writer, cfg DemoConfig,
 	runs := uint64(0)
 	salt := func() uint64 { runs++; return cfg.Seed<<32 + 2*runs + 1 }
 	rep, err := Run(ctx, Config{Scenario: sc, TimeScale: 1, Policies: pols, Repeat: 1, Seed: cfg.Seed, Targets: targets},
-		Deps{StartRouter: deps.StartRouter, Salt: salt, Progress: func(l Live) { v.show(ctx, l) }})
+		Deps{LaunchRouter: deps.LaunchRouter, Salt: salt, Progress: func(l Live) { v.show(ctx, l) }})
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ and --profile files (alone they replace the default policies).`,
 			stderr := cmd.ErrOrStderr()
 			setup += fmt.Sprintf(" Machine: %d CPUs, load average %s at the start", runtime.NumCPU(), bench.LoadAverage())
 			term := isTerminal(stderr)
-			rep, err := bench.Run(gctx, cfg, bench.Deps{StartRouter: routerStarter(addrs), Salt: func() uint64 { return rand.Uint64() | 1 },
+			rep, err := bench.Run(gctx, cfg, bench.Deps{LaunchRouter: routerStarter(addrs), Salt: func() uint64 { return rand.Uint64() | 1 },
 				CPU: bench.ProcessCPU, Progress: bench.PrintProgress(stderr, term), Logger: benchLogger(stderr, term)})
 			fmt.Fprintln(stderr)
 			if rep == nil || len(rep.Runs) == 0 {
