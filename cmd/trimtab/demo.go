@@ -63,7 +63,7 @@ func runDemo(ctx context.Context, out io.Writer, o bench.DemoConfig, adminAddr s
 	defer func() { cancel(); _ = g.Wait() }()
 	return bench.Demo(gctx, g, out, o, bench.DemoDeps{
 		LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: adminAddr, AdminFallback: true}),
-		HostLoad:    load,
+		HostLoad:     load,
 	})
 }
 
