@@ -8,9 +8,10 @@ import (
 
 // Config is the configurator's part of the profile's adaptive section
 // (YAML: adaptive.*; the detector's settings sit under adaptive.detector).
-// Every field has a default in DefaultConfig; docs/adaptive.md tabulates
-// them with their reasons. Budgets and thresholds are fractions in [0,1];
-// the signal they are compared with is Input.Value, the detector's signal.
+// Every field has a default in DefaultConfig (listed in
+// docs/configuration.md); docs/adaptive.md gives the reason for each value.
+// Budgets and thresholds are fractions in [0,1]; the signal they are
+// compared with is Input.Value, the detector's signal.
 type Config struct {
 	// Enabled turns adaptive mode on. Off (static mode), the configurator
 	// publishes the profile weights unchanged. Default false: adaptive

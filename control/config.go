@@ -8,8 +8,8 @@ import (
 
 // Config is a profile's adaptive: section. The configurator's settings
 // sit directly under it (adaptive.enabled, adaptive.d_min, …) and the
-// detector's under adaptive.detector; docs/adaptive.md tabulates every
-// key with its default and reason.
+// detector's under adaptive.detector; docs/configuration.md lists every
+// key with its default and docs/adaptive.md gives the reason for each.
 type Config struct {
 	configurator.Config `mapstructure:",squash"`
 	Detector            detector.Config `mapstructure:"detector"`

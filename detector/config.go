@@ -34,7 +34,7 @@ const (
 
 // Config is the detector's part of the profile's adaptive section
 // (YAML: adaptive.detector.*). Every field has a default in DefaultConfig;
-// docs/adaptive.md tabulates them.
+// docs/adaptive.md gives the reason for each.
 type Config struct {
 	// Signal is "herd" (default) or "cv": see SignalHerd and SignalCV.
 	Signal string `mapstructure:"signal"`
