@@ -431,8 +431,8 @@ func chatBodies(tokens, n int, stream bool) [][]byte {
 	return out
 }
 
-// words returns n four-byte tokens (a three-letter syllable and a space),
-// deterministic for seed.
+// words returns n four-byte tokens (a three-letter syllable and a space,
+// a newline after every 16th), deterministic for seed.
 func words(seed uint64, n int) string {
 	const cons, vow = "bcdfghjklmnprstvz", "aeiou"
 	var b strings.Builder
@@ -444,7 +444,11 @@ func words(seed uint64, n int) string {
 		b.WriteByte(cons[x%uint64(len(cons))])
 		b.WriteByte(vow[(x>>8)%uint64(len(vow))])
 		b.WriteByte(cons[(x>>16)%uint64(len(cons))])
-		b.WriteByte(' ')
+		if i%16 == 15 {
+			b.WriteByte('\n') // a line of 16 words: the body has escapes, as real prompts do
+		} else {
+			b.WriteByte(' ')
+		}
 	}
 	return b.String()
 }
