@@ -291,13 +291,29 @@ func report(proxies []*proxy, results map[string][]sample) {
 		fmt.Println()
 		for _, n := range []string{"go-floor", "trimtab"} {
 			if len(results[n]) > 0 {
-				fmt.Printf("%s ÷ nginx: %.2f (scraping excluded), %.2f (raw)\n", n, med(n, sample.perReq)/ng, med(n, sample.rawPerReq)/med("nginx", sample.rawPerReq))
+				lo, hi := perRound(results[n], results["nginx"])
+				fmt.Printf("%s ÷ nginx: %.2f (scraping excluded; single rounds %.2f–%.2f), %.2f (raw)\n", n, med(n, sample.perReq)/ng, lo, hi, med(n, sample.rawPerReq)/med("nginx", sample.rawPerReq))
 			}
 		}
 	}
 	if gf := med("go-floor", sample.perReq); gf > 0 && len(results["trimtab"]) > 0 {
 		fmt.Printf("trimtab ÷ go-floor: %.2f\n", med("trimtab", sample.perReq)/gf)
 	}
+}
+
+// perRound returns the smallest and largest ratio a[r] ÷ b[r] of one
+// round's figures (scraping excluded).
+func perRound(a, b []sample) (lo, hi float64) {
+	for r := range min(len(a), len(b)) {
+		x := a[r].perReq() / b[r].perReq()
+		if r == 0 || x < lo {
+			lo = x
+		}
+		if r == 0 || x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
 }
 
 // drive sends n requests through url from c closed-loop clients, cycling
