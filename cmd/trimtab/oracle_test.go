@@ -91,3 +91,29 @@ func TestBenchmarksDocOracleMarkers(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestBenchmarksDocMatchesResults: docs/benchmarks.md's oracle section is
+// what `trimtab sim oracle doc` renders from the results committed under
+// docs/results, so no number in it can drift from them (regenerate with
+// the command the section names).
+func TestBenchmarksDocMatchesResults(t *testing.T) {
+	read := func(dir string) *sim.OracleFile {
+		o, err := sim.ReadOracleFile(filepath.Join("../../docs/results", dir, "oracle.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	doc, err := os.ReadFile("../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const command = "trimtab sim oracle doc --oracle docs/results/oracle-seed-1 --check docs/results/oracle-seed-4 --doc docs/benchmarks.md"
+	want, err := sim.ReplaceOracleDoc(doc, sim.RenderOracleDoc(read("oracle-seed-1"), read("oracle-seed-4"), command))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(doc, want) {
+		t.Errorf("docs/benchmarks.md's oracle section differs from what docs/results renders; run: go run ./cmd/trimtab %s", strings.TrimPrefix(command, "trimtab "))
+	}
+}
