@@ -256,8 +256,9 @@ func WriteComparisons(path, command string, runs []sim.RunSummary) ([]string, er
 		if err := c.WriteMarkdown(&body, p.Tol); err != nil {
 			return nil, err
 		}
-		line := fmt.Sprintf("adaptive vs %s: %d of %d rows worse by > %.0f %% in most repeats; wins in %d scenarios %v; calm-phase entries %d, watchdog freezes %d",
-			p.Policy, len(worse), len(c.Rows), 100*p.Tol, len(wins), wins, calm, fz)
+		line := fmt.Sprintf("adaptive vs %s: %d of %d rows worse by > %.0f %% in most repeats%s; wins in %d scenarios%s; calm-phase entries %d, watchdog freezes %d",
+			p.Policy, len(worse), len(c.Rows), 100*p.Tol, rowMetrics(worse, func(_ int, m PairedMetric) bool { return m.worse(p.Tol) }),
+			len(wins), c.winMetrics(p.TTFTWin, p.TokWin), calm, fz)
 		fmt.Fprintf(&body, "%s.\n\n", line)
 		lines = append(lines, line)
 	}
@@ -267,5 +268,41 @@ func WriteComparisons(path, command string, runs []sim.RunSummary) ([]string, er
 	return lines, sim.WriteFile(path, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", command, body.String())
 		return err
+	})
+}
+
+// metricNames names PairedRow.Metrics in verdicts.
+var metricNames = [numMetrics]string{MetricTTFT: "TTFT p99", MetricE2E: "E2E p99", MetricTok: "tok/s"}
+
+// rowMetrics lists, for a verdict, each row with the metrics pick selects
+// (" (s@32: TTFT p99, tok/s; …)"), or "" for no row.
+func rowMetrics(rows []PairedRow, pick func(metric int, m PairedMetric) bool) string {
+	var parts []string
+	for _, r := range rows {
+		var names []string
+		for i, m := range r.Metrics {
+			if pick(i, m) {
+				names = append(names, metricNames[i])
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s@%g: %s", r.Scenario, r.Level, strings.Join(names, ", ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// winMetrics names the rows and metrics Wins counts (TTFT p99 by ttft,
+// tok/s by tok), or "" for none.
+func (c PairedComparison) winMetrics(ttft, tok float64) string {
+	var rows []PairedRow
+	for _, r := range c.Rows {
+		if r.Metrics[MetricTTFT].won(ttft) || r.Metrics[MetricTok].won(tok) {
+			rows = append(rows, r)
+		}
+	}
+	return rowMetrics(rows, func(i int, m PairedMetric) bool {
+		return (i == MetricTTFT && m.won(ttft)) || (i == MetricTok && m.won(tok))
 	})
 }

@@ -146,7 +146,8 @@ func TestWriteComparisons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != 1 || !strings.Contains(lines[0], "adaptive vs adaptive-off: 1 of 1 rows worse") {
+	// The verdict names the row and the metric that is worse.
+	if len(lines) != 1 || !strings.Contains(lines[0], "adaptive vs adaptive-off: 1 of 1 rows worse by > 2 % in most repeats (s@1: TTFT p99); wins in 0 scenarios;") {
 		t.Errorf("lines %q", lines)
 	}
 	md, err := os.ReadFile(path)
@@ -164,5 +165,30 @@ func TestWriteComparisons(t *testing.T) {
 	// The min–max judgement this replaces called the row noise.
 	if w := sim.Compare(runs, sim.PolicyAdaptive, sim.PolicyAdaptiveOff, sim.Median).Worse(0.02); len(w) != 0 {
 		t.Errorf("sim's min–max comparison now flags the row: %+v", w)
+	}
+}
+
+// TestVerdictNamesMetrics: a verdict names each row and the metrics that
+// make it worse, and the metric each win is on.
+func TestVerdictNamesMetrics(t *testing.T) {
+	c := PairedComparison{Rows: []PairedRow{
+		// TTFT p99 −30 % in 3 of 3 repeats: a win (≥ 20 %); tok/s +1 %:
+		// neither.
+		{Scenario: "burst", Level: 64, Metrics: [numMetrics]PairedMetric{
+			MetricTTFT: {Median: -0.30, AWon: 3, N: 3},
+			MetricTok:  {Median: 0.01, AWon: 2, BWon: 1, N: 3, higher: true},
+		}},
+		// tok/s −5 % in 3 of 3 repeats and E2E p99 +4 % in 2 of 3: both
+		// worse than 2 %.
+		{Scenario: "chat", Level: 8, Metrics: [numMetrics]PairedMetric{
+			MetricE2E: {Median: 0.04, BWon: 2, AWon: 1, N: 3},
+			MetricTok: {Median: -0.05, BWon: 3, N: 3, higher: true},
+		}},
+	}}
+	if got, want := rowMetrics(c.Worse(0.02), func(_ int, m PairedMetric) bool { return m.worse(0.02) }), " (chat@8: E2E p99, tok/s)"; got != want {
+		t.Errorf("worse: %q, want %q", got, want)
+	}
+	if got, want := c.winMetrics(0.2, 0.1), " (burst@64: TTFT p99)"; got != want {
+		t.Errorf("wins: %q, want %q", got, want)
 	}
 }
