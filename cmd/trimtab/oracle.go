@@ -22,6 +22,7 @@ func newSimOracleCmd() *cobra.Command {
 		scenarios []string
 		engines   []string
 		policies  []string
+		profiles  []string
 		seed      uint64
 		seeds     int
 		budget    int
@@ -78,6 +79,13 @@ docs/benchmarks.md.`,
 			if err != nil {
 				return fmt.Errorf("--policies: %w", err)
 			}
+			for _, path := range profiles {
+				p, err := sim.LoadProfilePolicy(path)
+				if err != nil {
+					return fmt.Errorf("--profile: %w", err)
+				}
+				pols = append(pols, p)
+			}
 			f, err := sim.OracleProfile()
 			if err != nil {
 				return err
@@ -114,6 +122,7 @@ docs/benchmarks.md.`,
 	fl.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one; default the oracle suite)")
 	fl.StringSliceVar(&engines, "engines", nil, "engine calibrations, shipped names or files (default every shipped one)")
 	fl.StringSliceVar(&policies, "policies", nil, "policies scored against the oracle (default all)")
+	fl.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML scored as one more policy, named after the file (repeatable)")
 	fl.Uint64Var(&seed, "seed", 1, "first seed")
 	fl.IntVar(&seeds, "seeds", 3, "number of consecutive seeds each vector and policy runs")
 	fl.IntVar(&budget, "budget", 40, "weight vectors the search evaluates per calibration, baselines included")
