@@ -84,6 +84,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative band wait", func(c *Config) { c.Bands[1].MaxWait = -time.Second }, "flow.bands[1].max_wait"},
 		// standard 1 s, sheddable 3 s: a lower band over a higher one.
 		{"lower band waits longer", func(c *Config) { c.Bands[2].MaxWait = 3 * time.Second }, "flow.bands[2].max_wait"},
+		{"threshold over 1", func(c *Config) { c.Bands[1].Threshold = 1.5 }, "flow.bands[1].threshold"},
+		// sheddable 0.9 over standard's 0.8 (inherited).
+		{"lower band fills more", func(c *Config) { c.Bands[2].Threshold = 0.9 }, "flow.bands[2].threshold"},
 		{"first band reserve", func(c *Config) { c.Bands[0].Reserve = 1 }, "flow.bands[0].reserve"},
 		{"negative reserve", func(c *Config) { c.Bands[2].Reserve = -1 }, "flow.bands[2].reserve"},
 	} {
@@ -96,19 +99,17 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// A band without max_wait takes the band above's budget; the first takes
-// saturation.max_wait.
+// A band without max_wait or threshold takes the band above's; the first
+// takes saturation.max_wait and saturation.threshold.
 func TestBudgets(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Bands = append(cfg.Bands, BandConfig{Name: "bulk"})
 	got := cfg.Budgets()
-	want := []time.Duration{2 * time.Second, time.Second, 100 * time.Millisecond, 100 * time.Millisecond}
-	if len(got) != len(want) {
-		t.Fatalf("budgets %v, want %v", got, want)
-	}
+	want := []time.Duration{2 * time.Second, time.Second, 25 * time.Millisecond, 25 * time.Millisecond}
+	th, wantTh := cfg.Thresholds(), []float64{0.8, 0.8, 0.5, 0.5}
 	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("budgets %v, want %v", got, want)
+		if got[i] != want[i] || th[i] != wantTh[i] {
+			t.Fatalf("budgets %v, thresholds %v; want %v, %v", got, th, want, wantTh)
 		}
 	}
 }

@@ -46,6 +46,12 @@ type BandConfig struct {
 	// higher ones (0: the band above's, or saturation.max_wait for the
 	// first band).
 	MaxWait time.Duration `mapstructure:"max_wait"`
+	// Threshold is the share of an endpoint's KV capacity this band's
+	// requests may fill (the KV bound, SaturationConfig.Threshold, for
+	// this band), in (0,1]; at most the band above's, so the higher
+	// bands keep the rest (0: the band above's, or saturation.threshold
+	// for the first band).
+	Threshold float64 `mapstructure:"threshold"`
 	// Reserve is how many eligible endpoints with no prefill pending this
 	// band leaves to the bands above: its requests go to such an endpoint
 	// only while more than Reserve of them are free (0: none kept). Not
@@ -144,7 +150,7 @@ func DefaultConfig() Config {
 		Bands: []BandConfig{
 			{Name: BandInteractive},
 			{Name: BandStandard, MaxWait: time.Second},
-			{Name: BandSheddable, Sheddable: true, MaxWait: 100 * time.Millisecond, Reserve: 1},
+			{Name: BandSheddable, Sheddable: true, MaxWait: 25 * time.Millisecond, Threshold: 0.5, Reserve: 1},
 		},
 		DefaultBand:    BandStandard,
 		PriorityHeader: HeaderPriority,
@@ -180,6 +186,9 @@ func (c Config) Validate() error {
 		if b.MaxWait < 0 || b.MaxWait > time.Hour {
 			return fmt.Errorf("flow.bands[%d].max_wait: %v, want 0 (the band above's) … 1h", i, b.MaxWait)
 		}
+		if b.Threshold < 0 || b.Threshold > 1 {
+			return fmt.Errorf("flow.bands[%d].threshold: %v, want 0 (the band above's) … 1", i, b.Threshold)
+		}
 		if b.Reserve < 0 || b.Reserve > 1000 || i == 0 && b.Reserve > 0 {
 			return fmt.Errorf("flow.bands[%d].reserve: %d, want 0 … 1000, and 0 for the first band (no band above it)", i, b.Reserve)
 		}
@@ -211,12 +220,6 @@ func (c Config) Validate() error {
 	if s.MaxWait <= 0 || s.MaxWait > time.Hour {
 		return fmt.Errorf("flow.saturation.max_wait: %v, want more than 0, at most 1h", s.MaxWait)
 	}
-	w := c.Budgets()
-	for i := 1; i < len(w); i++ {
-		if w[i] > w[i-1] {
-			return fmt.Errorf("flow.bands[%d].max_wait: %v is more than the band above's %v; a lower band's budget must not exceed a higher one's", i, w[i], w[i-1])
-		}
-	}
 	switch {
 	case s.PrefillTokensPerSecond < 0 || s.PrefillTokensPerSecond > 1e9:
 		return fmt.Errorf("flow.saturation.prefill_tokens_per_second: %v, want 0 (none) … 1e9", s.PrefillTokensPerSecond)
@@ -237,6 +240,15 @@ func (c Config) Validate() error {
 	case !(s.BytesPerToken >= 1 && s.BytesPerToken <= 16):
 		return fmt.Errorf("flow.saturation.bytes_per_token: %v, want 1 … 16", s.BytesPerToken)
 	}
+	w, th := c.Budgets(), c.Thresholds()
+	for i := 1; i < len(w); i++ {
+		if w[i] > w[i-1] {
+			return fmt.Errorf("flow.bands[%d].max_wait: %v is more than the band above's %v; a lower band's budget must not exceed a higher one's", i, w[i], w[i-1])
+		}
+		if th[i] > th[i-1] {
+			return fmt.Errorf("flow.bands[%d].threshold: %v is more than the band above's %v; a lower band must not fill more of the KV cache than a higher one", i, th[i], th[i-1])
+		}
+	}
 	return nil
 }
 
@@ -255,6 +267,24 @@ func (c Config) Budgets() []time.Duration {
 		}
 	}
 	return w
+}
+
+// Thresholds returns each band's share of the KV capacity: its
+// threshold, else the band above's, else (the first band)
+// saturation.threshold.
+func (c Config) Thresholds() []float64 {
+	th := make([]float64, len(c.Bands))
+	for i, b := range c.Bands {
+		switch {
+		case b.Threshold > 0:
+			th[i] = b.Threshold
+		case i == 0:
+			th[i] = c.Saturation.Threshold
+		default:
+			th[i] = th[i-1]
+		}
+	}
+	return th
 }
 
 func validName(s string) bool {

@@ -80,6 +80,7 @@ type Controller struct {
 	stopped atomic.Bool
 
 	budget  []float64 // each band's prefill budget, seconds (Config.Budgets)
+	share   []float64 // each band's share of the KV capacity (Config.Thresholds)
 	reserve []int     // each band's BandConfig.Reserve
 
 	// bytesOnly: a dispatch found no prefix-index answer, so pending
@@ -170,6 +171,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	for i, w := range cfg.Budgets() {
 		c.budget = append(c.budget, w.Seconds())
 		c.reserve = append(c.reserve, cfg.Bands[i].Reserve)
+		c.share = append(c.share, cfg.Thresholds()[i])
 	}
 	c.m = newMetrics(deps.Registerer, cfg, c)
 	return c, nil
@@ -287,7 +289,8 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 // room reports whether req may be dispatched now as a request of band:
 // one of its eligible endpoints has room for the band, or it has no
 // eligible endpoint (the scheduler then answers why). An endpoint has
-// room for a band when it is not saturated (Detector.Saturated) and its
+// room for a band when it is not saturated for the band's share of its KV
+// capacity (Detector.Saturated, Config.Thresholds) and its
 // pending prefill wait (Detector.Wait) is below the band's budget; and,
 // for a band with a reserve, when it is not one of the free endpoints
 // (no prefill pending) the band leaves to the bands above: while at most
@@ -308,7 +311,7 @@ func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subs
 			continue
 		}
 		eligible++
-		if c.det.Saturated(e, c.load(e.Address).Load(), now) || c.det.Wait(e, bytesOnly) >= c.budget[band] {
+		if c.det.Saturated(e, c.load(e.Address).Load(), c.share[band], now) || c.det.Wait(e, bytesOnly) >= c.budget[band] {
 			full++
 			continue
 		}

@@ -66,7 +66,7 @@ func checkNoIdleWait(t *testing.T, r *rig, step int) {
 			continue
 		}
 		eligible++
-		if r.c.det.Saturated(e, r.c.ledger[e.Address].Load(), now) || r.c.det.Wait(e, true) >= budget {
+		if r.c.det.Saturated(e, r.c.ledger[e.Address].Load(), r.c.cfg.Thresholds()[it.Band], now) || r.c.det.Wait(e, true) >= budget {
 			continue
 		}
 		room = append(room, e)
@@ -336,7 +336,7 @@ func TestStaleMetricsFailOpen(t *testing.T) {
 		{"fresh, KV 0.8 ≥ 0.8", scheduler.Endpoint{KVUtil: 0.8, ScrapedAt: t0}, t0, true},
 		{"fresh, idle", scheduler.Endpoint{Waiting: 4, KVUtil: 0.79, ScrapedAt: t0}, t0, false},
 	} {
-		if got := d.Saturated(&tc.e, 0, tc.now); got != tc.want {
+		if got := d.Saturated(&tc.e, 0, 0.8, tc.now); got != tc.want {
 			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -353,7 +353,7 @@ func TestSaturationByLearnedCapacity(t *testing.T) {
 		{799, false}, // 799 < 0.8 × 1000 learned (the configured 250 is ignored)
 		{800, true},  // 800 ≥ 800
 	} {
-		if got := r.c.det.Saturated(e, tc.tokens, t0); got != tc.want {
+		if got := r.c.det.Saturated(e, tc.tokens, 0.8, t0); got != tc.want {
 			t.Errorf("tokens %d: saturated %v, want %v", tc.tokens, got, tc.want)
 		}
 	}

@@ -24,17 +24,18 @@ func (d Detector) CapacityTokens(e *scheduler.Endpoint) float64 {
 	return d.cfg.CapacityTokens * e.CapacityOrOne()
 }
 
-// Saturated reports whether e is full for every band at now, given
-// tokens, the tokens of the requests this router sent it that have not
-// finished (the router's own ledger); a band's prefill budget
-// (Controller, Wait) is the other bound. The router's opinion: tokens at or above threshold ×
+// Saturated reports whether e is full at now for a band that may fill
+// threshold (Config.Thresholds) of its KV capacity, given tokens, the
+// tokens of the requests this router sent it that have not finished (the
+// router's own ledger); the band's prefill budget (Wait) is the other
+// bound. The router's opinion: tokens at or above threshold ×
 // CapacityTokens, or LocalInFlight at or above max_in_flight × Capacity.
 // The scraped second opinion, only when the metrics are fresh (state
 // fresh, taken at most max_age before now): waiting at or above
 // queue_depth, or KV utilisation at or above kv_util. Neither opinion
 // available means not saturated: flow control fails open.
-func (d Detector) Saturated(e *scheduler.Endpoint, tokens int64, now time.Time) bool {
-	if c := d.CapacityTokens(e); c > 0 && float64(tokens) >= d.cfg.Threshold*c {
+func (d Detector) Saturated(e *scheduler.Endpoint, tokens int64, threshold float64, now time.Time) bool {
+	if c := d.CapacityTokens(e); c > 0 && float64(tokens) >= threshold*c {
 		return true
 	}
 	if m := d.cfg.MaxInFlight; m > 0 && float64(e.LocalInFlight()) >= float64(m)*e.CapacityOrOne() {

@@ -82,52 +82,82 @@ func TestChargeIsTheUncachedPrompt(t *testing.T) {
 
 // A batch flood on a pool with room for its KV does not fill the
 // endpoints with prefill: a sheddable request waits once its endpoints'
-// pending prefill reaches the band's budget (100 ms at 13,100 tokens/s:
-// 1,310 tokens), and one endpoint with no prefill pending is kept for the
+// pending prefill reaches the band's budget (25 ms at 13,100 tokens/s:
+// 327 tokens), and one endpoint with no prefill pending is kept for the
 // bands above (reserve 1), while an interactive request (budget 2 s) is
 // dispatched at once. Each prompt is 4,000 bytes = 1,000 tokens, 76 ms.
 // Capacity 1e6 tokens: the KV bound is never reached.
 //
-//	sheddable 1 → a (both free, 2 > reserve 1)    a: 76 ms pending
-//	sheddable 2 → a (76 < 100 ms, a not free)     a: 153 ms: full for sheddable
-//	sheddable 3 waits (b is the one free endpoint: reserved)
+//	sheddable 1 → a (both free, 2 > reserve 1)   a: 76 ms pending ≥ 25 ms: full for sheddable
+//	sheddable 2 waits (b is the one free endpoint: reserved)
 //	interactive → dispatched at once
-//	a's first bytes: a free again, 2 free > 1 → sheddable 3 goes to a
+//	a's first byte: a free again, 2 free > 1 → sheddable 2 goes to a
 func TestBatchFillsPrefillToItsBudget(t *testing.T) {
 	cfg := testConfig()
 	cfg.Saturation.CapacityTokens = 1e6
 	r := newRig(t, cfg, ep("a"), ep("b"))
 	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
-	var onA []picked
-	for range 2 {
-		d, l, err := r.c.Pick(context.Background(), big(), Class{Band: 2}, 0)
-		if err != nil || d.Endpoint.Address != "a" {
-			t.Fatalf("sheddable: %v on %v, want a", err, d)
-		}
-		onA = append(onA, picked{d, l, nil})
-	}
-	ch := r.pickAsync(context.Background(), big(), Class{Band: 2})
-	r.waitQueued(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, l, err := r.c.Pick(ctx, big(), Class{Band: 0}, 0)
+	d, l, err := r.c.Pick(ctx, big(), Class{Band: 2}, 0)
+	if err != nil || d.Endpoint.Address != "a" {
+		t.Fatalf("sheddable: %v on %v, want a", err, d)
+	}
+	first := picked{d, l, nil}
+	ch := r.pickAsync(ctx, big(), Class{Band: 2})
+	r.waitQueued(t, 1)
+	d, l, err = r.c.Pick(ctx, big(), Class{Band: 0}, 0)
 	if err != nil {
 		t.Fatalf("interactive next to a batch that filled its budget: %v, want dispatched at once", err)
 	}
 	finish(picked{d, l, nil})
 	if r.c.Len() != 1 {
-		t.Fatalf("queue holds %d, want the third sheddable request", r.c.Len())
+		t.Fatalf("queue holds %d, want the second sheddable request", r.c.Len())
 	}
-	for _, p := range onA {
-		p.d.FirstByte()
-	}
+	first.d.FirstByte()
 	r.c.Drain()
 	if p := recv(t, ch); p.err != nil || p.d.Endpoint.Address != "a" {
 		t.Fatalf("queued sheddable after a's prefill: %v on %v, want a", p.err, p.d)
 	} else {
 		finish(p)
 	}
-	for _, p := range onA {
+	finish(first)
+}
+
+// A lower band fills a smaller share of the KV capacity than the bands
+// above (bands[].threshold): capacity 300 tokens, a request 100 (25 prompt
+// + 75 output); sheddable may fill 0.5 × 300 = 150 (after two, 200 ≥ 150:
+// full), standard 0.8 × 300 = 240 (200 < 240: room). Prompts of 100
+// bytes: 2 ms of prefill, far below every budget; one endpoint, so no
+// reserve applies.
+func TestLowerBandFillsLessKV(t *testing.T) {
+	cfg := testConfig()
+	cfg.Saturation.CapacityTokens = 300
+	r := newRig(t, cfg, ep("a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var held []picked
+	for range 2 {
+		d, l, err := r.c.Pick(ctx, req(), Class{Band: 2}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, picked{d, l, nil})
+	}
+	ch := r.pickAsync(ctx, req(), Class{Band: 2})
+	r.waitQueued(t, 1)
+	d, l, err := r.c.Pick(ctx, req(), Class{Band: 1}, 0)
+	if err != nil {
+		t.Fatalf("standard next to sheddable work at its share: %v, want dispatched at once", err)
+	}
+	held = append(held, picked{d, l, nil})
+	for _, p := range held {
+		finish(p)
+	}
+	r.c.Drain()
+	if p := recv(t, ch); p.err != nil {
+		t.Fatal(p.err)
+	} else {
 		finish(p)
 	}
 }
