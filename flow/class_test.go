@@ -79,12 +79,37 @@ func TestConfigValidate(t *testing.T) {
 		{"kv over 1", func(c *Config) { c.Saturation.KVUtil = 1.5 }, "flow.saturation.kv_util"},
 		{"negative capacity", func(c *Config) { c.Saturation.CapacityTokens = -1 }, "flow.saturation.capacity_tokens"},
 		{"bytes per token 0", func(c *Config) { c.Saturation.BytesPerToken = 0 }, "flow.saturation.bytes_per_token"},
+		{"max wait 0", func(c *Config) { c.Saturation.MaxWait = 0 }, "flow.saturation.max_wait"},
+		{"negative rate", func(c *Config) { c.Saturation.PrefillTokensPerSecond = -1 }, "flow.saturation.prefill_tokens_per_second"},
+		{"negative band wait", func(c *Config) { c.Bands[1].MaxWait = -time.Second }, "flow.bands[1].max_wait"},
+		// standard 1 s, sheddable 3 s: a lower band over a higher one.
+		{"lower band waits longer", func(c *Config) { c.Bands[2].MaxWait = 3 * time.Second }, "flow.bands[2].max_wait"},
+		{"threshold over 1", func(c *Config) { c.Bands[1].Threshold = 1.5 }, "flow.bands[1].threshold"},
+		// sheddable 0.9 over standard's 0.8 (inherited).
+		{"lower band fills more", func(c *Config) { c.Bands[2].Threshold = 0.9 }, "flow.bands[2].threshold"},
+		{"first band reserve", func(c *Config) { c.Bands[0].Reserve = 1 }, "flow.bands[0].reserve"},
+		{"negative reserve", func(c *Config) { c.Bands[2].Reserve = -1 }, "flow.bands[2].reserve"},
 	} {
 		cfg := DefaultConfig()
 		tc.edit(&cfg)
 		err := cfg.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A band without max_wait or threshold takes the band above's; the first
+// takes saturation.max_wait and saturation.threshold.
+func TestBudgets(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Bands = append(cfg.Bands, BandConfig{Name: "bulk"})
+	got := cfg.Budgets()
+	want := []time.Duration{2 * time.Second, time.Second, 25 * time.Millisecond, 25 * time.Millisecond}
+	th, wantTh := cfg.Thresholds(), []float64{0.8, 0.8, 0.5, 0.5}
+	for i := range want {
+		if got[i] != want[i] || th[i] != wantTh[i] {
+			t.Fatalf("budgets %v, thresholds %v; want %v, %v", got, th, want, wantTh)
 		}
 	}
 }

@@ -39,15 +39,46 @@ type BandConfig struct {
 	// is full: a full queue drops the latest deadline of the lowest
 	// sheddable band to make room for a request of a higher band.
 	Sheddable bool `mapstructure:"sheddable"`
+	// MaxWait is this band's prefill budget: an endpoint whose pending
+	// prefill wait (Detector.Wait) is at least this is saturated for the
+	// band's requests. At most the budget of the band above, so a lower
+	// band fills an endpoint to a shorter wait and leaves the rest to the
+	// higher ones (0: the band above's, or saturation.max_wait for the
+	// first band).
+	MaxWait time.Duration `mapstructure:"max_wait"`
+	// Threshold is the share of an endpoint's KV capacity this band's
+	// requests may fill (the KV bound, SaturationConfig.Threshold, for
+	// this band), in (0,1]; at most the band above's, so the higher
+	// bands keep the rest (0: the band above's, or saturation.threshold
+	// for the first band).
+	Threshold float64 `mapstructure:"threshold"`
+	// Reserve is how many eligible endpoints with no prefill pending this
+	// band leaves to the bands above: its requests go to such an endpoint
+	// only while more than Reserve of them are free (0: none kept). Not
+	// for the first band.
+	Reserve int `mapstructure:"reserve"`
 }
 
 // SaturationConfig says when an endpoint has no room for another request.
-// An endpoint is saturated when the router's own opinion or, with fresh
-// metrics, the scraped one says so; with neither (no capacity known and
-// stale metrics) it is not: flow control fails open.
+// An endpoint is saturated when the router's own opinion (its pending
+// prefill wait against the band's budget, or its tokens in flight against
+// its KV capacity) or, with fresh metrics, the scraped one says so; with
+// none of them (no rate or capacity known and stale metrics) it is not:
+// flow control fails open.
 type SaturationConfig struct {
-	// CapacityTokens is an endpoint's token capacity (prompt plus output
-	// tokens of the requests it holds at once) per unit of
+	// MaxWait is the first band's prefill budget, the pending prefill
+	// wait at which an endpoint is saturated (default 2s; bands below
+	// have their own, BandConfig.MaxWait).
+	MaxWait time.Duration `mapstructure:"max_wait"`
+	// PrefillTokensPerSecond is an endpoint's prefill rate per unit of
+	// Endpoint.Capacity, used to turn its pending prefill tokens into a
+	// wait when the endpoint has no learned rate
+	// (Calibration.PrefillTokensPerSecond); default 13,100, the
+	// calibrator's prior. 0: no prior, the wait is only known once
+	// learned.
+	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
+	// CapacityTokens is an endpoint's token capacity (uncached prompt
+	// plus output tokens of the requests it holds at once) per unit of
 	// Endpoint.Capacity, used when the endpoint has no learned KV capacity
 	// (Calibration.KVCapacityTokens). 0: no configured capacity.
 	CapacityTokens float64 `mapstructure:"capacity_tokens"`
@@ -118,8 +149,8 @@ func DefaultConfig() Config {
 	return Config{
 		Bands: []BandConfig{
 			{Name: BandInteractive},
-			{Name: BandStandard},
-			{Name: BandSheddable, Sheddable: true},
+			{Name: BandStandard, MaxWait: time.Second},
+			{Name: BandSheddable, Sheddable: true, MaxWait: 25 * time.Millisecond, Threshold: 0.5, Reserve: 1},
 		},
 		DefaultBand:    BandStandard,
 		PriorityHeader: HeaderPriority,
@@ -128,6 +159,7 @@ func DefaultConfig() Config {
 		Poll:           10 * time.Millisecond,
 		MetricTenants:  16,
 		Saturation: SaturationConfig{
+			MaxWait: 2 * time.Second, PrefillTokensPerSecond: 13100,
 			Threshold: 0.8, QueueDepth: 5, KVUtil: 0.8, MaxAge: time.Second,
 			OutputTokens: 256, BytesPerToken: 4,
 		},
@@ -150,6 +182,15 @@ func (c Config) Validate() error {
 		seen[b.Name] = true
 		if b.TTL < 0 || b.TTL > 24*time.Hour {
 			return fmt.Errorf("flow.bands[%d].ttl: %v, want 0 … 24h", i, b.TTL)
+		}
+		if b.MaxWait < 0 || b.MaxWait > time.Hour {
+			return fmt.Errorf("flow.bands[%d].max_wait: %v, want 0 (the band above's) … 1h", i, b.MaxWait)
+		}
+		if b.Threshold < 0 || b.Threshold > 1 {
+			return fmt.Errorf("flow.bands[%d].threshold: %v, want 0 (the band above's) … 1", i, b.Threshold)
+		}
+		if b.Reserve < 0 || b.Reserve > 1000 || i == 0 && b.Reserve > 0 {
+			return fmt.Errorf("flow.bands[%d].reserve: %d, want 0 … 1000, and 0 for the first band (no band above it)", i, b.Reserve)
 		}
 	}
 	if !seen[c.DefaultBand] {
@@ -176,7 +217,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("flow.metric_tenants: %d, want 0 … 1000", c.MetricTenants)
 	}
 	s := c.Saturation
+	if s.MaxWait <= 0 || s.MaxWait > time.Hour {
+		return fmt.Errorf("flow.saturation.max_wait: %v, want more than 0, at most 1h", s.MaxWait)
+	}
 	switch {
+	case s.PrefillTokensPerSecond < 0 || s.PrefillTokensPerSecond > 1e9:
+		return fmt.Errorf("flow.saturation.prefill_tokens_per_second: %v, want 0 (none) … 1e9", s.PrefillTokensPerSecond)
 	case s.CapacityTokens < 0 || s.CapacityTokens > 1e9:
 		return fmt.Errorf("flow.saturation.capacity_tokens: %v, want 0 (none) … 1e9", s.CapacityTokens)
 	case !(s.Threshold > 0 && s.Threshold <= 1):
@@ -194,7 +240,51 @@ func (c Config) Validate() error {
 	case !(s.BytesPerToken >= 1 && s.BytesPerToken <= 16):
 		return fmt.Errorf("flow.saturation.bytes_per_token: %v, want 1 … 16", s.BytesPerToken)
 	}
+	w, th := c.Budgets(), c.Thresholds()
+	for i := 1; i < len(w); i++ {
+		if w[i] > w[i-1] {
+			return fmt.Errorf("flow.bands[%d].max_wait: %v is more than the band above's %v; a lower band's budget must not exceed a higher one's", i, w[i], w[i-1])
+		}
+		if th[i] > th[i-1] {
+			return fmt.Errorf("flow.bands[%d].threshold: %v is more than the band above's %v; a lower band must not fill more of the KV cache than a higher one", i, th[i], th[i-1])
+		}
+	}
 	return nil
+}
+
+// Budgets returns each band's prefill budget: its max_wait, else the band
+// above's, else (the first band) saturation.max_wait.
+func (c Config) Budgets() []time.Duration {
+	w := make([]time.Duration, len(c.Bands))
+	for i, b := range c.Bands {
+		switch {
+		case b.MaxWait > 0:
+			w[i] = b.MaxWait
+		case i == 0:
+			w[i] = c.Saturation.MaxWait
+		default:
+			w[i] = w[i-1]
+		}
+	}
+	return w
+}
+
+// Thresholds returns each band's share of the KV capacity: its
+// threshold, else the band above's, else (the first band)
+// saturation.threshold.
+func (c Config) Thresholds() []float64 {
+	th := make([]float64, len(c.Bands))
+	for i, b := range c.Bands {
+		switch {
+		case b.Threshold > 0:
+			th[i] = b.Threshold
+		case i == 0:
+			th[i] = c.Saturation.Threshold
+		default:
+			th[i] = th[i-1]
+		}
+	}
+	return th
 }
 
 func validName(s string) bool {

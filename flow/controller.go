@@ -79,10 +79,19 @@ type Controller struct {
 	wake    chan struct{}
 	stopped atomic.Bool
 
+	budget  []float64 // each band's prefill budget, seconds (Config.Budgets)
+	share   []float64 // each band's share of the KV capacity (Config.Thresholds)
+	reserve []int     // each band's BandConfig.Reserve
+
+	// bytesOnly: a dispatch found no prefix-index answer, so pending
+	// prefill is counted in prompt bytes (Detector.Wait).
+	bytesOnly atomic.Bool
+
 	mu      sync.Mutex // guards everything below
 	q       *Queue[*waiter]
 	ledger  map[string]*atomic.Int64 // router-local tokens in flight per address
 	subset  []string                 // scratch for the unsaturated candidates
+	free    []bool                   // scratch: subset[i] has no prefill pending
 	expired []*Item[*waiter]
 }
 
@@ -90,7 +99,8 @@ type Controller struct {
 type waiter struct {
 	ctx    context.Context
 	req    *scheduler.Request
-	tokens int64
+	output int         // the request's output bound (≤ 0: unknown)
+	band   int         // the band it is dispatched as
 	ch     chan result // buffered 1: the dispatcher never blocks
 	// notify, when set (Offer), receives the decision instead of ch.
 	notify func(*scheduler.Decision, Lease, error)
@@ -158,6 +168,11 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		q:      NewQueue[*waiter](len(cfg.Bands), cfg.MaxQueue, shed),
 		ledger: map[string]*atomic.Int64{},
 	}
+	for i, w := range cfg.Budgets() {
+		c.budget = append(c.budget, w.Seconds())
+		c.reserve = append(c.reserve, cfg.Bands[i].Reserve)
+		c.share = append(c.share, cfg.Thresholds()[i])
+	}
 	c.m = newMetrics(deps.Registerer, cfg, c)
 	return c, nil
 }
@@ -189,10 +204,11 @@ func (c *Controller) Load(addr string) int64 {
 // endpoint's ledger by the returned Lease, which the caller releases when
 // the request ends (as it calls Decision.Done). It blocks while the
 // request waits in the queue; ctx ending takes it out (ctx's error is
-// returned). promptBytes and output size the charge (Detector.Tokens).
+// returned). output (≤ 0: unknown) and the request's uncached prompt on
+// the endpoint picked size the charge (Detector.Tokens).
 // Errors are the scheduler's, a *DropError, or ctx's.
 func (c *Controller) Pick(ctx context.Context, req *scheduler.Request, cl Class, output int) (*scheduler.Decision, Lease, error) {
-	w := &waiter{ctx: ctx, req: req, tokens: c.det.Tokens(len(req.Prompt), output), ch: make(chan result, 1)}
+	w := &waiter{ctx: ctx, req: req, output: output, ch: make(chan result, 1)}
 	it, r := c.submit(w, &cl)
 	if it == nil {
 		return r.d, r.lease, r.err
@@ -226,6 +242,7 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 	if cl.Band < 0 || cl.Band >= len(c.cfg.Bands) {
 		cl.Band = c.cls.def
 	}
+	w.band = cl.Band
 	req := w.req
 	now := c.clk.Now()
 	c.mu.Lock()
@@ -234,11 +251,15 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 		ahead += c.q.BandLen(b)
 	}
 	if ahead == 0 {
-		if subset, room := c.room(req, now); room {
+		if subset, room := c.room(req, cl.Band, now); room {
 			r := c.dispatch(w, subset)
+			waiting := c.q.Len() > 0
 			c.mu.Unlock()
 			if r.err == nil {
 				c.m.dispatched(*cl, 0)
+			}
+			if waiting { // the endpoint it took may have been a lower band's reserve
+				c.poke()
 			}
 			return nil, r
 		}
@@ -265,34 +286,54 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 	return it, result{}
 }
 
-// room reports whether req may be dispatched now: one of its eligible
-// endpoints is not saturated, or it has no eligible endpoint (the
-// scheduler then answers why). subset is nil when every eligible endpoint
-// has room, else the addresses of those that do (c.subset, valid under
-// c.mu). Called with c.mu held.
-func (c *Controller) room(req *scheduler.Request, now time.Time) (subset []string, ok bool) {
+// room reports whether req may be dispatched now as a request of band:
+// one of its eligible endpoints has room for the band, or it has no
+// eligible endpoint (the scheduler then answers why). An endpoint has
+// room for a band when it is not saturated for the band's share of its KV
+// capacity (Detector.Saturated, Config.Thresholds) and its
+// pending prefill wait (Detector.Wait) is below the band's budget; and,
+// for a band with a reserve, when it is not one of the free endpoints
+// (no prefill pending) the band leaves to the bands above: while at most
+// min(reserve, eligible − 1) endpoints with room are free, the band may
+// use none of them. subset is nil when every eligible endpoint has room,
+// else the addresses of those that do (c.subset, valid under c.mu).
+// Called with c.mu held.
+func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subset []string, ok bool) {
 	pool := c.sched.Pool()
 	if pool == nil {
 		return nil, true
 	}
-	subset = c.subset[:0]
-	eligible, full := 0, 0
+	subset, free := c.subset[:0], c.free[:0]
+	eligible, full, nfree := 0, 0, 0
+	bytesOnly := c.bytesOnly.Load()
 	for _, e := range pool.Pointers() {
 		if !Eligible(e, req, now) {
 			continue
 		}
 		eligible++
-		if c.det.Saturated(e, c.load(e.Address).Load(), now) {
+		if c.det.Saturated(e, c.load(e.Address).Load(), c.share[band], now) || c.det.Wait(e, bytesOnly) >= c.budget[band] {
 			full++
 			continue
 		}
-		subset = append(subset, e.Address)
+		f := e.PendingPrefill() <= 0
+		if f {
+			nfree++
+		}
+		subset, free = append(subset, e.Address), append(free, f)
 	}
-	c.subset = subset
-	if eligible == 0 {
-		return nil, true
+	if r := min(c.reserve[band], eligible-1); nfree > 0 && nfree <= r {
+		n := 0
+		for i, a := range subset {
+			if !free[i] {
+				subset[n] = a
+				n++
+			}
+		}
+		full += len(subset) - n
+		subset = subset[:n]
 	}
-	if full == 0 {
+	c.subset, c.free = subset, free
+	if eligible == 0 || full == 0 {
 		return nil, true
 	}
 	return subset, full < eligible
@@ -328,9 +369,14 @@ func (c *Controller) dispatch(w *waiter, subset []string) result {
 	if err != nil {
 		return result{err: err}
 	}
+	uncached, known := d.Uncached()
+	if !known && !c.bytesOnly.Load() {
+		c.bytesOnly.Store(true)
+	}
+	tokens := c.det.Tokens(len(req.Prompt), uncached, known, w.output)
 	l := c.load(d.Endpoint.Address)
-	l.Add(w.tokens)
-	return result{d: d, lease: Lease{c: c, load: l, tokens: w.tokens}}
+	l.Add(tokens)
+	return result{d: d, lease: Lease{c: c, load: l, tokens: tokens}}
 }
 
 func (c *Controller) poke() {
@@ -394,7 +440,7 @@ func (c *Controller) Drain() {
 			return
 		}
 		w := it.Value
-		subset, ok := c.room(w.req, now)
+		subset, ok := c.room(w.req, w.band, now)
 		if !ok {
 			return
 		}

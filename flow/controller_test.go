@@ -44,7 +44,11 @@ func TestPickGoesToTheEndpointWithRoom(t *testing.T) {
 }
 
 // checkNoIdleWait fails when the queue holds work while an eligible
-// endpoint of the head request is below its saturation bound.
+// endpoint of the head request has room for the head's band: it is not
+// saturated, its pending prefill wait is below the band's budget, and it
+// is not one of the free endpoints (no prefill pending) the band's
+// reserve keeps for the bands above — at most min(reserve, eligible − 1)
+// of them, and only while no more are free.
 func checkNoIdleWait(t *testing.T, r *rig, step int) {
 	t.Helper()
 	r.c.mu.Lock()
@@ -54,11 +58,29 @@ func checkNoIdleWait(t *testing.T, r *rig, step int) {
 		return
 	}
 	now := r.clk.Now()
+	budget := r.c.cfg.Budgets()[it.Band].Seconds()
+	var room []*scheduler.Endpoint
+	eligible, free := 0, 0
 	for _, e := range r.sched.Pool().Pointers() {
-		if Eligible(e, it.Value.req, now) && !r.c.det.Saturated(e, r.c.ledger[e.Address].Load(), now) {
-			t.Fatalf("step %d: %d requests wait while %s is below its saturation bound (ledger %d)",
-				step, r.c.q.Len(), e.Address, r.c.ledger[e.Address].Load())
+		if !Eligible(e, it.Value.req, now) {
+			continue
 		}
+		eligible++
+		if r.c.det.Saturated(e, r.c.ledger[e.Address].Load(), r.c.cfg.Thresholds()[it.Band], now) || r.c.det.Wait(e, true) >= budget {
+			continue
+		}
+		room = append(room, e)
+		if e.PendingPrefill() == 0 {
+			free++
+		}
+	}
+	reserved := free > 0 && free <= min(r.c.cfg.Bands[it.Band].Reserve, eligible-1)
+	for _, e := range room {
+		if reserved && e.PendingPrefill() == 0 {
+			continue
+		}
+		t.Fatalf("step %d: %d requests wait (head in band %d) while %s has room (ledger %d, wait %.3fs)",
+			step, r.c.q.Len(), it.Band, e.Address, r.c.ledger[e.Address].Load(), r.c.det.Wait(e, true))
 	}
 }
 
@@ -82,6 +104,14 @@ func TestNoWaitNextToAnIdleEndpoint(t *testing.T) {
 					t.Fatal(p.err)
 				}
 				running = append(running, p)
+				// A dispatch at once pokes the dispatcher while requests
+				// wait (it may have taken a lower band's reserve): drain
+				// as Run would.
+				r.c.Drain()
+				for n := queued - r.c.Len(); n > 0; n-- {
+					running = append(running, recvAny(t, &waiting))
+					queued--
+				}
 			case <-time.After(10 * time.Second):
 				t.Fatalf("step %d: neither dispatched nor queued", step)
 			case <-waitFor(r, queued+1):
@@ -306,7 +336,7 @@ func TestStaleMetricsFailOpen(t *testing.T) {
 		{"fresh, KV 0.8 ≥ 0.8", scheduler.Endpoint{KVUtil: 0.8, ScrapedAt: t0}, t0, true},
 		{"fresh, idle", scheduler.Endpoint{Waiting: 4, KVUtil: 0.79, ScrapedAt: t0}, t0, false},
 	} {
-		if got := d.Saturated(&tc.e, 0, tc.now); got != tc.want {
+		if got := d.Saturated(&tc.e, 0, 0.8, tc.now); got != tc.want {
 			t.Errorf("%s: saturated %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -323,7 +353,7 @@ func TestSaturationByLearnedCapacity(t *testing.T) {
 		{799, false}, // 799 < 0.8 × 1000 learned (the configured 250 is ignored)
 		{800, true},  // 800 ≥ 800
 	} {
-		if got := r.c.det.Saturated(e, tc.tokens, t0); got != tc.want {
+		if got := r.c.det.Saturated(e, tc.tokens, 0.8, t0); got != tc.want {
 			t.Errorf("tokens %d: saturated %v, want %v", tc.tokens, got, tc.want)
 		}
 	}

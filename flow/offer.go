@@ -27,7 +27,7 @@ type Ticket struct {
 // scheduler's Pick; its end does not take the request out of the queue
 // (Cancel does).
 func (c *Controller) Offer(ctx context.Context, req *scheduler.Request, cl Class, output int, notify func(*scheduler.Decision, Lease, error)) (*Ticket, *scheduler.Decision, Lease, error) {
-	w := &waiter{ctx: ctx, req: req, tokens: c.det.Tokens(len(req.Prompt), output), notify: notify}
+	w := &waiter{ctx: ctx, req: req, output: output, notify: notify}
 	it, r := c.submit(w, &cl)
 	if it == nil {
 		return nil, r.d, r.lease, r.err

@@ -111,6 +111,18 @@ func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
 	return d.waits[i], true
 }
 
+// Uncached returns the prompt tokens of the request its current endpoint
+// did not hold at the pick, by the profile's MatchProducer (the prefix
+// index): what that endpoint must prefill. ok is false when no
+// MatchProducer answered for the endpoint. Valid until Done.
+func (d *Decision) Uncached() (tokens int64, ok bool) {
+	m, ok := d.cs.Match(d.Endpoint)
+	if !ok {
+		return 0, false
+	}
+	return m.Uncached(), true
+}
+
 // Ranked returns the number of ranked candidates (chosen plus fallbacks).
 func (d *Decision) Ranked() int { return len(d.order) }
 

@@ -11,13 +11,12 @@ import (
 )
 
 // PolicyAdaptiveFlow is configs/adaptive.yaml with flow control on: the
-// default bands (interactive, standard, sheddable) and saturation (0.8
-// of each endpoint's learned KV capacity, or five scraped waiting
-// requests, or 0.8 scraped KV utilisation), with a global TTL of
-// flowBatchTTL so a batch job's requests may wait in the router for as
-// long as a job takes; the standard band keeps the default 30 s, so
-// unclassified traffic is treated as with flow.DefaultConfig. What the
-// flow-control scenarios compare against adaptive.
+// default bands (interactive, standard, sheddable, with their prefill
+// budgets and the sheddable band's reserve) and saturation, with a
+// global TTL of flowBatchTTL so a batch job's requests may wait in the
+// router for as long as a job takes; the standard band keeps the default
+// 30 s, so unclassified traffic is treated as with flow.DefaultConfig.
+// What the flow-control scenarios compare against adaptive.
 const PolicyAdaptiveFlow = "adaptive-flow"
 
 // flowBatchTTL bounds the wait of adaptive-flow's interactive and
@@ -32,11 +31,8 @@ func adaptiveFlowProfile() (*configs.File, error) {
 	c := *f
 	c.Flow.Enabled = true
 	c.Flow.TTL = flowBatchTTL
-	c.Flow.Bands = []flow.BandConfig{
-		{Name: flow.BandInteractive},
-		{Name: flow.BandStandard, TTL: flow.DefaultConfig().TTL},
-		{Name: flow.BandSheddable, Sheddable: true},
-	}
+	c.Flow.Bands = flow.DefaultConfig().Bands
+	c.Flow.Bands[1].TTL = flow.DefaultConfig().TTL
 	return &c, nil
 }
 
