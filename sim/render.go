@@ -33,7 +33,8 @@ type AgentTurn struct {
 	// names the previous response and sends the new tool result).
 	API string
 	// Session identifies the agent session: the same on each of its
-	// turns, distinct between the sessions of a renderer.
+	// turns, distinct between the sessions of a renderer (each phase
+	// starts sessions of its own).
 	Session uint64
 	// Turn counts the session's earlier turns (0: the session's first
 	// request; > 0: a continuation).
@@ -105,7 +106,7 @@ func (r *Renderer) Next(phase, client int) Rendered {
 	}
 	out := Rendered{Prompt: buf, OutputTokens: r.spec.out.tokens, SessionID: r.spec.sessionID, Arrival: r.spec.arrival}
 	if ag, ok := g.(*agenticGen); ok {
-		t := &AgentTurn{API: cmp.Or(ag.w.API, AgentAPIMessages), Session: r.spec.agent, Turn: ag.agents[slot].turn - 1,
+		t := &AgentTurn{API: cmp.Or(ag.w.API, AgentAPIMessages), Session: uint64(phase)<<48 | r.spec.agent, Turn: ag.agents[slot].turn - 1,
 			Pause: ag.thinkTime(slot)}
 		for _, s := range r.spec.segs {
 			t.Parts = append(t.Parts, s.tokens*BytesPerToken)
