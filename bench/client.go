@@ -46,7 +46,9 @@ type Request struct {
 	// PromptKnown: the server reported usage (prompt_tokens);
 	// CachedKnown: it reported cached_tokens.
 	PromptKnown, CachedKnown bool
-	// Continuation: an agent session's turn after its first.
+	// Session is the agent session (sim.AgentTurn.Session; 0 outside
+	// agentic workloads); Continuation: a turn after its first.
+	Session      uint64
 	Continuation bool
 	// ResponseID is a Responses response's id ("" otherwise).
 	ResponseID string
@@ -97,6 +99,9 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	defer cancel()
 	start := clk.Now()
 	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0}
+	if r.Agent != nil {
+		res.Session = r.Agent.Session
+	}
 	fail := func(kind string) Request {
 		res.E2E = clk.Since(start)
 		switch {
