@@ -142,8 +142,8 @@ func TestAgentSessionOnAFakeServer(t *testing.T) {
 }
 
 // TestAgentBenchSummary: a short bench of agent sessions straight to a
-// two-server fake fleet (no router) records continuations and the
-// continuation hit ratio in its summary, for both APIs.
+// fake server (no router) records continuations and the continuation hit
+// ratio in its summary and its tables, for both APIs.
 func TestAgentBenchSummary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two real-time bench runs: skipped under -short")
@@ -158,6 +158,11 @@ func TestAgentBenchSummary(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := rep.Runs[0].Summary(sc.Name)
+		var tables strings.Builder
+		if err := rep.WriteTables(&tables); err != nil || !strings.Contains(tables.String(), "| direct | 0.") ||
+			!strings.Contains(tables.String(), "| continuation hit ratio | herd picks |") {
+			t.Errorf("%s: tables without the agent table (%v):\n%s", api, err, tables.String())
+		}
 		conts := 0
 		for _, q := range rep.Runs[0].Requests {
 			if q.Continuation {
