@@ -164,6 +164,9 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 		} else {
 			run.Modes, run.ModeChanges, run.WeightVersions = timeline(h, p.start)
 		}
+		if run.HerdPicks, err = herdPicks(ctx, deps.Client, router.AdminURL); err != nil && run.AdminErr == "" {
+			run.AdminErr = err.Error()
+		}
 	}
 	return run, ctx.Err()
 }

@@ -46,6 +46,12 @@ type Request struct {
 	// PromptKnown: the server reported usage (prompt_tokens);
 	// CachedKnown: it reported cached_tokens.
 	PromptKnown, CachedKnown bool
+	// Session is the agent session (sim.AgentTurn.Session; 0 outside
+	// agentic workloads); Continuation: a turn after its first.
+	Session      uint64
+	Continuation bool
+	// ResponseID is a Responses response's id ("" otherwise).
+	ResponseID string
 	// Err is "" for success, else the error kind.
 	Err string
 }
@@ -76,15 +82,26 @@ type completionBody struct {
 }
 
 // send posts one streaming /v1/completions request, r's prompt rendered
-// as words (promptWords), and reads it to the end, timing it on clk from
-// start. timeout bounds the whole request.
-func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, timeout time.Duration) Request {
-	body, _ := json.Marshal(completionBody{Model: model, Prompt: string(promptWords(make([]byte, 0, len(r.Prompt)), r.Prompt)), MaxTokens: r.OutputTokens,
-		IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
+// as words (promptWords), or an agent turn in its API's shape
+// (agentRequest, continuing response prev), and reads it to the end,
+// timing it on clk from start. timeout bounds the whole request.
+func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration) Request {
+	path, read := "/v1/completions", readStream
+	var body []byte
+	if r.Agent != nil {
+		read = readAgentStream
+		path, body = agentRequest(model, r, prev)
+	} else {
+		body, _ = json.Marshal(completionBody{Model: model, Prompt: string(promptWords(make([]byte, 0, len(r.Prompt)), r.Prompt)), MaxTokens: r.OutputTokens,
+			IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := clk.Now()
-	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken}
+	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0}
+	if r.Agent != nil {
+		res.Session = r.Agent.Session
+	}
 	fail := func(kind string) Request {
 		res.E2E = clk.Since(start)
 		switch {
@@ -97,7 +114,7 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 		}
 		return res
 	}
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url+path, bytes.NewReader(body))
 	if err != nil {
 		return fail(ErrConnect)
 	}
@@ -114,7 +131,7 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	if resp.StatusCode != http.StatusOK {
 		return fail("http_" + strconv.Itoa(resp.StatusCode))
 	}
-	done := readStream(resp.Body, clk, start, &res)
+	done := read(resp.Body, clk, start, &res)
 	if !done {
 		if rctx.Err() != nil {
 			return fail(ErrTimeout)

@@ -15,10 +15,27 @@
 // starting one policy further on (a b c, b c a, c a b …), and reported
 // as medians with their spread.
 //
+// Agent sessions (workload kind agentic, sim.AgentTurn) go out in their
+// API's own shape, streamed: Messages (POST /v1/messages: system, tools,
+// the task and every earlier tool_use and tool_result, resent each turn)
+// or Responses (POST /v1/responses: instructions, tools and input items;
+// a continuation names the previous turn's response by
+// previous_response_id and sends only the new function_call_output; the
+// player remembers each session's last response id, bounded, and resends
+// the conversation when it has none). A closed-loop agent pauses for its
+// tool call between turns. Their cached tokens come from each API's usage
+// (Responses' input_tokens_details.cached_tokens; Messages'
+// cache_read_input_tokens over input_tokens + cache_read_input_tokens +
+// cache_creation_input_tokens), and the summary adds the simulator's
+// continuation_hit_ratio (continuations' cached ÷ prompt tokens) and the
+// router's herd picks (trimtab_scheduler_endpoint_herd_picks_total at the
+// end of the run).
+//
 // Measured client side per request: time to first token (the first SSE
 // chunk with text), inter-token gaps, end-to-end latency, output tokens,
 // the serving pod (x-trimtab-endpoint), cached prompt tokens
-// (usage.prompt_tokens_details.cached_tokens), the reported prompt size
+// (usage.prompt_tokens_details.cached_tokens, or the agent API's), the
+// reported prompt size
 // (usage.prompt_tokens) and the error kind (HTTP
 // status, cut stream, timeout, connection). Server side: the pods'
 // /metrics (load and prefix-cache counters) every ScrapeEvery, and the

@@ -16,12 +16,19 @@ import (
 // the scenario's capacity i when n equals its server count, else 1, and
 // runs the engine the simulator gives it (sim.Scenario.ServerEngine: in
 // a mixed pool its engine class's KV cache and step costs) and declares
-// that capacity. The servers run in g until ctx ends.
+// that capacity. The servers share one Responses store (bounded, the
+// fakeserver defaults), so a previous_response_id continuation is
+// prefilled with its whole conversation whichever server it reaches. The
+// servers run in g until ctx ends.
 func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int, speed float64) ([]Target, error) {
 	if n < 1 || n > 256 {
 		return nil, fmt.Errorf("fleet: %d servers, want 1…256", n)
 	}
 	caps := sc.Capacities()
+	store, err := fakeserver.NewResponseStore(fakeserver.DefaultStoredResponses, fakeserver.DefaultStoredBytes)
+	if err != nil {
+		return nil, err
+	}
 	var out []Target
 	for i := 0; i < n; i++ {
 		c := 1.0
@@ -36,7 +43,7 @@ func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int,
 		if sc.Model != "" {
 			cfg.Model = sc.Model
 		}
-		srv, err := fakeserver.New(cfg, fakeserver.Deps{})
+		srv, err := fakeserver.New(cfg, fakeserver.Deps{Responses: store})
 		if err != nil {
 			return nil, err
 		}

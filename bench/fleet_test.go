@@ -77,7 +77,7 @@ func TestFleetRunsEachClassEngine(t *testing.T) {
 					prompt[j] = byte(j*7 + rep*131 + i*17)
 				}
 				r := send(ctx, http.DefaultClient, clock.RealClock{}, "http://"+tg[i].Address, sc.Model,
-					&sim.Rendered{Prompt: prompt, OutputTokens: 1}, 30*time.Second)
+					&sim.Rendered{Prompt: prompt, OutputTokens: 1}, "", 30*time.Second)
 				if r.Err != "" || r.PromptTokens != tokens || r.CachedTokens != 0 {
 					t.Errorf("pod-%d: %s, prompt tokens %d, cached %d; want a %d-token prefill", i, r.Err, r.PromptTokens, r.CachedTokens, tokens)
 					sendFailed.Store(true)

@@ -44,6 +44,10 @@ type RunResult struct {
 	SLO     sim.SLO
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
+	// HerdPicks is the router's herd picks over the run (its
+	// trimtab_scheduler_endpoint_herd_picks_total summed at the end; 0
+	// without an admin server).
+	HerdPicks int64
 	// PromptCheck compares the prompt sizes the servers reported with
 	// the intended ones.
 	PromptCheck PromptCheck
@@ -64,6 +68,8 @@ type player struct {
 	clk    clock.WithTicker
 	start  time.Time
 	render *sim.Renderer
+
+	chains chains // Responses sessions' last response ids
 
 	mu     sync.Mutex // guards render and out
 	out    []Request
@@ -101,7 +107,14 @@ func (p *player) levelOf(i int) float64 {
 // fire sends one rendered request scheduled at sched and records it.
 func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered) {
 	sent := p.now()
-	res := send(ctx, p.hc, p.clk, p.url, p.sc.Model, r, p.sc.Timeout)
+	var prev string
+	if r.Agent != nil && r.Agent.Turn > 0 {
+		prev = p.chains.get(r.Agent.Session)
+	}
+	res := send(ctx, p.hc, p.clk, p.url, p.sc.Model, r, prev, p.sc.Timeout)
+	if r.Agent != nil && r.Agent.API == sim.AgentAPIResponses {
+		p.chains.set(r.Agent.Session, res.ResponseID) // "" after a failure: the next turn resends the conversation
+	}
 	res.Phase, res.Scheduled, res.Sent = phase, sched, sent
 	res.Measured = sched >= p.sc.Warmup && sched < p.sc.Duration
 	p.mu.Lock()
@@ -174,6 +187,9 @@ func (p *player) client(ctx context.Context, c int) {
 		}
 		p.fire(ctx, phase, sched, &r)
 		sched = p.now()
+		if r.Agent != nil {
+			sched += r.Agent.Pause // the tool call
+		}
 	}
 }
 

@@ -110,6 +110,7 @@ func (rep *Report) WriteTables(w io.Writer) error {
 				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
 				col(rs, func(s *sim.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
 		}
+		writeAgentTable(&b, rep.Config.Policies, sums, level)
 		fmt.Fprintf(&b, "\n### %s %g: per phase\n\n", rep.Scenario.LevelUnit(), level)
 		b.WriteString("| phase | policy | requests | missed | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | goodput req/s | tok/s | calm→rebalance entries (all repeats) | onset busiest ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for pi, ph := range rep.Scenario.Phases {
@@ -249,4 +250,24 @@ func servedShare(st Stats) float64 {
 		return math.NaN()
 	}
 	return float64(top) / float64(n)
+}
+
+// writeAgentTable writes, for agentic runs, each policy's continuation
+// hit ratio, herd picks and busiest pod ratio (medians with min–max).
+func writeAgentTable(b *strings.Builder, pols []Policy, sums []sim.RunSummary, level float64) {
+	head := false
+	for _, pol := range pols {
+		rs := group(sums, pol.Name, level)
+		if len(rs) == 0 || rs[0].ContinuationHitRatio == nil {
+			continue
+		}
+		if !head {
+			b.WriteString("\n| policy | continuation hit ratio | herd picks | busiest pod ratio |\n|---|---|---|---|\n")
+			head = true
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", pol.Name,
+			col(rs, func(s *sim.RunSummary) float64 { return val(s.ContinuationHitRatio) }).ratio(),
+			col(rs, func(s *sim.RunSummary) float64 { return float64(s.HerdPicks) }).ms(),
+			col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodRatio }).ratio())
+	}
 }

@@ -33,6 +33,10 @@ type Stats struct {
 	Cached, Prompt int
 	Errors         map[string]int
 	ByEndpoint     map[string]int
+
+	// ContCached and ContPrompt are Cached and Prompt of the agent
+	// sessions' continuations.
+	ContCached, ContPrompt int
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -61,6 +65,10 @@ func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats
 		if r.CachedKnown {
 			s.Cached += r.CachedTokens
 			s.Prompt += r.PromptTokens
+			if r.Continuation {
+				s.ContCached += r.CachedTokens
+				s.ContPrompt += r.PromptTokens
+			}
 		}
 	}
 	lat.Sort()
@@ -80,6 +88,15 @@ func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats
 // stats is Summarise with the run's timeout and SLO.
 func (r *RunResult) stats(reqs []Request, window time.Duration) Stats {
 	return Summarise(reqs, window, r.Timeout, r.SLO)
+}
+
+// ContinuationHitRatio is ContCached ÷ ContPrompt — the simulator's
+// continuation_hit_ratio —, or NaN without continuations.
+func (s Stats) ContinuationHitRatio() float64 {
+	if s.ContPrompt == 0 {
+		return math.NaN()
+	}
+	return float64(s.ContCached) / float64(s.ContPrompt)
 }
 
 // CachedRatio is Cached ÷ Prompt, or NaN when no server reported it.
@@ -172,7 +189,9 @@ func (r *RunResult) entries(from, to time.Duration) (calmExits, freezes int) {
 }
 
 // Summary returns the run in the schema of `trimtab sim`'s summary.json,
-// with cached_token_ratio and errors filled. Its percentiles count the
+// with cached_token_ratio and errors filled, continuation_hit_ratio from
+// the servers' reported usage of agent continuations and herd_picks from
+// the router's metrics. Its percentiles count the
 // misses at the run's timeout (Stats) and misses counts them; goodput is
 // over the measurement window against the run's SLO, as in sim.
 func (r *RunResult) Summary(scenario string) sim.RunSummary {
@@ -190,7 +209,7 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 		BusiestPodShare: share, BusiestPodRatio: ratio,
 		Measured: st.Requests, WeightChanges: r.WeightVersions, WatchdogFreezes: fz,
 		CachedTokenRatio: ptr(st.CachedRatio()), Errors: st.Errors,
-		Phases: []sim.PhaseSummary{},
+		Phases: []sim.PhaseSummary{}, ContinuationHitRatio: ptr(st.ContinuationHitRatio()), HerdPicks: r.HerdPicks,
 	}
 	for i, ph := range r.Phases {
 		from, to := max(ph.Start, r.Warm), min(ph.End, r.End)

@@ -159,6 +159,7 @@ func (g *agenticGen) next(rng *rand.Rand, client int, r *reqSpec) {
 	result := segment{mixKey(g.seed, 44, a.id, uint64(a.turn)), jitter(rng, w.ToolOutputTokens, w.Jitter)}
 	r.out = call
 	r.continuation = a.turn > 0
+	r.agent = a.id
 	r.sessionID, r.sessionKey = "", 0
 	switch w.SessionKeys {
 	case "", SessionKeysHeader:

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"time"
 )
@@ -19,6 +20,35 @@ type Rendered struct {
 	// Arrival is a trace entry's arrival offset in trace time (0 unless
 	// the load mode is trace).
 	Arrival time.Duration
+	// Agent describes an agentic workload's turn (nil for other kinds).
+	Agent *AgentTurn
+}
+
+// AgentTurn is one turn of an agent session (workload kind agentic): how
+// Prompt splits into the scaffold, the task and the earlier turns, so a
+// client can send it in an agent API's own shape.
+type AgentTurn struct {
+	// API is the workload's agent API: AgentAPIMessages (the client
+	// resends the conversation) or AgentAPIResponses (a continuation
+	// names the previous response and sends the new tool result).
+	API string
+	// Session identifies the agent session: the same on each of its
+	// turns, distinct between the sessions of a renderer (each phase
+	// starts sessions of its own).
+	Session uint64
+	// Turn counts the session's earlier turns (0: the session's first
+	// request; > 0: a continuation).
+	Turn int
+	// Parts are the byte lengths of Prompt's parts in order: the scaffold
+	// (system prompt and tool definitions), the task, then each earlier
+	// turn's tool call and tool result (2 + 2·Turn parts summing to
+	// len(Prompt); fewer, the last one cut, when workload.max_prompt_tokens
+	// cut the prompt).
+	Parts []int
+	// Pause is the tool call this turn's answer starts: a closed-loop
+	// client waits this long after the response before its next request,
+	// on top of Think (0 after a session's last turn).
+	Pause time.Duration
 }
 
 // Renderer renders a scenario's requests with the simulator's own
@@ -74,7 +104,16 @@ func (r *Renderer) Next(phase, client int) Rendered {
 		}
 		buf = appendSegment(buf, s)
 	}
-	return Rendered{Prompt: buf, OutputTokens: r.spec.out.tokens, SessionID: r.spec.sessionID, Arrival: r.spec.arrival}
+	out := Rendered{Prompt: buf, OutputTokens: r.spec.out.tokens, SessionID: r.spec.sessionID, Arrival: r.spec.arrival}
+	if ag, ok := g.(*agenticGen); ok {
+		t := &AgentTurn{API: cmp.Or(ag.w.API, AgentAPIMessages), Session: uint64(phase)<<48 | r.spec.agent, Turn: ag.agents[slot].turn - 1,
+			Pause: ag.thinkTime(slot)}
+		for _, s := range r.spec.segs {
+			t.Parts = append(t.Parts, s.tokens*BytesPerToken)
+		}
+		out.Agent = t
+	}
+	return out
 }
 
 // Remaining reports how many trace entries are left to render (−1 when

@@ -89,3 +89,64 @@ func checkSameSharing(t *testing.T, an, bn string, a, b, again []Rendered) {
 		t.Fatal("no two requests share a long prefix; the test checks nothing")
 	}
 }
+
+// TestRendererAgentTurns: an agentic scenario's rendered requests say how
+// their prompt splits. Client 0 (a lead of agentic-surge: 12 turns, 1.5 s
+// tool calls) renders turn 0 … 11 of one session, then turn 0 of the
+// next; turn k has 2 + 2k parts that sum to the prompt's length, starts
+// with turn k−1's prompt, and pauses for a tool call after every turn but
+// the last. The scaffold is part 0; sessions of one team share it.
+func TestRendererAgentTurns(t *testing.T) {
+	sc := loadShipped(t, "agentic-surge", 0)
+	r, err := NewRenderer(sc, 1, 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev Rendered
+	for i := range 13 {
+		q := r.Next(0, 0)
+		a := q.Agent
+		if a == nil {
+			t.Fatal("no agent turn")
+		}
+		turn := i % 12
+		sum := 0
+		for _, n := range a.Parts {
+			sum += n
+		}
+		if a.API != AgentAPIResponses || a.Turn != turn || len(a.Parts) != 2+2*turn || sum != len(q.Prompt) {
+			t.Fatalf("request %d: api %s turn %d, %d parts summing to %d of %d bytes; want responses, turn %d, %d parts",
+				i, a.API, a.Turn, len(a.Parts), sum, len(q.Prompt), turn, 2+2*turn)
+		}
+		if (a.Pause > 0) != (turn < 11) {
+			t.Errorf("turn %d: pause %v", turn, a.Pause)
+		}
+		if i > 0 {
+			same := a.Session == prev.Agent.Session
+			if same != (turn > 0) {
+				t.Errorf("request %d (turn %d): session %d after %d", i, turn, a.Session, prev.Agent.Session)
+			}
+			if turn > 0 && !bytes.HasPrefix(q.Prompt, prev.Prompt) {
+				t.Errorf("turn %d does not extend turn %d's prompt", turn, turn-1)
+			}
+			if p := a.Parts[0]; !bytes.Equal(q.Prompt[:p], prev.Prompt[:p]) {
+				t.Errorf("request %d: the scaffold changed", i)
+			}
+		}
+		prev = q
+	}
+	// A uniform workload has no agent turns.
+	if q := renderOne(t); q.Agent != nil {
+		t.Errorf("a uniform request has agent turn %+v", q.Agent)
+	}
+}
+
+func renderOne(t *testing.T) Rendered {
+	t.Helper()
+	sc := loadShipped(t, "small-pool-burst", 0)
+	r, err := NewRenderer(sc, 1, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Next(0, 0)
+}

@@ -22,6 +22,7 @@ type reqSpec struct {
 	sessionKey   uint64
 	routerSegs   []segment
 	continuation bool
+	agent        uint64 // the agent session (0: not agentic)
 }
 
 func (r *reqSpec) promptTokens() int {

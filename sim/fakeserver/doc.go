@@ -5,7 +5,12 @@
 // streamed in its own events, and not),
 // /v1/models, /health and /metrics in vLLM's metric names (Prometheus text,
 // including vllm:cache_config_info). The demo and the end-to-end tests
-// start several on 127.0.0.1:0 in one process.
+// start several on 127.0.0.1:0 in one process. A Responses request may
+// continue an earlier response by previous_response_id: a ResponseStore,
+// which a fleet shares, holds each response's conversation (bounded), and
+// the continuation is prefilled with all of it, so its prefix-cache hits
+// depend on which server it reaches, as on a real fleet. Response ids carry
+// the server's name, so a fleet's ids are distinct.
 //
 // # Concurrency model
 //

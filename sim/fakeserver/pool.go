@@ -10,7 +10,8 @@ import (
 )
 
 // ServePool runs n servers of cfg, named fake-0 … fake-(n−1) when n > 1,
-// on host at ports port … port+n−1 (port 0: any free port each), until ctx
+// sharing one response store (deps.Responses, or a new one with the
+// default bounds), on host at ports port … port+n−1 (port 0: any free port each), until ctx
 // is done or one fails; then every server stops accepting, drains and
 // stops its engine, and ServePool returns the first error.
 func ServePool(ctx context.Context, cfg Config, deps Deps, host string, port, n int) error {
@@ -19,6 +20,9 @@ func ServePool(ctx context.Context, cfg Config, deps Deps, host string, port, n 
 	}
 	if port < 0 || port+n-1 > 65535 {
 		return fmt.Errorf("fake server pool: first port %d does not leave room for %d servers", port, n)
+	}
+	if deps.Responses == nil {
+		deps.Responses, _ = NewResponseStore(DefaultStoredResponses, DefaultStoredBytes)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range n {

@@ -18,6 +18,11 @@ type responsesRequest struct {
 	Tools           json.RawMessage `json:"tools"`
 	MaxOutputTokens *int            `json:"max_output_tokens"`
 	Stream          bool            `json:"stream"`
+	// PreviousResponseID continues a stored response: its conversation
+	// (input and output) comes before Input.
+	PreviousResponseID string `json:"previous_response_id"`
+	// Store false keeps the response out of the store (default true).
+	Store *bool `json:"store"`
 }
 
 // renderInput renders Responses input: a string as one user message; an
@@ -89,6 +94,14 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if req.PreviousResponseID != "" {
+		prev, ok := s.store.get(req.PreviousResponseID)
+		if !ok {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("previous_response_id: Previous response with id '%s' not found.", req.PreviousResponseID))
+			return
+		}
+		conv = append(append(make([]byte, 0, len(prev)+len(conv)), prev...), conv...)
+	}
 	maxTokens, err := s.maxTokens("max_output_tokens", req.MaxOutputTokens)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -102,7 +115,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Name != "" {
 		w.Header().Set("X-Fakeserver-Name", s.cfg.Name)
 	}
+	// Ids carry the server's name, so a fleet's ids are distinct.
 	id := strconv.FormatUint(er.seq.ID, 10)
+	if s.cfg.Name != "" {
+		id = s.cfg.Name + "-" + id
+	}
+	store := req.Store == nil || *req.Store
 	resp := map[string]any{
 		"id": "resp_" + id, "object": "response", "created_at": s.clk.Now().Unix(), "status": "in_progress",
 		"model": s.cfg.Model, "output": []any{}, "usage": nil,
@@ -116,6 +134,11 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"id": msgID, "type": "message", "status": status, "role": "assistant", "content": content}
 	}
 	complete := func(text string, n int) {
+		if store {
+			// The conversation continues with this response's output, as
+			// an assistant message item renders.
+			s.store.put("resp_"+id, append(conv[:len(conv):len(conv)], "<|assistant|>\n"+text+"\n"...))
+		}
 		resp["status"] = "completed"
 		resp["output"] = []any{item("completed", text)}
 		resp["usage"] = map[string]any{

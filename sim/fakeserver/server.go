@@ -92,6 +92,10 @@ type Deps struct {
 	Clock clock.Clock
 	// Logger receives start/stop messages; nil discards.
 	Logger *slog.Logger
+	// Responses stores Responses API conversations for
+	// previous_response_id; a fleet shares one. Nil: a store of the
+	// server's own with the default bounds.
+	Responses *ResponseStore
 }
 
 // Server is one fake vLLM server. Handler may be mounted anywhere; Run
@@ -103,6 +107,7 @@ type Server struct {
 	start time.Time
 	reg   *prometheus.Registry
 	mux   *http.ServeMux
+	store *ResponseStore
 
 	mu    sync.Mutex
 	eng   *engine.Engine
@@ -121,7 +126,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, clk: deps.Clock, log: deps.Logger, eng: eng, wake: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, clk: deps.Clock, log: deps.Logger, eng: eng, wake: make(chan struct{}, 1), store: deps.Responses}
+	if s.store == nil {
+		s.store, _ = NewResponseStore(DefaultStoredResponses, DefaultStoredBytes)
+	}
 	if s.clk == nil {
 		s.clk = clock.RealClock{}
 	}
