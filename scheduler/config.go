@@ -1,0 +1,129 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+)
+
+// Config holds the scheduler's own settings.
+type Config struct {
+	// Seed seeds tie-breaks and weighted-random draws.
+	Seed uint64 `mapstructure:"seed"`
+	// MaxFallbacks is how many fallback endpoints a decision carries, after
+	// the chosen one (default 2).
+	MaxFallbacks int `mapstructure:"max_fallbacks"`
+	// Outlier is outlier ejection of failing endpoints.
+	Outlier OutlierConfig `mapstructure:"outlier"`
+	// Guard is the load guard every pick runs under when the weights in
+	// force carry none (see GuardConfig).
+	Guard GuardConfig `mapstructure:"guard"`
+}
+
+// DefaultConfig returns the defaults: seed 0, two fallbacks, outlier
+// ejection on with DefaultOutlierConfig, the guard off (DefaultGuardConfig).
+func DefaultConfig() Config {
+	return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig(), Guard: DefaultGuardConfig()}
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.MaxFallbacks < 0 || c.MaxFallbacks > 16 {
+		return fmt.Errorf("max_fallbacks: %d, want 0…16", c.MaxFallbacks)
+	}
+	if err := c.Guard.Validate(); err != nil {
+		return err
+	}
+	return c.Outlier.Validate()
+}
+
+// GuardConfig is the scheduler's load guard (YAML scheduler.guard), a
+// setting of any profile, static or adaptive. With Factor > 0 every pick
+// whose weights carry no guard of their own (Weights.Guard.Factor 0: the
+// profile weights of static mode) runs under Guard{Factor, Slack}, and
+// herd pressure is measured against the weights in force: a pick whose
+// best-scored candidate is over the bound (or over the crowd bound while
+// it shares the request's prefix) charges that candidate a herd pick
+// (Endpoint.HerdPicks), so the herd signal can be watched before the
+// control loop is enabled. Weights that carry a guard (the adaptive
+// loop's) use their own; the profile loader gives both the same values.
+// docs/adaptive.md, "The load guard", has the defaults' reasons.
+type GuardConfig struct {
+	// Factor is the bound's factor c ≥ 1; 0 (the default) turns the
+	// scheduler's guard off.
+	Factor float64 `mapstructure:"factor"`
+	// Slack is s ≥ 0, in requests per unit of capacity. Default 6.
+	Slack float64 `mapstructure:"slack"`
+	// CrowdFactor and CrowdSlack bound a crowded prefix (Weights.Crowd);
+	// CrowdFactor 0 turns crowd accounting off. Defaults 1.5 and 3.
+	CrowdFactor float64 `mapstructure:"crowd_factor"`
+	CrowdSlack  float64 `mapstructure:"crowd_slack"`
+	// Unit is what the bound counts (unit): GuardRequests (the default)
+	// compares router-local in-flight requests per unit of capacity;
+	// GuardSeconds compares each candidate's expected wait, its queued
+	// uncached prompt tokens (this request's included) ÷ its prefill
+	// rate, so Slack and CrowdSlack are seconds (see Guard). The unit
+	// applies to every guard the scheduler runs, the adaptive loop's too.
+	Unit string `mapstructure:"unit"`
+	// PrefillTokensPerSecond is the prefill rate of an endpoint of
+	// capacity 1 that has no Calibration, for the seconds unit
+	// (prefill_tokens_per_second). Default 13,100, the time-cost
+	// scorer's prior (scorers.TimeCostConfig).
+	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
+}
+
+// Guard units (GuardConfig.Unit).
+const (
+	GuardRequests = "requests"
+	GuardSeconds  = "seconds"
+)
+
+// The seconds unit's slacks when a profile writes none: the requests
+// unit's 6 and 3 requests at SMG's mean prefill of 1,024 tokens
+// (docs/field-policies.md) and the prior 13,100 tokens/s, rounded:
+// 6 × 1,024 ÷ 13,100 ≈ 0.47 s and half that.
+const (
+	DefaultGuardSlackSeconds = 0.5
+	DefaultCrowdSlackSeconds = 0.25
+)
+
+// DefaultGuardConfig returns the guard off, with the slack and crowd
+// bound the adaptive loop's guard uses (factor 2.5 there), in requests.
+func DefaultGuardConfig() GuardConfig {
+	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: GuardRequests, PrefillTokensPerSecond: 13100}
+}
+
+// seconds reports whether the guard counts seconds.
+func (g GuardConfig) seconds() bool { return g.Unit == GuardSeconds }
+
+// Validate checks the guard; errors name the field under scheduler.
+func (g GuardConfig) Validate() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !(g.Factor == 0 || g.Factor >= 1) || !finite(g.Factor):
+		return fmt.Errorf("guard.factor: must be 0 (off) or a finite number ≥ 1, got %v", g.Factor)
+	case !(g.Slack >= 0) || !finite(g.Slack):
+		return fmt.Errorf("guard.slack: must be a finite number ≥ 0, got %v", g.Slack)
+	case !(g.CrowdFactor == 0 || g.CrowdFactor >= 1) || !finite(g.CrowdFactor):
+		return fmt.Errorf("guard.crowd_factor: must be 0 (off) or a finite number ≥ 1, got %v", g.CrowdFactor)
+	case !(g.CrowdSlack >= 0) || !finite(g.CrowdSlack):
+		return fmt.Errorf("guard.crowd_slack: must be a finite number ≥ 0, got %v", g.CrowdSlack)
+	case g.Unit != "" && g.Unit != GuardRequests && g.Unit != GuardSeconds:
+		return fmt.Errorf("guard.unit: must be %q or %q, got %q", GuardRequests, GuardSeconds, g.Unit)
+	case g.seconds() && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
+		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with unit %q, got %v", GuardSeconds, g.PrefillTokensPerSecond)
+	}
+	return nil
+}
+
+// Guards returns the guard and the crowd bound the config describes; both
+// zero when Factor is 0, the crowd bound zero when CrowdFactor is 0.
+func (g GuardConfig) Guards() (guard, crowd Guard) {
+	if g.Factor <= 0 {
+		return Guard{}, Guard{}
+	}
+	guard = Guard{Factor: g.Factor, Slack: g.Slack}
+	if g.CrowdFactor > 0 {
+		crowd = Guard{Factor: g.CrowdFactor, Slack: g.CrowdSlack}
+	}
+	return guard, crowd
+}
