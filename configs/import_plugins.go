@@ -1,3 +1,6 @@
+// One mapping per llm-d plugin type, in one table and its helpers: the file is
+// long because the table is, and splitting it would scatter one lookup.
+
 package configs
 
 import (

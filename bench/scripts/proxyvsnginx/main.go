@@ -1,5 +1,8 @@
 //go:build proxybench
 
+// One file: a standalone benchmark program (build tag proxybench), kept
+// whole so it can be read and run on its own.
+//
 // Command proxyvsnginx measures the CPU that `trimtab serve` spends per
 // proxied request against nginx's, both in front of the same loopback
 // upstream, for a chat completion with an 8k-token body. It is a
