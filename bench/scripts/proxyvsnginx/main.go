@@ -1,8 +1,5 @@
 //go:build proxybench
 
-// One file: a standalone benchmark program (build tag proxybench), kept
-// whole so it can be read and run on its own.
-//
 // Command proxyvsnginx measures the CPU that `trimtab serve` spends per
 // proxied request against nginx's, both in front of the same loopback
 // upstream, for a chat completion with an 8k-token body. It is a
@@ -36,6 +33,8 @@
 //
 // Everything listens on 127.0.0.1; the program kills only the processes it
 // started, by pid, and gives up after -timeout.
+//
+// It is one file, kept whole so it can be read and run on its own.
 package main
 
 import (
