@@ -188,9 +188,9 @@ func (x *exchange) done(kind scheduler.OutcomeKind) {
 	x.freeSlot() // first: once Done is observed, the slot is free
 	x.st.us.finish()
 	u := x.st.us.usage()
-	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat, Usage: u})
 	if kind == scheduler.OutcomeSuccess {
-		x.st.rec.SetOutput(outputTokens(u))
+		x.st.rec.SetOutput(outputTokens(u)) // before Done: a finished request's trace entry is whole
 	}
+	x.d.Done(scheduler.Outcome{Kind: kind, Status: x.status, TTFT: x.ttfb, Latency: lat, Usage: u})
 	x.d = nil
 }

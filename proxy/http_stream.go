@@ -244,10 +244,10 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request, api API, d *sched
 	if res.err != nil && ub.timedOut() {
 		h.hm.streamTimeout(res.n)
 	}
-	d.Done(o)
 	if o.Kind == scheduler.OutcomeSuccess {
-		st.rec.SetOutput(outputTokens(o.Usage))
+		st.rec.SetOutput(outputTokens(o.Usage)) // before Done: a finished request's trace entry is whole
 	}
+	d.Done(o)
 	if res.err != nil && o.Kind == scheduler.OutcomeError {
 		h.deps.Logger.Warn("endpoint failed mid-response", "endpoint", addr, "err", res.err)
 		abortStream(w, resp, api, streamError(ub))
