@@ -27,6 +27,28 @@ func TestPickAllocatesNothing(t *testing.T) {
 	}
 }
 
+// pickFirstByteAllocatesNothing checks that s picks, releases at the first
+// byte and finishes without allocating, warm, over 8k-token prompts; what
+// names the profile in the error.
+func pickFirstByteAllocatesNothing(t *testing.T, s *scheduler.Scheduler, what string) {
+	t.Helper()
+	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
+	warm(t, s, reqs)
+	i := 0
+	allocs := testing.AllocsPerRun(500, func() {
+		d, err := s.Pick(t.Context(), &reqs[i%len(reqs)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.FirstByte()
+		d.Done(scheduler.Outcome{})
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("Pick+FirstByte+Done with %s allocates %v times per request, want 0", what, allocs)
+	}
+}
+
 // checked wraps a scorer and records any score outside [0,1] (or NaN)
 // before the scheduler's clamp hides it. It forwards the optional
 // observer interfaces.

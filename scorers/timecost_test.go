@@ -237,22 +237,7 @@ func TestTimeCostPickAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
-	s := timeCostScheduler(t, benchEndpoints(64, 1))
-	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
-	warm(t, s, reqs)
-	i := 0
-	allocs := testing.AllocsPerRun(500, func() {
-		d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.FirstByte()
-		d.Done(scheduler.Outcome{})
-		i++
-	})
-	if allocs != 0 {
-		t.Errorf("Pick+FirstByte+Done with time-cost allocates %v times per request, want 0", allocs)
-	}
+	pickFirstByteAllocatesNothing(t, timeCostScheduler(t, benchEndpoints(64, 1)), "time-cost")
 }
 
 func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {

@@ -308,22 +308,7 @@ func TestTokenLoadPickAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
-	s := tokenLoadScheduler(t, benchEndpoints(64, 1))
-	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
-	warm(t, s, reqs)
-	i := 0
-	allocs := testing.AllocsPerRun(500, func() {
-		d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.FirstByte()
-		d.Done(scheduler.Outcome{})
-		i++
-	})
-	if allocs != 0 {
-		t.Errorf("Pick+FirstByte+Done with the prefix-affinity filter and token-load allocates %v times per request, want 0", allocs)
-	}
+	pickFirstByteAllocatesNothing(t, tokenLoadScheduler(t, benchEndpoints(64, 1)), "the prefix-affinity filter and token-load")
 }
 
 func tokenLoadScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {
