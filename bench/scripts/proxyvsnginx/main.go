@@ -1,3 +1,6 @@
+// One file on purpose: a standalone benchmark program, kept whole so it can
+// be read and run on its own (it is not part of the product or CI).
+
 //go:build proxybench
 
 // Command proxyvsnginx measures the CPU that `trimtab serve` spends per
@@ -33,8 +36,6 @@
 //
 // Everything listens on 127.0.0.1; the program kills only the processes it
 // started, by pid, and gives up after -timeout.
-//
-// It is one file, kept whole so it can be read and run on its own.
 package main
 
 import (
