@@ -52,6 +52,8 @@ type service struct {
 	// peers finds the replicas in Kubernetes (replicas.discovery); nil
 	// without.
 	peers fleet.Discoverer
+	// stopperExit is serviceOptions.StopperExit.
+	stopperExit func()
 
 	mu      sync.Mutex
 	running *configs.File // the profile in force
@@ -80,6 +82,10 @@ type serviceOptions struct {
 	// Scheduler, when set, replaces the one built from the profile's
 	// scorers (bench's simulator baselines that are not profiles).
 	Scheduler *scheduler.Scheduler
+	// StopperExit, when set, is called by Run's stopper goroutine (the
+	// one that stops the servers when a background part fails) as it
+	// exits (tests).
+	StopperExit func()
 }
 
 func newService(f *configs.File, opt serviceOptions) (*service, error) {
@@ -96,6 +102,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		clk:     opt.Clock,
 		srv:     f.Server,
 		running: f,
+
+		stopperExit: opt.StopperExit,
 	}
 	if s.clk == nil {
 		s.clk = clock.RealClock{}
@@ -223,7 +231,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 // streams included, up to server.drain_timeout) while discovery, scraping
 // and the control loop keep the pool view fresh for them; only then do the
 // control loop and the fleet stop. If a background component fails, the
-// servers are stopped too and its error is returned.
+// servers are stopped too and its error is returned. Run returns only
+// once every goroutine it started has exited.
 func (s *service) Run(ctx context.Context) error {
 	frontCtx, stopFront := context.WithCancel(ctx)
 	defer stopFront()
@@ -254,7 +263,16 @@ func (s *service) Run(ctx context.Context) error {
 		sink := peerSink{r: s.repl, static: s.running.Replicas.Peers, log: s.log.With("component", "replica")}
 		back.Go(func() error { return s.peers.Run(bctx, sink) })
 	}
-	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
+	// The stopper: a failing background part stops the servers. It ends
+	// with the background (stopBack below) and back.Wait waits for it.
+	back.Go(func() error {
+		if s.stopperExit != nil {
+			defer s.stopperExit()
+		}
+		<-bctx.Done()
+		stopFront()
+		return nil
+	})
 
 	front, fctx := errgroup.WithContext(frontCtx)
 	if s.http != nil {
