@@ -81,8 +81,8 @@ func (s peerSink) Update(targets []fleet.Target) {
 		addrs = append(addrs, t.Address)
 	}
 	if err := s.p.r.SetPeers(addrs); err != nil {
-		s.p.log.Error("replica peer discovery: peers not changed", "error", err)
+		s.p.log.Error("replica peer discovery: peers not changed", "err", err)
 	}
 }
 
-func (s peerSink) Error(err error) { s.p.log.Warn("replica peer discovery", "error", err) }
+func (s peerSink) Error(err error) { s.p.log.Warn("replica peer discovery", "err", err) }
