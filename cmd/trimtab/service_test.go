@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// TestServiceRunWaitsForItsStopper: Run starts a goroutine that stops the
+// TestServeRunWaitsForItsStopper: Run starts a goroutine that stops the
 // servers when a background part fails; Run returns only after it has
 // exited. The hook holds that goroutine back until Run has returned or
 // holdFor has passed: a Run that waits returns after the hold, a Run that
 // does not returns first and the hook sees it.
-func TestServiceRunWaitsForItsStopper(t *testing.T) {
+func TestServeRunWaitsForItsStopper(t *testing.T) {
 	const holdFor = time.Second // a Run that does not wait returns well within it
 	returned := make(chan struct{})
 	exited := make(chan bool, 1) // true: the stopper exited after Run returned
