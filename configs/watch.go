@@ -49,11 +49,11 @@ func (w Watch) Run(ctx context.Context) error {
 	}
 	var events <-chan fsnotify.Event
 	if fw, err := fsnotify.NewWatcher(); err != nil {
-		log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
+		log.Warn("profile file watch unavailable; reload with SIGHUP", "err", err)
 	} else {
 		defer fw.Close()
 		if err := fw.Add(filepath.Dir(w.Path)); err != nil {
-			log.Warn("profile file watch unavailable; reload with SIGHUP", "error", err)
+			log.Warn("profile file watch unavailable; reload with SIGHUP", "err", err)
 		} else {
 			events = fw.Events
 		}
@@ -67,7 +67,7 @@ func (w Watch) Run(ctx context.Context) error {
 			err = w.Apply(f)
 		}
 		if err != nil {
-			log.Error("profile reload refused; keeping the running profile", "trigger", reason, "error", err)
+			log.Error("profile reload refused; keeping the running profile", "trigger", reason, "err", err)
 			return
 		}
 		log.Info("profile reloaded", "trigger", reason, "profile", w.Path, "adaptive", f.Adaptive.Enabled)

@@ -138,7 +138,7 @@ func (ts *tokenSource) refresh() {
 	}
 	tok, err := readToken(ts.path)
 	if err != nil {
-		ts.log.Warn("replica token file changed but is unusable; keeping the previous token", "error", err)
+		ts.log.Warn("replica token file changed but is unusable; keeping the previous token", "err", err)
 		return
 	}
 	ts.mod, ts.size = fi.ModTime(), fi.Size()

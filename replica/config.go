@@ -94,9 +94,9 @@ type TLSConfig struct {
 }
 
 // Discovery finds the replicas in Kubernetes with the same informers as
-// endpoint discovery in mode pods (serve wires it; the replica package
-// only takes the addresses, through Replica.SetPeers). Pods that are not
-// ready yet count: a starting replica can already sync and catch up.
+// endpoint discovery in mode pods (PeerDiscovery, which gives the
+// addresses to Replica.SetPeers). Pods that are not ready yet count: a
+// starting replica can already sync and catch up.
 type Discovery struct {
 	// Selector is the replicas' pod label selector, e.g.
 	// "app.kubernetes.io/name=trimtab"; empty: no discovery.

@@ -35,6 +35,11 @@
 // The counts of a peer whose stream closed, or that sent nothing for
 // peer_timeout, expire at once.
 //
+// Peers come from Config.Peers and, with Config.Discovery, from a
+// PeerDiscovery: its Run, which the caller runs beside the Replica's,
+// watches the replicas' pods (fleet's informers, mode pods) and calls
+// SetPeers at every change.
+//
 // Concurrency: Run starts and waits for the gRPC server, the flush loop,
 // one dialler per peer (each with its own receive goroutine and Hello
 // watchdog, both waited for; each stream on a new connection, so a redial

@@ -110,7 +110,7 @@ func (p *peer) run(ctx context.Context) {
 			if err != nil {
 				// Only a malformed target fails here; Validate checked host:port.
 				p.setState(false, err)
-				p.r.log.Error("replica peer address unusable", "peer", p.addr, "error", err)
+				p.r.log.Error("replica peer address unusable", "peer", p.addr, "err", err)
 				return
 			}
 			err = p.stream(ctx, replicapb.NewReplicaClient(conn))
@@ -126,7 +126,7 @@ func (p *peer) run(ctx context.Context) {
 			}
 			p.setState(false, err)
 			if held, ok := p.logs.allow(p.r.clk.Now()); ok {
-				p.r.log.Warn("replica peer stream ended; redialling", "peer", p.addr, "error", truncate(err.Error(), maxErrBytes),
+				p.r.log.Warn("replica peer stream ended; redialling", "peer", p.addr, "err", truncate(err.Error(), maxErrBytes),
 					"after", p.r.cfg.RetryInterval, "ends_not_logged", held)
 			}
 		}

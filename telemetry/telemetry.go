@@ -101,6 +101,6 @@ func (p *Provider) Shutdown(timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := p.tp.Shutdown(ctx); err != nil {
-		log.Warn("flushing traces at shutdown failed; the last spans may be lost", "error", err)
+		log.Warn("flushing traces at shutdown failed; the last spans may be lost", "err", err)
 	}
 }

@@ -9,16 +9,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/fleet"
@@ -411,70 +406,4 @@ func TestReplicasFoundByDiscovery(t *testing.T) {
 			return false
 		})
 	}
-}
-
-// addrSink records the last target list a discoverer reported.
-type addrSink struct {
-	mu    sync.Mutex
-	addrs []string
-}
-
-func (s *addrSink) Update(ts []fleet.Target) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.addrs = s.addrs[:0]
-	for _, t := range ts {
-		s.addrs = append(s.addrs, t.Address)
-	}
-	slices.Sort(s.addrs)
-}
-func (s *addrSink) Error(error) {}
-func (s *addrSink) get() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.addrs)
-}
-
-// TestPeerDiscovererFindsPods: replicas.discovery is endpoint discovery
-// in mode pods: the pods its selector matches in its namespace, ready or
-// not (a starting replica can already sync), on the sync port (listen's
-// when discovery.port is unset).
-func TestPeerDiscovererFindsPods(t *testing.T) {
-	pod := func(name, ns, ip string, ready bool, app string) *corev1.Pod {
-		st := corev1.ConditionFalse
-		if ready {
-			st = corev1.ConditionTrue
-		}
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": app}},
-			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
-		}
-	}
-	kc := fake.NewClientset(
-		pod("trimtab-0", "gw", "10.1.0.1", true, "trimtab"),
-		pod("trimtab-1", "gw", "10.1.0.2", true, "trimtab"),
-		pod("trimtab-2", "gw", "10.1.0.3", false, "trimtab"),
-		pod("trimtab-x", "other", "10.9.0.1", true, "trimtab"),
-		pod("vllm-0", "gw", "10.2.0.1", true, "vllm"),
-	)
-	f, err := configs.Parse([]byte("scorers:\n  - {type: prefix, weight: 1}\nreplicas:\n  enabled: true\n  token_file: /run/secrets/replica-token\n  listen: \":9003\"\n  discovery: {selector: app.kubernetes.io/name=trimtab, namespace: gw}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := peerDiscoverer(f, fleet.Deps{Kube: kc}, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	sink := &addrSink{}
-	go func() { done <- d.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("discovery: %v", err)
-		}
-	}()
-	want := []string{"10.1.0.1:9003", "10.1.0.2:9003", "10.1.0.3:9003"}
-	eventually(t, 5*time.Second, "the three trimtab pods of namespace gw", func() bool { return slices.Equal(sink.get(), want) })
 }

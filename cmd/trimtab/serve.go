@@ -97,7 +97,7 @@ the running profile kept. SIGTERM drains in-flight requests (server.drain_timeou
 			}()
 			defer func() { cancel(); <-up }()
 			err = svc.Run(ctx)
-			log.Info("trimtab stopped", "error", err)
+			log.Info("trimtab stopped", "err", err)
 			return err
 		},
 	}

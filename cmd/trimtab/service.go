@@ -51,7 +51,9 @@ type service struct {
 	retune *control.Retune
 	// peers finds the replicas in Kubernetes (replicas.discovery); nil
 	// without.
-	peers fleet.Discoverer
+	peers *replica.PeerDiscovery
+	// stopperExit is serviceOptions.StopperExit.
+	stopperExit func()
 
 	mu      sync.Mutex
 	running *configs.File // the profile in force
@@ -80,6 +82,10 @@ type serviceOptions struct {
 	// Scheduler, when set, replaces the one built from the profile's
 	// scorers (bench's simulator baselines that are not profiles).
 	Scheduler *scheduler.Scheduler
+	// StopperExit, when set, is called by Run's stopper goroutine (the
+	// one that stops the servers when a background part fails) as it
+	// exits (tests).
+	StopperExit func()
 }
 
 func newService(f *configs.File, opt serviceOptions) (*service, error) {
@@ -96,6 +102,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		clk:     opt.Clock,
 		srv:     f.Server,
 		running: f,
+
+		stopperExit: opt.StopperExit,
 	}
 	if s.clk == nil {
 		s.clk = clock.RealClock{}
@@ -160,8 +168,17 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.peers, err = peerDiscoverer(f, fdeps, opt.PeerDiscoverer, log); err != nil {
-			return nil, err
+		if rc.Discovery.Enabled() {
+			kube := fdeps.Kube
+			if kube == nil && opt.PeerDiscoverer == nil {
+				if kube, _, err = fleet.NewKubeClients(f.Fleet.Endpoints.Kubeconfig); err != nil {
+					return nil, fmt.Errorf("replicas.discovery: %w", err)
+				}
+			}
+			if s.peers, err = replica.NewPeerDiscovery(rc, replica.DiscoveryDeps{Replica: s.repl, Kube: kube,
+				Discoverer: opt.PeerDiscoverer, Logger: log.With("component", "replica-discovery")}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if f.Flow.Enabled {
@@ -223,7 +240,8 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 // streams included, up to server.drain_timeout) while discovery, scraping
 // and the control loop keep the pool view fresh for them; only then do the
 // control loop and the fleet stop. If a background component fails, the
-// servers are stopped too and its error is returned.
+// servers are stopped too and its error is returned. Run returns only
+// once every goroutine it started has exited.
 func (s *service) Run(ctx context.Context) error {
 	frontCtx, stopFront := context.WithCancel(ctx)
 	defer stopFront()
@@ -251,10 +269,18 @@ func (s *service) Run(ctx context.Context) error {
 		back.Go(func() error { return s.repl.Run(bctx) })
 	}
 	if s.peers != nil {
-		sink := peerSink{r: s.repl, static: s.running.Replicas.Peers, log: s.log.With("component", "replica")}
-		back.Go(func() error { return s.peers.Run(bctx, sink) })
+		back.Go(func() error { return s.peers.Run(bctx) })
 	}
-	go func() { <-bctx.Done(); stopFront() }() // a failing background part stops the servers
+	// The stopper: a failing background part stops the servers. It ends
+	// with the background (stopBack below) and back.Wait waits for it.
+	back.Go(func() error {
+		if s.stopperExit != nil {
+			defer s.stopperExit()
+		}
+		<-bctx.Done()
+		stopFront()
+		return nil
+	})
 
 	front, fctx := errgroup.WithContext(frontCtx)
 	if s.http != nil {
@@ -329,50 +355,3 @@ func (s *service) reload(f *configs.File) error {
 	s.running = f
 	return nil
 }
-
-// peerDiscoverer returns what finds the replicas for replicas.discovery:
-// override when set (tests), else pods by label through the same
-// informers as endpoint discovery; nil without discovery.
-func peerDiscoverer(f *configs.File, fdeps fleet.Deps, override fleet.Discoverer, log *slog.Logger) (fleet.Discoverer, error) {
-	d := f.Replicas.Discovery
-	if !d.Enabled() {
-		return nil, nil
-	}
-	if override != nil {
-		return override, nil
-	}
-	kube := fdeps.Kube
-	if kube == nil {
-		var err error
-		if kube, _, err = fleet.NewKubeClients(f.Fleet.Endpoints.Kubeconfig); err != nil {
-			return nil, fmt.Errorf("replicas.discovery: %w", err)
-		}
-	}
-	cfg := fleet.EndpointsConfig{Mode: fleet.ModePods, Namespace: d.Namespace, Selector: d.Selector,
-		TargetPort: d.PortOr(f.Replicas.Listen), Resync: fleet.DefaultConfig().Endpoints.Resync}
-	k, err := fleet.NewKube(cfg, kube, nil, log.With("component", "replica-discovery"))
-	if err != nil {
-		return nil, fmt.Errorf("replicas.discovery: %w", err)
-	}
-	return k, nil
-}
-
-// peerSink turns discovered replica pods into the replica's peers (with
-// the static replicas.peers, if any).
-type peerSink struct {
-	r      *replica.Replica
-	static []string
-	log    *slog.Logger
-}
-
-func (p peerSink) Update(targets []fleet.Target) {
-	addrs := append([]string(nil), p.static...)
-	for _, t := range targets {
-		addrs = append(addrs, t.Address)
-	}
-	if err := p.r.SetPeers(addrs); err != nil {
-		p.log.Error("replica peer discovery: peers not changed", "error", err)
-	}
-}
-
-func (p peerSink) Error(err error) { p.log.Warn("replica peer discovery", "error", err) }

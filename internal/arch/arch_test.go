@@ -22,7 +22,8 @@ const module = "github.com/trimtab/trimtab"
 //     scheduler;
 //   - proxy → scheduler, proxy/settings, flow;
 //   - control → scheduler, detector, configurator;
-//   - replica (sync between router replicas) → scheduler, scorers;
+//   - replica (sync between router replicas) → scheduler, scorers,
+//     fleet (peer discovery through fleet's pod informers);
 //   - configs → the packages whose Config types it embeds (scheduler,
 //     scorers, fleet, control, proxy/settings, replica, flow);
 //   - sim → scheduler, scorers, fleet, configurator, control, configs,
@@ -42,7 +43,7 @@ var allowed = map[string][]string{
 	"flow":           {"scheduler"},
 	"proxy":          {"scheduler", "proxy/settings", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
-	"replica":        {"scheduler", "scorers"},
+	"replica":        {"scheduler", "scorers", "fleet"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
 	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow"},
 	"internal":       {"scheduler"},

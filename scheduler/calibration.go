@@ -1,0 +1,36 @@
+package scheduler
+
+// Calibration is what the control plane has learned of one endpoint's
+// speed from what the router observed (fleet.Calibrator), published with
+// Scheduler.SetCalibration and read on the request path without locks.
+// The zero value means nothing is known: a time-unit scorer then falls
+// back to its configured prior.
+type Calibration struct {
+	// PrefillTokensPerSecond is how many uncached prompt tokens the
+	// endpoint prefills per second when it is busy prefilling (> 0; 0
+	// unknown).
+	PrefillTokensPerSecond float64
+	// DecodeStepSeconds is the time of one decode step at the endpoint's
+	// recent batch size, i.e. the time between two output tokens of a
+	// running request (≥ 0; 0 unknown).
+	DecodeStepSeconds float64
+	// KVCapacityTokens is how many tokens of KV cache the endpoint holds
+	// (0 unknown).
+	KVCapacityTokens float64
+	// Samples is how many observations the estimate rests on; 0 when the
+	// values are the prior.
+	Samples int
+}
+
+// Calibration returns what the control plane last published for the
+// endpoint (the zero Calibration when nothing was). Safe for concurrent
+// use; allocation-free.
+func (e *Endpoint) Calibration() Calibration {
+	if e.st == nil {
+		return Calibration{}
+	}
+	if c := e.st.calib.Load(); c != nil {
+		return *c
+	}
+	return Calibration{}
+}
