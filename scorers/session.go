@@ -121,6 +121,9 @@ type ringPoint struct {
 
 const noEndpoint = ^uint32(0)
 
+// nilIdx marks the end of a session LRU list.
+const nilIdx = ^uint32(0)
+
 type sessionShard struct {
 	mu         sync.Mutex
 	m          map[uint64]uint32 // session key → entry

@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"sync"
@@ -43,7 +43,7 @@ func (e *slot) hash() uint64            { return e.key & hashMask }
 func (e *slot) set(h uint64, id uint32) { e.key = h&hashMask | uint64(id) }
 
 // store writes a published slot's key. Optimistic readers (see
-// prefixShard) load keys without the lock, so every write of a key in a
+// shard) load keys without the lock, so every write of a key in a
 // published table is atomic; prev and next are read only under the lock.
 func (e *slot) store(key uint64) { atomic.StoreUint64(&e.key, key) }
 
@@ -62,7 +62,7 @@ type lruList struct {
 	window uint32
 }
 
-// prefixShard is one shard of the prefix index: an open-addressing
+// shard is one shard of the prefix index: an open-addressing
 // multimap from block hash to the endpoints holding it, with linear probing
 // and backward-shift deletion, whose slots double as the nodes of one LRU
 // list per endpoint. A slot is one cached (block, endpoint) entry and costs
@@ -88,7 +88,7 @@ type lruList struct {
 // So scoring writes no shared cache line and never waits behind a
 // writer, which is what lets picks on several cores run in parallel.
 // Every other field is guarded by mu.
-type prefixShard struct {
+type shard struct {
 	mu  sync.RWMutex
 	seq atomic.Uint32
 	// Every lock and unlock writes mu or seq; the padding keeps the fields
@@ -120,7 +120,7 @@ func home(h uint64, size int) int {
 }
 
 // ensureIDs makes the per-endpoint lists cover ids < n.
-func (s *prefixShard) ensureIDs(n int) {
+func (s *shard) ensureIDs(n int) {
 	if len(s.lists) >= n {
 		return
 	}
@@ -137,12 +137,12 @@ func (s *prefixShard) ensureIDs(n int) {
 // than capacity. With capacity under 64 (no promotion window) the result
 // is the same as inserting the hashes one at a time from last to first;
 // entries already in the right place are not moved. Above it, promotion is
-// lazy (see prefixShard): an entry still fresh is left where it is. seen,
+// lazy (see shard): an entry still fresh is left where it is. seen,
 // when not nil, holds by block index where Score last saw a block held
 // (position and id), checked before use.
 // Caller holds the write lock; id < len(s.lists); the blocks' hashes are
 // distinct.
-func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
+func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
 	// Grow once up front for the worst case (all new), so slot positions
 	// stay put while the run is built; evict only at the end, for the
 	// same reason.
@@ -231,7 +231,7 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 
 // probe returns the slot holding key and true, or the empty slot that ends
 // key's probe run and false. The table must have an empty slot.
-func (s *prefixShard) probe(key uint64) (uint32, bool) {
+func (s *shard) probe(key uint64) (uint32, bool) {
 	size := len(s.slots)
 	for pos := home(key, size); ; {
 		k := s.slots[pos].key
@@ -249,14 +249,14 @@ func (s *prefixShard) probe(key uint64) (uint32, bool) {
 
 // linkAfter links the unlinked entry pos into its endpoint's list right
 // after slot after (at the head when after is nilIdx).
-func (s *prefixShard) linkAfter(after, pos uint32) {
+func (s *shard) linkAfter(after, pos uint32) {
 	s.attach(after, pos, pos)
 	s.lists[s.slots[pos].id()].n++
 }
 
-func (s *prefixShard) linkFront(pos uint32) { s.linkAfter(nilIdx, pos) }
+func (s *shard) linkFront(pos uint32) { s.linkAfter(nilIdx, pos) }
 
-func (s *prefixShard) unlink(pos uint32) {
+func (s *shard) unlink(pos uint32) {
 	s.detach(pos, pos)
 	s.lists[s.slots[pos].id()].n--
 }
@@ -264,14 +264,14 @@ func (s *prefixShard) unlink(pos uint32) {
 // splice moves the linked run first…last of one endpoint's list to right
 // after slot after (to the head when after is nilIdx); after is not in
 // the run.
-func (s *prefixShard) splice(after, first, last uint32) {
+func (s *shard) splice(after, first, last uint32) {
 	s.detach(first, last)
 	s.attach(after, first, last)
 }
 
 // detach unlinks the run first…last (linked, in order) from its list,
 // leaving the run's own links and the list's count as they are.
-func (s *prefixShard) detach(first, last uint32) {
+func (s *shard) detach(first, last uint32) {
 	f, t := &s.slots[first], &s.slots[last]
 	l := &s.lists[f.id()]
 	if f.prev != nilIdx {
@@ -288,7 +288,7 @@ func (s *prefixShard) detach(first, last uint32) {
 
 // attach links the detached run first…last into its list right after
 // slot after (at the head when after is nilIdx), leaving the count.
-func (s *prefixShard) attach(after, first, last uint32) {
+func (s *shard) attach(after, first, last uint32) {
 	f, t := &s.slots[first], &s.slots[last]
 	l := &s.lists[f.id()]
 	var next uint32
@@ -309,7 +309,7 @@ func (s *prefixShard) attach(after, first, last uint32) {
 // remove deletes the entry in slot pos (backward-shift deletion: later
 // entries of the probe run move up so lookups never need tombstones; their
 // LRU neighbours are re-pointed).
-func (s *prefixShard) remove(pos uint32) {
+func (s *shard) remove(pos uint32) {
 	s.unlink(pos)
 	s.used--
 	size := len(s.slots)
@@ -341,7 +341,7 @@ func (s *prefixShard) remove(pos uint32) {
 }
 
 // move relocates the entry in slot from to the empty slot to.
-func (s *prefixShard) move(from, to uint32) {
+func (s *shard) move(from, to uint32) {
 	e := s.slots[from]
 	t := &s.slots[to]
 	t.prev, t.next = e.prev, e.next
@@ -363,7 +363,7 @@ func (s *prefixShard) move(from, to uint32) {
 
 // resize rebuilds the table with size slots, keeping every entry and each
 // endpoint's LRU order.
-func (s *prefixShard) resize(size int) {
+func (s *shard) resize(size int) {
 	old, oldStamps := s.slots, s.stamps
 	oldLists := append([]lruList(nil), s.lists...)
 	// Filled before it is published, so plain writes suffice; readers
@@ -395,7 +395,7 @@ func (s *prefixShard) resize(size int) {
 
 // purge removes every entry of endpoint id and shrinks the table when it is
 // mostly empty.
-func (s *prefixShard) purge(id uint32) {
+func (s *shard) purge(id uint32) {
 	if int(id) >= len(s.lists) {
 		return
 	}
@@ -409,6 +409,6 @@ func (s *prefixShard) purge(id uint32) {
 
 // bytes is the shard's memory: the slot and stamp arrays at their
 // allocated size plus the per-endpoint list heads.
-func (s *prefixShard) bytes() int {
+func (s *shard) bytes() int {
 	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{}))
 }
