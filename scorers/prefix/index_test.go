@@ -77,8 +77,8 @@ func TestPrefixLazyPromotionKeepsNewest(t *testing.T) {
 				t.Fatalf("seed %d step %d: %v", seed, step, err)
 			}
 			held := map[uint64]bool{}
-			for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-				held[sh.slots[pos].hash()] = true
+			for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+				held[keyHash(sh.slots[pos].Key)] = true
 			}
 			if len(held) > capacity {
 				t.Fatalf("seed %d step %d: id %d holds %d, capacity %d", seed, step, id, len(held), capacity)

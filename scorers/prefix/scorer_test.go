@@ -179,7 +179,7 @@ func TestPrefixStopsAtFirstMiss(t *testing.T) {
 	sh := &p.shards[hb&p.shardMask]
 	removed := false
 	for pos := range sh.slots {
-		if e := &sh.slots[pos]; e.id() != 0 && e.hash() == hb&hashMask {
+		if e := &sh.slots[pos]; keyID(e.Key) != 0 && keyHash(e.Key) == hb&hashMask {
 			sh.remove(uint32(pos))
 			removed = true
 			break
@@ -412,8 +412,8 @@ func shardMatches(sh *shard, model map[uint32][]uint64) error {
 	}
 	for id := range sh.lists {
 		var got []uint64
-		for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-			got = append(got, sh.slots[pos].hash())
+		for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+			got = append(got, keyHash(sh.slots[pos].Key))
 		}
 		if want := model[uint32(id)]; !slices.Equal(got, want) {
 			return fmt.Errorf("id %d: LRU %x, want %x", id, got, want)
@@ -429,13 +429,13 @@ func shardConsistent(sh *shard) error {
 	size := len(sh.slots)
 	used := 0
 	for pos := range sh.slots {
-		if sh.slots[pos].id() == 0 {
+		if keyID(sh.slots[pos].Key) == 0 {
 			continue
 		}
 		used++
-		hm := home(sh.slots[pos].hash(), size)
+		hm := home(keyHash(sh.slots[pos].Key), size)
 		for q := hm; q != pos; q = (q + 1) % size {
-			if sh.slots[q].id() == 0 {
+			if keyID(sh.slots[q].Key) == 0 {
 				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, hm, q)
 			}
 		}
@@ -450,20 +450,20 @@ func shardConsistent(sh *shard) error {
 	for id, l := range sh.lists {
 		n := uint32(0)
 		prev := nilIdx
-		for pos := l.head; pos != nilIdx; pos = sh.slots[pos].next {
-			if e := &sh.slots[pos]; e.id() != uint32(id) {
-				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, e.id())
+		for pos := l.Head; pos != nilIdx; pos = sh.slots[pos].Next {
+			if e := &sh.slots[pos]; keyID(e.Key) != uint32(id) {
+				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, keyID(e.Key))
 			}
-			if e := &sh.slots[pos]; e.prev != prev {
-				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.prev, prev)
+			if e := &sh.slots[pos]; e.Prev != prev {
+				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.Prev, prev)
 			}
 			prev = pos
 			if n++; int(n) > size {
 				return fmt.Errorf("list %d has a cycle", id)
 			}
 		}
-		if l.tail != prev || l.n != n {
-			return fmt.Errorf("list %d: tail %d n %d, walked tail %d n %d", id, l.tail, l.n, prev, n)
+		if l.Tail != prev || l.N != n {
+			return fmt.Errorf("list %d: tail %d n %d, walked tail %d n %d", id, l.Tail, l.N, prev, n)
 		}
 		total += int(n)
 	}
@@ -483,8 +483,8 @@ func checkIndex(t *testing.T, p *Scorer) {
 		sh.mu.RLock()
 		err := shardConsistent(sh)
 		for id, l := range sh.lists {
-			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.n > tab.perShard[id] {
-				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.n, tab.perShard[id])
+			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.N > tab.perShard[id] {
+				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.N, tab.perShard[id])
 			}
 		}
 		sh.mu.RUnlock()

@@ -74,7 +74,7 @@ func scanShard(sc *cycleScratch, table []slot, blocks []uint16, words int) (bloc
 		// At most size probes: a table read while a writer changes it
 		// need not hold the empty slot that ends a run where expected.
 		for pos, n := home(h, size), 0; n < size; n++ {
-			k := atomic.LoadUint64(&table[pos].key)
+			k := atomic.LoadUint64(&table[pos].Key)
 			if k == 0 {
 				break
 			}
@@ -105,7 +105,7 @@ func scanShard(sc *cycleScratch, table []slot, blocks []uint16, words int) (bloc
 func touchHomes(hashes []uint64, table []slot, blocks []uint16) (sum uint64) {
 	size := len(table)
 	for _, b := range blocks {
-		sum += atomic.LoadUint64(&table[home(hashes[b], size)].key)
+		sum += atomic.LoadUint64(&table[home(hashes[b], size)].Key)
 	}
 	return sum
 }
@@ -248,7 +248,7 @@ func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64
 	for _, b := range blocks {
 		key := hashes[b]&hashMask | uint64(id)
 		pos := seen[b].pos
-		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].key) != key {
+		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].Key) != key {
 			p, found := probeTable(v.slots, key)
 			if !found {
 				return false
@@ -268,7 +268,7 @@ func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64
 func probeTable(slots []slot, key uint64) (uint32, bool) {
 	size := len(slots)
 	for pos, n := home(key, size), 0; n < size; n++ {
-		k := atomic.LoadUint64(&slots[pos].key)
+		k := atomic.LoadUint64(&slots[pos].Key)
 		if k == key {
 			return uint32(pos), true
 		}

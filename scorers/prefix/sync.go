@@ -266,8 +266,8 @@ func (p *Scorer) Export(fn func(addr string, hashes []uint64)) {
 			sh := &p.shards[s]
 			sh.mu.RLock()
 			if int(id) < len(sh.lists) {
-				for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-					buf = append(buf, sh.slots[pos].hash()|uint64(s))
+				for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+					buf = append(buf, keyHash(sh.slots[pos].Key)|uint64(s))
 				}
 			}
 			sh.mu.RUnlock()
