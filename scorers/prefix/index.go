@@ -37,6 +37,8 @@ const hashMask = ^uint64(maxEndpointID)
 // an insert or eviction touches one line per slot.
 type slot = lru.Node
 
+// keyID and keyHash split a slot's Key into the endpoint id and the
+// stored hash bits.
 func keyID(key uint64) uint32   { return uint32(key & maxEndpointID) }
 func keyHash(key uint64) uint64 { return key & hashMask }
 
