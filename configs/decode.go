@@ -15,7 +15,7 @@ import (
 // invalidKeys matches mapstructure's "'path' has invalid keys: " prefix.
 var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: `)
 
-// goTypeName matches the Go type name ("scorers.PrefixConfig") that
+// goTypeName matches the Go type name ("prefix.Config") that
 // mapstructure puts where the path is empty (the top level being
 // decoded); YAML keys are lower case.
 var goTypeName = regexp.MustCompile(`^\*?[A-Za-z0-9_]+\.[A-Z][A-Za-z0-9_]*$`)

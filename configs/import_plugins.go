@@ -13,6 +13,7 @@ import (
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // Endpoint-picker plugin types the importer knows, as llm-d-router and
@@ -309,7 +310,7 @@ func (im *importer) affinityIndex(used map[string]bool, absorbed map[*eppPlugin]
 	if !needs || slices.ContainsFunc(im.out.Scorers, func(s importedScorer) bool { return s.Type == scorers.TypePrefix }) {
 		return nil
 	}
-	sc := importedScorer{Type: scorers.TypePrefix, Weight: 0, Params: map[string]any{"learn": scorers.LearnPick}}
+	sc := importedScorer{Type: scorers.TypePrefix, Weight: 0, Params: map[string]any{"learn": prefix.LearnPick}}
 	from := "added: the index the prefix-affinity filter and token-load read"
 	if prod, ok := im.byName[eppPrefixProducer]; ok && prod.typ == eppPrefixProducer && !absorbed[prod] {
 		absorbed[prod] = true
@@ -465,7 +466,7 @@ func (im *importer) prefixParams(p *eppPlugin, params map[string]any, from map[s
 			im.note("%s parameters.%s: not mapped (trimtab's prefix scorer has no such setting)", from[k].label(), k)
 		}
 	}
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	if err := Decode(intsToAny(out), &cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}

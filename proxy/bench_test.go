@@ -25,12 +25,13 @@ import (
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // benchScheduler is a realistic request path: prefix (3) and queue (2)
 // scorers over three endpoints.
 func benchScheduler(b *testing.B, addrs ...string) *scheduler.Scheduler {
-	prefix, err := scorers.NewPrefix("prefix", scorers.DefaultPrefixConfig(), scorers.Deps{})
+	prefix, err := prefix.New("prefix", prefix.DefaultConfig(), prefix.Deps{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 func TestHTTPNonStreamingPassThrough(t *testing.T) {
@@ -318,7 +319,7 @@ func TestHTTPOverloadedGets429(t *testing.T) {
 
 func TestHTTPSharedSystemPromptLandsOnOneEndpoint(t *testing.T) {
 	ups := []*upstream{newUpstream(t), newUpstream(t), newUpstream(t)}
-	prefix, err := scorers.NewPrefix("prefix", scorers.DefaultPrefixConfig(), scorers.Deps{})
+	prefix, err := prefix.New("prefix", prefix.DefaultConfig(), prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // BenchmarkSyncCPU measures what replica sync costs at 1,000 requests a
@@ -23,7 +23,7 @@ import (
 func BenchmarkSyncCPU(b *testing.B) {
 	const rate = 1000
 	la, lb := listen(b), listen(b)
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	eps := make([]scheduler.Endpoint, 16)
 	for i := range eps {
 		eps[i] = scheduler.Endpoint{Address: fmt.Sprintf("10.0.1.%d:8000", i+1)}

@@ -9,13 +9,13 @@
 // trimtab.replica.v1.Replica, one bidirectional stream per pair and
 // direction) a batch every flush_interval: the picks it made since the last
 // batch (endpoint and the request's prefix-block hash chain, from the
-// prefix scorer's scorers.PickLog) and its router-local loads per endpoint
+// prefix scorer's prefix.PickLog) and its router-local loads per endpoint
 // (absolute counts). A receiving replica records the chains in its prefix
-// index (Prefix.RecordPeer) and adds the loads to its scheduler
-// (scorers.PeerLoads → scheduler.AddPeerLoad), so its prefix, in-flight and
+// index (prefix.Scorer.RecordPeer) and adds the loads to its scheduler
+// (peerload.Peers → scheduler.AddPeerLoad), so its prefix, in-flight and
 // pending-prefill scorers and the load guard see the whole pool's traffic.
 // A (re)joining replica asks each peer for a snapshot of its index
-// (Prefix.Export / Restore) when the stream opens. A peer only feeds hints:
+// (prefix.Scorer.Export / Restore) when the stream opens. A peer only feeds hints:
 // what it sends changes scores, never the candidates, which come from
 // discovery alone.
 //

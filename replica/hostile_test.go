@@ -24,7 +24,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trimtab/trimtab/replica/replicapb"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // The hostile peers here speak the generated replica protocol
@@ -125,7 +125,7 @@ func victim(t *testing.T, edit func(*Config)) *node {
 	if edit != nil {
 		edit(&cfg)
 	}
-	return start(t, cfg, listen(t), scorers.DefaultPrefixConfig())
+	return start(t, cfg, listen(t), prefix.DefaultConfig())
 }
 
 func (n *node) hello(id string) *replicapb.Hello {
@@ -137,7 +137,7 @@ func (n *node) hello(id string) *replicapb.Hello {
 func TestSyncRefusesToStartUnauthenticated(t *testing.T) {
 	cfg := testConfig("a", "127.0.0.1:1")
 	cfg.Insecure = false
-	s, _ := newScheduler(t, scorers.DefaultPrefixConfig())
+	s, _ := newScheduler(t, prefix.DefaultConfig())
 	_, err := New(cfg, s, Deps{})
 	if err == nil {
 		t.Fatal("New without authentication succeeded")
@@ -305,7 +305,7 @@ func TestHostileChainFlood(t *testing.T) {
 	cfg := testConfig("victim", "127.0.0.1:1")
 	cfg.Insecure, cfg.TokenFile = false, writeToken(t, testToken)
 	cfg.MaxPeerPicksPerSecond = 100
-	v := startDeps(t, cfg, Deps{Listener: listen(t), Clock: clk}, scorers.DefaultPrefixConfig())
+	v := startDeps(t, cfg, Deps{Listener: listen(t), Clock: clk}, prefix.DefaultConfig())
 	st, err := hello(t.Context(), dialFrom(t, v.lis.Addr().String(), ""), testToken, v.hello("flooder"))
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +475,7 @@ func TestHostileEndlessSnapshot(t *testing.T) {
 	e := &endless{limit: 8 << 20, cut: make(chan error, 1)} // 8 Mi hashes, 64 MiB
 	cfg := testConfig("a", serveEndless(t, e))
 	cfg.MaxSnapshotBytes = 1 << 20 // 131,072 hashes, 16 parts of 8,192
-	a := start(t, cfg, listen(t), scorers.DefaultPrefixConfig())
+	a := start(t, cfg, listen(t), prefix.DefaultConfig())
 	select {
 	case err := <-e.cut:
 		if err == nil {
@@ -501,7 +501,7 @@ func TestHostileStalledSnapshot(t *testing.T) {
 	e := &endless{limit: 1 << 20, stall: true, cut: make(chan error, 1)}
 	clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 	cfg := testConfig("a", serveEndless(t, e))
-	a := startDeps(t, cfg, Deps{Listener: listen(t), Clock: clk}, scorers.DefaultPrefixConfig())
+	a := startDeps(t, cfg, Deps{Listener: listen(t), Clock: clk}, prefix.DefaultConfig())
 	eventually(t, "the first part to be sent", func() bool { return e.sent.Load() > 0 })
 	// Step the clock until the stall is counted (the timer may not exist
 	// yet at the first steps; on a loaded machine the stream may also end

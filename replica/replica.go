@@ -22,9 +22,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 
+	"github.com/trimtab/trimtab/replica/peerload"
 	"github.com/trimtab/trimtab/replica/replicapb"
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // snapshotChunk bounds the hashes of one snapshot message (8 bytes each:
@@ -48,9 +49,9 @@ type Replica struct {
 
 	cfg     Config
 	sched   *scheduler.Scheduler
-	prefix  *scorers.Prefix // nil: the profile has no prefix scorer
-	picks   *scorers.PickLog
-	loads   *scorers.PeerLoads
+	prefix  *prefix.Scorer // nil: the profile has no prefix scorer
+	picks   *prefix.PickLog
+	loads   *peerload.Peers
 	syncKey string
 	clk     clock.WithTicker
 	log     *slog.Logger
@@ -113,7 +114,7 @@ func (r *Replica) endpoints() map[string]struct{} {
 
 // New builds a replica for sched. It attaches a pick log to the profile's
 // prefix scorer with the largest weight, the first of those on a tie
-// (scorers.SyncedPrefix; only that one is synced), and opens nothing yet.
+// (prefix.Synced; only that one is synced), and opens nothing yet.
 func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 	cfg.Enabled = true
 	if err := cfg.Validate(); err != nil {
@@ -125,7 +126,7 @@ func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 	r := &Replica{
 		cfg:     cfg,
 		sched:   sched,
-		loads:   scorers.NewPeerLoads(sched),
+		loads:   peerload.NewPeers(sched),
 		clk:     deps.Clock,
 		log:     deps.Logger,
 		lis:     deps.Listener,
@@ -143,12 +144,12 @@ func New(cfg Config, sched *scheduler.Scheduler, deps Deps) (*Replica, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	if p, i := scorers.SyncedPrefix(sched.Scorers()); p != nil {
+	if p, i := prefix.Synced(sched.Scorers()); p != nil {
 		r.prefix = p
 		r.syncKey = sched.Scorers()[i].Name + ":" + p.SyncKey()
 	}
 	var err error
-	if r.picks, err = scorers.NewPickLog(cfg.PickLogPicks, cfg.PickLogHashes); err != nil {
+	if r.picks, err = prefix.NewPickLog(cfg.PickLogPicks, cfg.PickLogHashes); err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
 	}
 	if cfg.TLS.Enabled() {
@@ -374,9 +375,9 @@ func (r *Replica) flushLoop(ctx context.Context) {
 	t := r.clk.NewTicker(r.cfg.FlushInterval)
 	defer t.Stop()
 	var (
-		chains   []scorers.Chain
-		loads    []scorers.EndpointLoad
-		prev     []scorers.EndpointLoad
+		chains   []prefix.Chain
+		loads    []peerload.Load
+		prev     []peerload.Load
 		lastSent time.Time
 	)
 	heartbeat := r.cfg.PeerTimeout / 3
@@ -388,7 +389,7 @@ func (r *Replica) flushLoop(ctx context.Context) {
 		}
 		now := r.clk.Now()
 		chains = r.picks.Drain(chains)
-		loads = scorers.LocalLoads(r.sched.Pool(), loads[:0])
+		loads = peerload.Local(r.sched.Pool(), loads[:0])
 		if len(chains) == 0 && slices.Equal(loads, prev) && now.Sub(lastSent) < heartbeat {
 			continue
 		}
@@ -401,7 +402,7 @@ func (r *Replica) flushLoop(ctx context.Context) {
 	}
 }
 
-func batchMessage(chains []scorers.Chain, loads []scorers.EndpointLoad, now time.Time) *replicapb.Message {
+func batchMessage(chains []prefix.Chain, loads []peerload.Load, now time.Time) *replicapb.Message {
 	b := &replicapb.Batch{SentUnixNano: now.UnixNano()}
 	b.Chains = make([]*replicapb.Chain, len(chains))
 	for i, c := range chains {

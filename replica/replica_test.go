@@ -14,6 +14,7 @@ import (
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 var pool = []scheduler.Endpoint{{Address: "10.0.0.1:8000"}, {Address: "10.0.0.2:8000"}, {Address: "10.0.0.3:8000"}}
@@ -22,16 +23,16 @@ var pool = []scheduler.Endpoint{{Address: "10.0.0.1:8000"}, {Address: "10.0.0.2:
 // inflight scorer, and its Replica.
 type node struct {
 	sched  *scheduler.Scheduler
-	prefix *scorers.Prefix
+	prefix *prefix.Scorer
 	rep    *Replica
 	reg    *prometheus.Registry
 	lis    net.Listener
 	stop   func()
 }
 
-func newScheduler(t testing.TB, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) (*scheduler.Scheduler, *scorers.Prefix) {
+func newScheduler(t testing.TB, prefixCfg prefix.Config, eps ...scheduler.Endpoint) (*scheduler.Scheduler, *prefix.Scorer) {
 	t.Helper()
-	p, err := scorers.NewPrefix("prefix", prefixCfg, scorers.Deps{})
+	p, err := prefix.New("prefix", prefixCfg, prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,13 +70,13 @@ func testConfig(id string, peers ...string) Config {
 }
 
 // start runs a replica with cfg on lis until the test ends (or stop).
-func start(t testing.TB, cfg Config, lis net.Listener, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) *node {
+func start(t testing.TB, cfg Config, lis net.Listener, prefixCfg prefix.Config, eps ...scheduler.Endpoint) *node {
 	t.Helper()
 	return startDeps(t, cfg, Deps{Listener: lis}, prefixCfg, eps...)
 }
 
 // startDeps is start with more Deps (a clock); the registry is the node's.
-func startDeps(t testing.TB, cfg Config, deps Deps, prefixCfg scorers.PrefixConfig, eps ...scheduler.Endpoint) *node {
+func startDeps(t testing.TB, cfg Config, deps Deps, prefixCfg prefix.Config, eps ...scheduler.Endpoint) *node {
 	t.Helper()
 	n := &node{reg: prometheus.NewRegistry(), lis: deps.Listener}
 	n.sched, n.prefix = newScheduler(t, prefixCfg, eps...)
@@ -141,7 +142,7 @@ func sameIndex(a, b map[string][]uint64) bool {
 
 func TestSyncPicksAndLoads(t *testing.T) {
 	la, lb := listen(t), listen(t)
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	a := start(t, testConfig("a", lb.Addr().String()), la, cfg)
 	b := start(t, testConfig("b", la.Addr().String()), lb, cfg)
 
@@ -194,7 +195,7 @@ func TestSyncPicksAndLoads(t *testing.T) {
 // the peer's index from a snapshot, LRU order included.
 func TestLateJoinerCatchesUp(t *testing.T) {
 	la := listen(t)
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	// a's only peer does not exist yet: its batches queue, then drop.
 	a := start(t, testConfig("a", "127.0.0.1:1"), la, cfg)
 	prompts := map[string]string{"ABCD": "10.0.0.1:8000", "ABEF": "10.0.0.2:8000", "XYZ": "10.0.0.3:8000"}
@@ -220,7 +221,7 @@ func TestLateJoinerCatchesUp(t *testing.T) {
 func TestSlowPeerNeverBlocksPicks(t *testing.T) {
 	cfg := testConfig("a", "127.0.0.1:1")
 	cfg.QueueSize = 2
-	a := start(t, cfg, listen(t), scorers.DefaultPrefixConfig())
+	a := start(t, cfg, listen(t), prefix.DefaultConfig())
 	for i := range 200 {
 		d, err := a.sched.Pick(context.Background(), &scheduler.Request{Prompt: prompt(string(rune('A' + i%26)))})
 		if err != nil {
@@ -242,8 +243,8 @@ func TestSlowPeerNeverBlocksPicks(t *testing.T) {
 // itself; a peer with another index layout is refused with a clear error.
 func TestSelfAndMismatch(t *testing.T) {
 	la, lb := listen(t), listen(t)
-	a := start(t, testConfig("a", la.Addr().String(), lb.Addr().String()), la, scorers.DefaultPrefixConfig())
-	other := scorers.DefaultPrefixConfig()
+	a := start(t, testConfig("a", la.Addr().String(), lb.Addr().String()), la, prefix.DefaultConfig())
+	other := prefix.DefaultConfig()
 	other.Shards = 8
 	start(t, testConfig("b", la.Addr().String()), lb, other)
 	eventually(t, "a to find itself and be refused by b", func() bool {
@@ -293,7 +294,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("case %d: %v, want %q", i, err, tt.want)
 		}
 	}
-	s, _ := newScheduler(t, scorers.DefaultPrefixConfig())
+	s, _ := newScheduler(t, prefix.DefaultConfig())
 	if _, err := New(testConfig("", "a:1"), s, Deps{}); err == nil || !strings.Contains(err.Error(), "replicas.id") {
 		t.Errorf("New without an id: %v", err)
 	}
@@ -308,7 +309,7 @@ func TestConfigValidate(t *testing.T) {
 // ones' streams close, so their receivers stop counting this replica.
 func TestSetPeers(t *testing.T) {
 	la, lb := listen(t), listen(t)
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	a := start(t, testConfig("a", "127.0.0.1:1"), la, cfg)
 	b := start(t, testConfig("b", la.Addr().String()), lb, cfg)
 	d, err := a.sched.Pick(context.Background(), &scheduler.Request{Prompt: prompt("AB"), Subset: []string{"10.0.0.1:8000"}})
@@ -344,7 +345,7 @@ func TestRedialAfterPeerRestart(t *testing.T) {
 	}
 	la, lb := listen(t), listen(t)
 	addrB := lb.Addr().String()
-	cfg := scorers.DefaultPrefixConfig()
+	cfg := prefix.DefaultConfig()
 	a := start(t, testConfig("a", addrB), la, cfg)
 	b := start(t, testConfig("b", la.Addr().String()), lb, cfg)
 	eventually(t, "a to stream to b", func() bool { return a.rep.Status().Peers[0].Connected })
@@ -368,11 +369,11 @@ func TestRedialAfterPeerRestart(t *testing.T) {
 // TestSyncsTheHeaviestPrefixIndex: with several prefix scorers in the
 // profile, the replica syncs the one with the largest profile weight (the
 // first of those on a tie), the same one the simulator's routers sync
-// (scorers.SyncedPrefix). Weights 0, 32, 32, 0: the second.
+// (prefix.Synced). Weights 0, 32, 32, 0: the second.
 func TestSyncsTheHeaviestPrefixIndex(t *testing.T) {
 	var entries []scheduler.ScorerEntry
 	for i, w := range []float64{0, 32, 32, 0} {
-		p, err := scorers.NewPrefix("p"+string(rune('a'+i)), scorers.DefaultPrefixConfig(), scorers.Deps{})
+		p, err := prefix.New("p"+string(rune('a'+i)), prefix.DefaultConfig(), prefix.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}

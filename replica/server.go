@@ -9,8 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/trimtab/trimtab/replica/peerload"
 	"github.com/trimtab/trimtab/replica/replicapb"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // Why an inbound stream was refused (trimtab_replica_peers_refused_total).
@@ -90,8 +91,8 @@ func (r *Replica) Sync(stream grpc.BidiStreamingServer[replicapb.Message, replic
 		}
 	}
 	var (
-		chains []scorers.Chain
-		loads  []scorers.EndpointLoad
+		chains []prefix.Chain
+		loads  []peerload.Load
 		seen   = map[string]struct{}{}
 	)
 	for {
@@ -108,7 +109,7 @@ func (r *Replica) Sync(stream grpc.BidiStreamingServer[replicapb.Message, replic
 		}
 		chains, loads = chains[:0], loads[:0]
 		for _, c := range b.Chains {
-			chains = append(chains, scorers.Chain{Endpoint: c.Endpoint, Hashes: c.Hashes})
+			chains = append(chains, prefix.Chain{Endpoint: c.Endpoint, Hashes: c.Hashes})
 		}
 		loads = r.checkLoads(b.Loads, loads, seen)
 		r.apply(in, chains, loads, time.Unix(0, b.SentUnixNano))
@@ -163,7 +164,7 @@ func (r *Replica) admit(id string) (*inbound, error) {
 // checkLoads appends to dst the loads of src that count: for endpoints of
 // the pool, each once, clamped to [0, the Config's bounds]. The others are
 // dropped and counted. seen is scratch space.
-func (r *Replica) checkLoads(src []*replicapb.Load, dst []scorers.EndpointLoad, seen map[string]struct{}) []scorers.EndpointLoad {
+func (r *Replica) checkLoads(src []*replicapb.Load, dst []peerload.Load, seen map[string]struct{}) []peerload.Load {
 	known := r.endpoints()
 	clear(seen)
 	clamped := 0
@@ -188,7 +189,7 @@ func (r *Replica) checkLoads(src []*replicapb.Load, dst []scorers.EndpointLoad, 
 			continue
 		}
 		seen[l.Endpoint] = struct{}{}
-		dst = append(dst, scorers.EndpointLoad{Endpoint: l.Endpoint,
+		dst = append(dst, peerload.Load{Endpoint: l.Endpoint,
 			InFlight:       clamp(l.InFlight, r.cfg.MaxPeerInFlight),
 			PendingPrefill: clamp(l.PendingPrefill, r.cfg.MaxPeerPendingPrefillBytes)})
 	}
@@ -200,7 +201,7 @@ func (r *Replica) checkLoads(src []*replicapb.Load, dst []scorers.EndpointLoad, 
 
 // apply records a peer's batch: its picks in the prefix index, as many as
 // its rate allows, its loads in the scheduler.
-func (r *Replica) apply(in *inbound, chains []scorers.Chain, loads []scorers.EndpointLoad, sent time.Time) {
+func (r *Replica) apply(in *inbound, chains []prefix.Chain, loads []peerload.Load, sent time.Time) {
 	now := r.clk.Now()
 	r.mu.Lock()
 	allowed := in.take(now, len(chains), float64(r.cfg.MaxPeerPicksPerSecond))

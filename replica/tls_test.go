@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // writeCA makes a CA and one certificate for 127.0.0.1 signed by it, and
@@ -72,7 +72,7 @@ func TestMutualTLS(t *testing.T) {
 	cfgC := testConfig("c", la.Addr().String()) // no TLS at all
 	cfgD := testConfig("d", la.Addr().String())
 	cfgD.Insecure, cfgD.TLS = false, other // a certificate a's CA did not sign
-	prefix := scorers.DefaultPrefixConfig()
+	prefix := prefix.DefaultConfig()
 	a := start(t, cfgA, la, prefix)
 	b := start(t, cfgB, lb, prefix)
 	c := start(t, cfgC, lc, prefix)

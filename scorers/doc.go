@@ -1,6 +1,9 @@
-// Package scorers holds trimtab's in-tree scorers: prefix (approximate
-// prefix-cache affinity), session (sticky sessions), lora (adapter
-// affinity), and the distribution scorers queue, kvcache and inflight.
+// Package scorers holds trimtab's in-tree scorers: session (sticky
+// sessions), lora (adapter affinity), the distribution scorers queue,
+// kvcache, inflight, pending-prefill, token-load and time-cost, and the
+// registry of them all (InTree), which includes the prefix scorer of
+// package scorers/prefix (approximate prefix-cache affinity). The
+// sub-packages never import this one.
 //
 // Each scorer answers one question for the scheduler — how good is each
 // candidate for this request, in [0,1] — and documents its formula,
@@ -15,9 +18,8 @@
 // params.
 //
 // Concurrency: every scorer is safe for concurrent use by many Picks. The
-// prefix index and the session table are sharded, each shard behind its own
-// mutex, so concurrent picks do not serialise on one lock. No scorer starts
-// a goroutine; prefix-index metrics are computed at scrape time by a
-// collector. Per-request scratch lives in the scheduler's CycleState slot,
-// so a warm scorer allocates nothing per request.
+// session table is sharded, each shard behind its own mutex, so concurrent
+// picks do not serialise on one lock. No scorer starts a goroutine.
+// Per-request scratch lives in the scheduler's CycleState slot, so a warm
+// scorer allocates nothing per request.
 package scorers

@@ -9,23 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
-
-const eps9 = 1e-9
-
-func near(a, b float64) bool { return math.Abs(a-b) < eps9 }
-
-func checkScores(t *testing.T, got, want []float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("got %d scores %v, want %d %v", len(got), got, len(want), want)
-	}
-	for i := range want {
-		if !near(got[i], want[i]) {
-			t.Errorf("score[%d] = %v, want %v (all: %v)", i, got[i], want[i], got)
-		}
-	}
-}
 
 func mustQueue(t *testing.T) *Queue {
 	q, err := NewQueue("queue", DefaultQueueConfig(), Deps{})
@@ -50,7 +35,7 @@ type ep struct {
 }
 
 func toEndpoints(in []ep) []scheduler.Endpoint {
-	out := eps(addrs(len(in))...)
+	out := scorertest.Eps(addrs(len(in))...)
 	for i, e := range in {
 		out[i].Waiting, out[i].KVUtil, out[i].Capacity, out[i].State = e.waiting, e.kv, e.capacity, e.state
 	}
@@ -100,9 +85,9 @@ func TestQueue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, mustQueue(t), toEndpoints(tt.eps))
-			got, _ := h.pick(t, &scheduler.Request{})
-			checkScores(t, got, tt.want)
+			h := scorertest.NewHarness(t, mustQueue(t), toEndpoints(tt.eps))
+			got, _ := h.Pick(t, &scheduler.Request{})
+			scorertest.CheckScores(t, got, tt.want)
 		})
 	}
 }
@@ -128,9 +113,9 @@ func TestKVCache(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, mustKV(t), toEndpoints(tt.eps))
-			got, _ := h.pick(t, &scheduler.Request{})
-			checkScores(t, got, tt.want)
+			h := scorertest.NewHarness(t, mustKV(t), toEndpoints(tt.eps))
+			got, _ := h.Pick(t, &scheduler.Request{})
+			scorertest.CheckScores(t, got, tt.want)
 		})
 	}
 }
@@ -157,26 +142,26 @@ func TestInFlight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			es := eps(addrs(len(tt.inflight))...)
+			es := scorertest.Eps(addrs(len(tt.inflight))...)
 			for i := range es {
 				if tt.capacity != nil {
 					es[i].Capacity = tt.capacity[i]
 				}
 			}
-			h := newHarness(t, in, es)
+			h := scorertest.NewHarness(t, in, es)
 			var open []*scheduler.Decision
 			for i, n := range tt.inflight {
 				for range n {
 					// The subset hint forces the pick onto endpoint i.
-					d, err := h.s.Pick(t.Context(), &scheduler.Request{Subset: []string{es[i].Address}})
+					d, err := h.S.Pick(t.Context(), &scheduler.Request{Subset: []string{es[i].Address}})
 					if err != nil {
 						t.Fatal(err)
 					}
 					open = append(open, d)
 				}
 			}
-			got, _ := h.pick(t, &scheduler.Request{})
-			checkScores(t, got, tt.want)
+			got, _ := h.Pick(t, &scheduler.Request{})
+			scorertest.CheckScores(t, got, tt.want)
 			for _, d := range open {
 				d.Done(scheduler.Outcome{})
 			}
@@ -210,17 +195,17 @@ func TestPendingPrefill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			es := eps(addrs(len(tt.prompts))...)
+			es := scorertest.Eps(addrs(len(tt.prompts))...)
 			for i := range es {
 				if tt.capacity != nil {
 					es[i].Capacity = tt.capacity[i]
 				}
 			}
-			h := newHarness(t, pp, es)
+			h := scorertest.NewHarness(t, pp, es)
 			var open []*scheduler.Decision
 			for i, ps := range tt.prompts {
 				for _, n := range ps {
-					d, err := h.s.Pick(t.Context(), &scheduler.Request{Prompt: make([]byte, n), Subset: []string{es[i].Address}})
+					d, err := h.S.Pick(t.Context(), &scheduler.Request{Prompt: make([]byte, n), Subset: []string{es[i].Address}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -230,12 +215,12 @@ func TestPendingPrefill(t *testing.T) {
 					open = append(open, d)
 				}
 			}
-			got, _ := h.pick(t, &scheduler.Request{})
-			checkScores(t, got, tt.want)
+			got, _ := h.Pick(t, &scheduler.Request{})
+			scorertest.CheckScores(t, got, tt.want)
 			for _, d := range open {
 				d.Done(scheduler.Outcome{})
 			}
-			for _, e := range h.s.Pool().Pointers() {
+			for _, e := range h.S.Pool().Pointers() {
 				if e.PendingPrefill() != 0 {
 					t.Errorf("%s: %d bytes pending after Done", e.Address, e.PendingPrefill())
 				}
@@ -290,13 +275,13 @@ func TestLoRA(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			es := eps(addrs(len(tt.state))...)
+			es := scorertest.Eps(addrs(len(tt.state))...)
 			for i := range es {
 				es[i].LoRA = tt.state[i]
 			}
-			h := newHarness(t, l, es)
-			got, _ := h.pick(t, &scheduler.Request{LoRA: tt.lora})
-			checkScores(t, got, tt.want)
+			h := scorertest.NewHarness(t, l, es)
+			got, _ := h.Pick(t, &scheduler.Request{LoRA: tt.lora})
+			scorertest.CheckScores(t, got, tt.want)
 		})
 	}
 }
@@ -308,7 +293,7 @@ func TestLoRAAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es := eps(addrs(4)...)
+	es := scorertest.Eps(addrs(4)...)
 	es[0].LoRA = scheduler.LoRAState{Residency: true, Max: 2, Used: 2, GPU: []string{"a", "b"}, Pinned: []string{"a"}, Active: []string{"b"}}
 	es[1].LoRA = scheduler.LoRAState{Residency: true, Max: 4, Used: 1, GPU: []string{"a"}, CPU: []string{"x"}}
 	es[2].LoRA = scheduler.LoRAState{Active: []string{"a"}, Max: 2}
@@ -329,10 +314,10 @@ func TestNeutralCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, q, toEndpoints([]ep{{waiting: 1}, {state: stale}, {waiting: math.NaN()}}))
-	h.pick(t, &scheduler.Request{})                               // stale 1, invalid 1
-	h.pick(t, &scheduler.Request{Subset: []string{"b:1"}})        // stale 1, no_fresh 1
-	h.pick(t, &scheduler.Request{Subset: []string{"a:1", "b:1"}}) // stale 1
+	h := scorertest.NewHarness(t, q, toEndpoints([]ep{{waiting: 1}, {state: stale}, {waiting: math.NaN()}}))
+	h.Pick(t, &scheduler.Request{})                               // stale 1, invalid 1
+	h.Pick(t, &scheduler.Request{Subset: []string{"b:1"}})        // stale 1, no_fresh 1
+	h.Pick(t, &scheduler.Request{Subset: []string{"a:1", "b:1"}}) // stale 1
 	want := `
 # HELP trimtab_scorer_neutral_scores_total Scores a scorer replaced by its neutral value because data was missing or stale, by reason.
 # TYPE trimtab_scorer_neutral_scores_total counter

@@ -8,32 +8,16 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
-
-func TestPickAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
-	}
-	s, _ := benchScheduler(t, benchEndpoints(64, 1))
-	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
-	warm(t, s, reqs)
-	i := 0
-	allocs := testing.AllocsPerRun(500, func() {
-		pickDone(t, s, &reqs[i%len(reqs)])
-		i++
-	})
-	if allocs != 0 {
-		t.Errorf("Pick+Done with all six scorers allocates %v times per request, want 0", allocs)
-	}
-}
 
 // pickFirstByteAllocatesNothing checks that s picks, releases at the first
 // byte and finishes without allocating, warm, over 8k-token prompts; what
 // names the profile in the error.
 func pickFirstByteAllocatesNothing(t *testing.T, s *scheduler.Scheduler, what string) {
 	t.Helper()
-	reqs := benchWorkload(8<<10, 16, 8, 256, 1)
-	warm(t, s, reqs)
+	reqs := scorertest.BenchWorkload(8<<10, 16, 8, 256, 1)
+	scorertest.Warm(t, s, reqs)
 	i := 0
 	allocs := testing.AllocsPerRun(500, func() {
 		d, err := s.Pick(t.Context(), &reqs[i%len(reqs)])
@@ -80,7 +64,7 @@ func (c checked) PoolChanged(eps []*scheduler.Endpoint) {
 // randomPool returns 1…20 endpoints with random loads, states and LoRA
 // state, including NaN and out-of-range values.
 func randomPool(rng *rand.Rand) []scheduler.Endpoint {
-	es := eps(manyAddrs(1 + rng.IntN(20))...)
+	es := scorertest.Eps(manyAddrs(1 + rng.IntN(20))...)
 	odd := []float64{math.NaN(), -1, 2, math.Inf(1)}
 	for i := range es {
 		e := &es[i]

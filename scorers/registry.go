@@ -7,11 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // Scorer type strings as used in profiles (the `type` of a scorer entry).
 const (
-	TypePrefix   = "prefix"
+	TypePrefix   = prefix.Type
 	TypeQueue    = "queue"
 	TypeKVCache  = "kvcache"
 	TypeInFlight = "inflight"
@@ -50,7 +51,7 @@ type Factory func(name string, decode func(into any) error, deps Deps) (schedule
 // type string. The caller owns the map and may add out-of-tree factories.
 func InTree() map[string]Factory {
 	return map[string]Factory{
-		TypePrefix:         FactoryOf(DefaultPrefixConfig, NewPrefix),
+		TypePrefix:         FactoryOf(prefix.DefaultConfig, newPrefix),
 		TypeQueue:          FactoryOf(DefaultQueueConfig, NewQueue),
 		TypeKVCache:        FactoryOf(DefaultKVCacheConfig, NewKVCache),
 		TypeInFlight:       FactoryOf(DefaultInFlightConfig, NewInFlight),
@@ -60,6 +61,11 @@ func InTree() map[string]Factory {
 		TypeTokenLoad:      FactoryOf(DefaultTokenLoadConfig, NewTokenLoad),
 		TypeTimeCost:       FactoryOf(DefaultTimeCostConfig, NewTimeCost),
 	}
+}
+
+// newPrefix builds the prefix scorer (package scorers/prefix) with deps.
+func newPrefix(name string, cfg prefix.Config, deps Deps) (*prefix.Scorer, error) {
+	return prefix.New(name, cfg, prefix.Deps(deps))
 }
 
 // FactoryOf adapts a typed constructor to a Factory: the config starts at
@@ -84,9 +90,9 @@ func FactoryOf[C any, S scheduler.Scorer](defaults func() C, build func(name str
 // Compile-time checks: every scorer is a scheduler.Scorer, with the
 // optional interfaces it relies on.
 var (
-	_ scheduler.Scorer          = (*Prefix)(nil)
-	_ scheduler.PickObserver    = (*Prefix)(nil)
-	_ scheduler.PoolObserver    = (*Prefix)(nil)
+	_ scheduler.Scorer          = (*prefix.Scorer)(nil)
+	_ scheduler.PickObserver    = (*prefix.Scorer)(nil)
+	_ scheduler.PoolObserver    = (*prefix.Scorer)(nil)
 	_ scheduler.Scorer          = (*Session)(nil)
 	_ scheduler.PoolObserver    = (*Session)(nil)
 	_ scheduler.Scorer          = (*Queue)(nil)
@@ -99,7 +105,7 @@ var (
 	_ scheduler.Scorer          = (*TimeCost)(nil)
 	_ scheduler.MatchConsumer   = (*TimeCost)(nil)
 	_ scheduler.SecondsReporter = (*TimeCost)(nil)
-	_ scheduler.MatchProducer   = (*Prefix)(nil)
+	_ scheduler.MatchProducer   = (*prefix.Scorer)(nil)
 	_ scheduler.StateFilter     = (*PrefixAffinity)(nil)
 	_ scheduler.MatchConsumer   = (*PrefixAffinity)(nil)
 )

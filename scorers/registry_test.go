@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 func TestInTreeBuildsEveryScorer(t *testing.T) {
@@ -36,7 +38,7 @@ func TestInTreeBuildsEveryScorer(t *testing.T) {
 			continue
 		}
 		for _, name := range []string{typ, typ + "-2"} {
-			sc, err := f(name, decoder(nil), Deps{Registerer: pr})
+			sc, err := f(name, scorertest.Decoder(nil), Deps{Registerer: pr})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -52,16 +54,16 @@ func TestInTreeBuildsEveryScorer(t *testing.T) {
 
 func TestInTreeDecodesParams(t *testing.T) {
 	reg := InTree()
-	sc, err := reg[TypePrefix]("p", decoder(map[string]any{"block_size": 16, "max_blocks": 8, "capacity": 100, "shards": 4, "learn": "pick"}), Deps{})
+	sc, err := reg[TypePrefix]("p", scorertest.Decoder(map[string]any{"block_size": 16, "max_blocks": 8, "capacity": 100, "shards": 4, "learn": "pick"}), Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := sc.(*Prefix)
+	p := sc.(*prefix.Scorer)
 	// Unset fields keep their defaults (bytes_per_token 4).
-	if want := (PrefixConfig{BlockSize: 16, BytesPerToken: 4, MaxBlocks: 8, Capacity: 100, Shards: 4, Learn: LearnPick}); p.cfg != want {
-		t.Errorf("prefix config %+v, want %+v", p.cfg, want)
+	if want := (prefix.Config{BlockSize: 16, BytesPerToken: 4, MaxBlocks: 8, Capacity: 100, Shards: 4, Learn: prefix.LearnPick}); p.Config() != want {
+		t.Errorf("prefix config %+v, want %+v", p.Config(), want)
 	}
-	sc, err = reg[TypeSession]("s", decoder(map[string]any{"idle_timeout": "90s", "load_factor": 2.0}), Deps{})
+	sc, err = reg[TypeSession]("s", scorertest.Decoder(map[string]any{"idle_timeout": "90s", "load_factor": 2.0}), Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestInTreeRejectsBadParams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.typ+"/"+tt.want, func(t *testing.T) {
-			_, err := InTree()[tt.typ]("x", decoder(tt.params), Deps{})
+			_, err := InTree()[tt.typ]("x", scorertest.Decoder(tt.params), Deps{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tt.want)
 			}
@@ -116,10 +118,10 @@ func TestDecodeErrorIsWrapped(t *testing.T) {
 
 func TestDuplicateMetricsRegistrationFails(t *testing.T) {
 	pr := prometheus.NewRegistry()
-	if _, err := NewPrefix("same", DefaultPrefixConfig(), Deps{Registerer: pr}); err != nil {
+	if _, err := prefix.New("same", prefix.DefaultConfig(), prefix.Deps{Registerer: pr}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewPrefix("same", DefaultPrefixConfig(), Deps{Registerer: pr}); err == nil {
+	if _, err := prefix.New("same", prefix.DefaultConfig(), prefix.Deps{Registerer: pr}); err == nil {
 		t.Fatal("second prefix scorer with the same name registered its metrics")
 	}
 }

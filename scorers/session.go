@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/lru"
 )
 
 // SessionConfig configures the session scorer (YAML params of a scorer
@@ -121,21 +122,22 @@ type ringPoint struct {
 
 const noEndpoint = ^uint32(0)
 
+// sessionShard is one shard of the session table: entries by index, the
+// same index in nodes (key and LRU links) and in ents.
 type sessionShard struct {
-	mu         sync.Mutex
-	m          map[uint64]uint32 // session key → entry
-	ents       []sessionEntry
-	head, tail uint32 // LRU: head most recent
-	free       uint32 // free entries, linked through next
+	mu    sync.Mutex
+	m     map[uint64]uint32 // session key → entry
+	nodes []lru.Node        // Key: the session key
+	ents  []sessionEntry
+	lru   lru.List // Head most recent
+	free  uint32   // free entries, linked through nodes' Next
 
 	_ [64]byte
 }
 
 type sessionEntry struct {
-	key        uint64
-	last       int64 // request time of the last use, Unix ns (0: unknown)
-	ep         uint32
-	prev, next uint32
+	last int64 // request time of the last use, Unix ns (0: unknown)
+	ep   uint32
 }
 
 // NewSession builds a session scorer named name.
@@ -155,7 +157,7 @@ func NewSession(name string, cfg SessionConfig, deps Deps) (*Session, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.m = map[uint64]uint32{}
-		sh.head, sh.tail, sh.free = nilIdx, nilIdx, nilIdx
+		sh.lru, sh.free = lru.Empty(), lru.Nil
 	}
 	return s, nil
 }
@@ -192,16 +194,16 @@ func (s *Session) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []
 		} else {
 			ep = e.ep
 			e.last = max(e.last, now)
-			sh.touch(idx)
+			sh.lru.MoveToFront(sh.nodes, idx)
 		}
 	}
 	// Forget a couple of idle sessions from the cold end, so expiry costs
 	// O(1) per request and needs no sweeper goroutine.
 	for range 2 {
-		if sh.tail == nilIdx || !s.expired(sh.ents[sh.tail].last, now) {
+		if sh.lru.Tail == lru.Nil || !s.expired(sh.ents[sh.lru.Tail].last, now) {
 			break
 		}
-		sh.drop(r, sh.tail)
+		sh.drop(r, sh.lru.Tail)
 	}
 	if ep == noEndpoint && len(r.addrs) > 0 {
 		ep = s.assign(cs, r, h, eps)
@@ -279,20 +281,22 @@ func (s *Session) assign(cs *scheduler.CycleState, r *sessionRing, h uint64, eps
 // add records a new session on ep, evicting the shard's least recently used
 // session when the shard is full. Caller holds sh.mu.
 func (sh *sessionShard) add(r *sessionRing, key uint64, ep uint32, now int64, limit int) {
-	if len(sh.m) >= limit && sh.tail != nilIdx {
-		sh.drop(r, sh.tail)
+	if len(sh.m) >= limit && sh.lru.Tail != lru.Nil {
+		sh.drop(r, sh.lru.Tail)
 	}
 	var idx uint32
-	if sh.free != nilIdx {
+	if sh.free != lru.Nil {
 		idx = sh.free
-		sh.free = sh.ents[idx].next
+		sh.free = sh.nodes[idx].Next
 	} else {
 		idx = uint32(len(sh.ents))
 		sh.ents = append(sh.ents, sessionEntry{})
+		sh.nodes = append(sh.nodes, lru.Node{})
 	}
-	sh.ents[idx] = sessionEntry{key: key, last: now, ep: ep}
+	sh.ents[idx] = sessionEntry{last: now, ep: ep}
+	sh.nodes[idx] = lru.Node{Key: key}
 	sh.m[key] = idx
-	sh.linkFront(idx)
+	sh.lru.PushFront(sh.nodes, idx)
 	r.loads[ep].Add(1)
 	r.total.Add(1)
 }
@@ -300,47 +304,15 @@ func (sh *sessionShard) add(r *sessionRing, key uint64, ep uint32, now int64, li
 // drop forgets entry idx. Caller holds sh.mu.
 func (sh *sessionShard) drop(r *sessionRing, idx uint32) {
 	e := &sh.ents[idx]
-	delete(sh.m, e.key)
-	sh.unlink(idx)
+	delete(sh.m, sh.nodes[idx].Key)
+	sh.lru.Remove(sh.nodes, idx)
 	if int(e.ep) < len(r.loads) {
 		r.loads[e.ep].Add(-1)
 		r.total.Add(-1)
 	}
-	*e = sessionEntry{next: sh.free}
+	*e = sessionEntry{}
+	sh.nodes[idx] = lru.Node{Next: sh.free}
 	sh.free = idx
-}
-
-func (sh *sessionShard) linkFront(idx uint32) {
-	e := &sh.ents[idx]
-	e.prev, e.next = nilIdx, sh.head
-	if sh.head != nilIdx {
-		sh.ents[sh.head].prev = idx
-	} else {
-		sh.tail = idx
-	}
-	sh.head = idx
-}
-
-func (sh *sessionShard) unlink(idx uint32) {
-	e := &sh.ents[idx]
-	if e.prev != nilIdx {
-		sh.ents[e.prev].next = e.next
-	} else {
-		sh.head = e.next
-	}
-	if e.next != nilIdx {
-		sh.ents[e.next].prev = e.prev
-	} else {
-		sh.tail = e.prev
-	}
-}
-
-func (sh *sessionShard) touch(idx uint32) {
-	if sh.head == idx {
-		return
-	}
-	sh.unlink(idx)
-	sh.linkFront(idx)
 }
 
 // PoolChanged implements scheduler.PoolObserver. When the set of addresses
@@ -385,9 +357,9 @@ func (s *Session) PoolChanged(eps []*scheduler.Endpoint) {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		for idx := sh.head; idx != nilIdx; {
+		for idx := sh.lru.Head; idx != lru.Nil; {
 			e := &sh.ents[idx]
-			next := e.next
+			next := sh.nodes[idx].Next
 			if ni, ok := r.byAddr[old.addrs[e.ep]]; ok {
 				e.ep = ni
 				r.loads[ni].Add(1)

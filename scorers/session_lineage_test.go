@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
 
 // TestSessionPrefixSharingIDs: ids that share a string prefix are
@@ -18,12 +19,12 @@ func TestSessionPrefixSharingIDs(t *testing.T) {
 	}
 	const n, sessions = 8, 800
 	sc := mustSession(t, DefaultSessionConfig())
-	h := newHarness(t, sc, eps(manyAddrs(n)...))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps(manyAddrs(n)...))
 	count := map[string]int{}
 	prefixed := map[string]int{} // owners of the ids starting "session-1"
 	for i := 1; i <= sessions; i++ {
 		id := fmt.Sprint("session-", i)
-		o := h.owner(t, &scheduler.Request{SessionID: id})
+		o := ownerOf(t, h, &scheduler.Request{SessionID: id})
 		count[o]++
 		if id == "session-1" || id[:9] == "session-1" {
 			prefixed[o]++
@@ -54,14 +55,14 @@ func TestSessionPrefixSharingIDs(t *testing.T) {
 func TestSessionLineageKeys(t *testing.T) {
 	const n, sessions = 8, 1000
 	sc := mustSession(t, DefaultSessionConfig())
-	h := newHarness(t, sc, eps(manyAddrs(n)...))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps(manyAddrs(n)...))
 	scaffold := []byte("<|system|>\nYou are a coding agent.\n<|tools|>\n[{\"name\":\"bash\"}]\n")
 	keys := make([]uint64, sessions)
 	owner := make([]string, sessions)
 	count := map[string]int{}
 	for i := range keys {
 		keys[i] = scheduler.LineageKey(fmt.Appendf(append([]byte(nil), scaffold...), "<|user|>\ntask %d\n", i))
-		owner[i] = h.owner(t, &scheduler.Request{SessionKey: keys[i]})
+		owner[i] = ownerOf(t, h, &scheduler.Request{SessionKey: keys[i]})
 		count[owner[i]]++
 	}
 	// ⌈1.25 × 1000 / 8⌉ = 157.
@@ -74,20 +75,20 @@ func TestSessionLineageKeys(t *testing.T) {
 		}
 	}
 	for i := range keys {
-		if got := h.owner(t, &scheduler.Request{SessionKey: keys[i]}); got != owner[i] {
+		if got := ownerOf(t, h, &scheduler.Request{SessionKey: keys[i]}); got != owner[i] {
 			t.Fatalf("conversation %d moved from %s to %s", i, owner[i], got)
 		}
 	}
 	// An id wins: session "x" goes where its own key leads, whatever the
 	// derived key says.
-	idOwner := h.owner(t, &scheduler.Request{SessionID: "x"})
+	idOwner := ownerOf(t, h, &scheduler.Request{SessionID: "x"})
 	for i := range 20 {
-		if got := h.owner(t, &scheduler.Request{SessionID: "x", SessionKey: keys[i]}); got != idOwner {
+		if got := ownerOf(t, h, &scheduler.Request{SessionID: "x", SessionKey: keys[i]}); got != idOwner {
 			t.Fatalf("session x with derived key %d went to %s, want %s", i, got, idOwner)
 		}
 	}
-	got, _ := h.pick(t, &scheduler.Request{})
-	checkScores(t, got, make([]float64, n))
+	got, _ := h.Pick(t, &scheduler.Request{})
+	scorertest.CheckScores(t, got, make([]float64, n))
 }
 
 // TestSessionHotSessionGuarded: a hot session is an affinity like a hot
@@ -100,7 +101,7 @@ func TestSessionHotSessionGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	s.SetEndpoints(scorertest.Eps("a:1", "b:1", "c:1", "d:1"))
 	if err := s.Publish(&scheduler.Weights{Version: 2, Values: []float64{1}, Guard: scheduler.Guard{Factor: 2, Slack: 1}, Calm: []float64{1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +139,13 @@ func TestSessionHotSessionGuarded(t *testing.T) {
 // TestSessionNewSessionAllocs: recording a new session (derived key or id)
 // in a full table allocates nothing at steady state.
 func TestSessionNewSessionAllocs(t *testing.T) {
-	if raceEnabled {
+	if scorertest.RaceEnabled {
 		t.Skip("allocation counts need a build without -race")
 	}
 	cfg := DefaultSessionConfig()
 	cfg.MaxSessions, cfg.Shards = 64, 4
 	sc := mustSession(t, cfg)
-	h := newHarness(t, sc, eps(manyAddrs(8)...))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps(manyAddrs(8)...))
 	ids := make([]string, 4096)
 	for i := range ids {
 		ids[i] = fmt.Sprint("session-", i)
@@ -156,7 +157,7 @@ func TestSessionNewSessionAllocs(t *testing.T) {
 		if i%2 == 1 {
 			*req = scheduler.Request{SessionKey: uint64(i)*0x9e3779b97f4a7c15 | 1}
 		}
-		h.pickDone(t, req)
+		h.PickDone(t, req)
 		i++
 	}
 	for range 2000 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
 
 func mustSession(t testing.TB, cfg SessionConfig) *Session {
@@ -19,10 +20,10 @@ func mustSession(t testing.TB, cfg SessionConfig) *Session {
 	return s
 }
 
-// owner returns the candidate the session scorer gives 1 to ("" if none).
-func (h *harness) owner(t *testing.T, req *scheduler.Request) string {
+// ownerOf returns the candidate the session scorer gives 1 to ("" if none).
+func ownerOf(t *testing.T, h *scorertest.Harness, req *scheduler.Request) string {
 	t.Helper()
-	d, err := h.s.Pick(t.Context(), req)
+	d, err := h.S.Pick(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,21 +53,21 @@ func manyAddrs(n int) []string {
 }
 
 func TestSessionNeutralWithoutID(t *testing.T) {
-	h := newHarness(t, mustSession(t, DefaultSessionConfig()), eps("a:1", "b:1", "c:1"))
-	got, _ := h.pick(t, &scheduler.Request{})
-	checkScores(t, got, []float64{0, 0, 0})
+	h := scorertest.NewHarness(t, mustSession(t, DefaultSessionConfig()), scorertest.Eps("a:1", "b:1", "c:1"))
+	got, _ := h.Pick(t, &scheduler.Request{})
+	scorertest.CheckScores(t, got, []float64{0, 0, 0})
 }
 
 func TestSessionSticks(t *testing.T) {
-	h := newHarness(t, mustSession(t, DefaultSessionConfig()), eps(manyAddrs(8)...))
+	h := scorertest.NewHarness(t, mustSession(t, DefaultSessionConfig()), scorertest.Eps(manyAddrs(8)...))
 	for i := range 20 {
 		req := &scheduler.Request{SessionID: fmt.Sprint("user-", i)}
-		first := h.owner(t, req)
+		first := ownerOf(t, h, req)
 		if first == "" {
 			t.Fatalf("session %d has no endpoint", i)
 		}
 		for range 5 {
-			if got := h.owner(t, req); got != first {
+			if got := ownerOf(t, h, req); got != first {
 				t.Fatalf("session %d moved from %s to %s", i, first, got)
 			}
 		}
@@ -80,10 +81,10 @@ func TestSessionBoundedLoad(t *testing.T) {
 			cfg := DefaultSessionConfig()
 			cfg.LoadFactor = c
 			sc := mustSession(t, cfg)
-			h := newHarness(t, sc, eps(manyAddrs(n)...))
+			h := scorertest.NewHarness(t, sc, scorertest.Eps(manyAddrs(n)...))
 			count := map[string]int{}
 			for i := range sessions {
-				count[h.owner(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})]++
+				count[ownerOf(t, h, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})]++
 			}
 			// c = 1: ⌈2000/8⌉ = 250; 1.25: ⌈312.5⌉ = 313; 2: 500.
 			bound := int(math.Ceil(c * sessions / n))
@@ -109,19 +110,19 @@ func TestSessionStabilityWhenPoolChanges(t *testing.T) {
 	cfg := DefaultSessionConfig()
 	sc := mustSession(t, cfg)
 	all := manyAddrs(n)
-	h := newHarness(t, sc, eps(all...))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps(all...))
 	owner := make([]string, sessions)
 	for i := range owner {
-		owner[i] = h.owner(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
+		owner[i] = ownerOf(t, h, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
 	}
 
 	// Remove one endpoint: only its sessions move.
 	gone := all[3]
-	h.s.SetEndpoints(eps(slices.Delete(slices.Clone(all), 3, 4)...))
+	h.S.SetEndpoints(scorertest.Eps(slices.Delete(slices.Clone(all), 3, 4)...))
 	count := map[string]int{}
 	moved := 0
 	for i := range owner {
-		now := h.owner(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
+		now := ownerOf(t, h, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
 		switch {
 		case owner[i] == gone:
 			moved++
@@ -146,34 +147,34 @@ func TestSessionStabilityWhenPoolChanges(t *testing.T) {
 
 	// Add an endpoint (and a metrics refresh with the same set): nothing
 	// moves.
-	h.s.SetEndpoints(eps(append(slices.Clone(all), "10.0.1.1:8000")...))
-	h.s.SetEndpoints(eps(append(slices.Clone(all), "10.0.1.1:8000")...))
+	h.S.SetEndpoints(scorertest.Eps(append(slices.Clone(all), "10.0.1.1:8000")...))
+	h.S.SetEndpoints(scorertest.Eps(append(slices.Clone(all), "10.0.1.1:8000")...))
 	for i := range owner {
-		if now := h.owner(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)}); now != owner[i] {
+		if now := ownerOf(t, h, &scheduler.Request{SessionID: fmt.Sprint("s-", i)}); now != owner[i] {
 			t.Fatalf("session %d moved from %s to %s when an endpoint joined", i, owner[i], now)
 		}
 	}
 }
 
 func TestSessionRespectsCandidates(t *testing.T) {
-	h := newHarness(t, mustSession(t, DefaultSessionConfig()), eps("a:1", "b:1", "c:1"))
+	h := scorertest.NewHarness(t, mustSession(t, DefaultSessionConfig()), scorertest.Eps("a:1", "b:1", "c:1"))
 	req := &scheduler.Request{SessionID: "s", Subset: []string{"b:1"}}
 	// A new session is only assigned among candidates.
-	if got := h.owner(t, req); got != "b:1" {
+	if got := ownerOf(t, h, req); got != "b:1" {
 		t.Fatalf("new session assigned to %q, want the only candidate b:1", got)
 	}
 	// Later, when b is not a candidate, nobody gets the 1.
-	got, _ := h.pick(t, &scheduler.Request{SessionID: "s", Subset: []string{"a:1", "c:1"}})
-	checkScores(t, got, []float64{0, 0}) // candidates a, c
+	got, _ := h.Pick(t, &scheduler.Request{SessionID: "s", Subset: []string{"a:1", "c:1"}})
+	scorertest.CheckScores(t, got, []float64{0, 0}) // candidates a, c
 }
 
 func TestSessionTableBounded(t *testing.T) {
 	cfg := DefaultSessionConfig()
 	cfg.MaxSessions, cfg.Shards = 16, 4 // 4 per shard
 	sc := mustSession(t, cfg)
-	h := newHarness(t, sc, eps("a:1", "b:1"))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps("a:1", "b:1"))
 	for i := range 500 {
-		h.pickDone(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
+		h.PickDone(t, &scheduler.Request{SessionID: fmt.Sprint("s-", i)})
 		if total, _ := sc.Sessions(); total > 16 {
 			t.Fatalf("after %d sessions the table holds %d, max 16", i+1, total)
 		}
@@ -190,22 +191,22 @@ func TestSessionIdleExpiry(t *testing.T) {
 	cfg := DefaultSessionConfig()
 	cfg.IdleTimeout, cfg.Shards = time.Minute, 1
 	sc := mustSession(t, cfg)
-	h := newHarness(t, sc, eps("a:1", "b:1"))
+	h := scorertest.NewHarness(t, sc, scorertest.Eps("a:1", "b:1"))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	h.pickDone(t, &scheduler.Request{SessionID: "old", Arrival: t0})
-	h.pickDone(t, &scheduler.Request{SessionID: "kept", Arrival: t0.Add(50 * time.Second)})
+	h.PickDone(t, &scheduler.Request{SessionID: "old", Arrival: t0})
+	h.PickDone(t, &scheduler.Request{SessionID: "kept", Arrival: t0.Add(50 * time.Second)})
 	if total, _ := sc.Sessions(); total != 2 {
 		t.Fatalf("%d sessions, want 2", total)
 	}
 	// 61 s after "old" was last seen (> 1 min) it is forgotten; "kept"
 	// (11 s idle) stays; the newcomer is added.
-	h.pickDone(t, &scheduler.Request{SessionID: "new", Arrival: t0.Add(61 * time.Second)})
+	h.PickDone(t, &scheduler.Request{SessionID: "new", Arrival: t0.Add(61 * time.Second)})
 	if total, _ := sc.Sessions(); total != 2 {
 		t.Fatalf("%d sessions after expiry, want 2 (kept, new)", total)
 	}
 	// Use refreshes: "kept" seen at 100 s is not idle at 150 s.
-	h.pickDone(t, &scheduler.Request{SessionID: "kept", Arrival: t0.Add(100 * time.Second)})
-	h.pickDone(t, &scheduler.Request{SessionID: "x", Arrival: t0.Add(150 * time.Second)})
+	h.PickDone(t, &scheduler.Request{SessionID: "kept", Arrival: t0.Add(100 * time.Second)})
+	h.PickDone(t, &scheduler.Request{SessionID: "x", Arrival: t0.Add(150 * time.Second)})
 	sh := &sc.shards[0]
 	sh.mu.Lock()
 	_, kept := sh.m[scheduler.SessionIDKey("kept")]

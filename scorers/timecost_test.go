@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // timeRig is a real scheduler over a:1 (capacity 1), b:1 (capacity 2) and
@@ -18,9 +20,9 @@ import (
 // 8-token chunk.
 func timeRig(t *testing.T, bRunning float64) (*scheduler.Scheduler, *TimeCost) {
 	t.Helper()
-	pcfg := DefaultPrefixConfig()
-	pcfg.BlockSize, pcfg.Learn = 4, LearnPick
-	p, err := NewPrefix("prefix", pcfg, Deps{})
+	pcfg := prefix.DefaultConfig()
+	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
+	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func timeRig(t *testing.T, bRunning float64) (*scheduler.Scheduler, *TimeCost) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := eps("a:1", "b:1", "c:1")
+	pool := scorertest.Eps("a:1", "b:1", "c:1")
 	pool[1].Capacity, pool[1].Running = 2, bRunning
 	s.SetEndpoints(pool)
 	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
@@ -111,7 +113,7 @@ func TestTimeCostScores(t *testing.T) {
 func TestTimeCostTradesAffinityForQueue(t *testing.T) {
 	for k, want := range []string{"a:1", "b:1"} {
 		s, _ := timeRig(t, 0)
-		s.SetEndpoints(eps("a:1", "b:1", "c:1")) // b:1 back to capacity 1
+		s.SetEndpoints(scorertest.Eps("a:1", "b:1", "c:1")) // b:1 back to capacity 1
 		p, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptP), Subset: []string{"a:1"}})
 		p.FirstByte()
 		var held []*scheduler.Decision
@@ -163,9 +165,9 @@ func TestTimeCostCacheCredit(t *testing.T) {
 		{0, 0.1, 0.9, 0.030, 0.026},
 	} {
 		t.Run(fmt.Sprintf("c=%v/w=%v,%v", tc.credit, tc.prefix, tc.tc), func(t *testing.T) {
-			pcfg := DefaultPrefixConfig()
-			pcfg.BlockSize, pcfg.Learn = 4, LearnPick
-			p, err := NewPrefix("prefix", pcfg, Deps{})
+			pcfg := prefix.DefaultConfig()
+			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
+			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +182,7 @@ func TestTimeCostCacheCredit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.SetEndpoints(eps("a:1", "b:1"))
+			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
 			if err := s.Publish(&scheduler.Weights{Version: 2, Values: []float64{tc.prefix, tc.tc}, Calm: []float64{1, 1}, Mode: "rebalance"}); err != nil {
 				t.Fatal(err)
 			}
@@ -234,15 +236,15 @@ func TestTimeCostConfigValidate(t *testing.T) {
 // TestTimeCostPickAllocatesNothing: the prefix index and time-cost pick,
 // explain-free, release at the first byte and finish without allocating.
 func TestTimeCostPickAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if scorertest.RaceEnabled {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
-	pickFirstByteAllocatesNothing(t, timeCostScheduler(t, benchEndpoints(64, 1)), "time-cost")
+	pickFirstByteAllocatesNothing(t, timeCostScheduler(t, scorertest.BenchEndpoints(64, 1)), "time-cost")
 }
 
 func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {
 	tb.Helper()
-	p, err := NewPrefix("prefix", DefaultPrefixConfig(), Deps{})
+	p, err := prefix.New("prefix", prefix.DefaultConfig(), prefix.Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -270,12 +272,12 @@ func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Sche
 // the prefix lookup before the filters, the time-cost scorer (half the
 // endpoints calibrated), tokens released at the first byte.
 func BenchmarkPickTimeCost(b *testing.B) {
-	for _, n := range benchSizes.endpoints {
+	for _, n := range scorertest.BenchSizes.Endpoints {
 		tok := 8 << 10
 		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-			s := timeCostScheduler(b, benchEndpoints(n, 1))
-			reqs := benchWorkload(tok, 16, 8, 1024, 1)
-			warm(b, s, reqs)
+			s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1))
+			reqs := scorertest.BenchWorkload(tok, 16, 8, 1024, 1)
+			scorertest.Warm(b, s, reqs)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // tokenRig is a real scheduler over pods a:1, b:1, c:1 with a prefix scorer
@@ -23,9 +25,9 @@ type tokenRig struct {
 
 func newTokenRig(t *testing.T, tl TokenLoadConfig, aff *PrefixAffinityConfig) *tokenRig {
 	t.Helper()
-	pcfg := DefaultPrefixConfig()
-	pcfg.BlockSize, pcfg.Learn = 4, LearnPick
-	p, err := NewPrefix("prefix", pcfg, Deps{})
+	pcfg := prefix.DefaultConfig()
+	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
+	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func newTokenRig(t *testing.T, tl TokenLoadConfig, aff *PrefixAffinityConfig) *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetEndpoints(eps("a:1", "b:1", "c:1"))
+	s.SetEndpoints(scorertest.Eps("a:1", "b:1", "c:1"))
 	return &tokenRig{s: s, reg: reg}
 }
 
@@ -187,7 +189,7 @@ func TestTokenLoadWithoutIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetEndpoints(eps("a:1", "b:1"))
+	s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
 	held, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptQ), Subset: []string{"a:1"}})
 	d, _ := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptP)})
 	checkTokenScores(t, "no index", map[string]float64{d.Candidates()[0].Address: d.Score(0, 0), d.Candidates()[1].Address: d.Score(0, 1)}, map[string]float64{"a:1": 0, "b:1": 1})
@@ -305,17 +307,17 @@ func TestPrefixAffinityConfigValidate(t *testing.T) {
 // prefix-affinity filter, token-load) picks, releases at the first byte
 // and finishes without allocating.
 func TestTokenLoadPickAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if scorertest.RaceEnabled {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
-	pickFirstByteAllocatesNothing(t, tokenLoadScheduler(t, benchEndpoints(64, 1)), "the prefix-affinity filter and token-load")
+	pickFirstByteAllocatesNothing(t, tokenLoadScheduler(t, scorertest.BenchEndpoints(64, 1)), "the prefix-affinity filter and token-load")
 }
 
 func tokenLoadScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {
 	tb.Helper()
-	pcfg := DefaultPrefixConfig()
-	pcfg.Learn = LearnPick
-	p, err := NewPrefix("prefix", pcfg, Deps{})
+	pcfg := prefix.DefaultConfig()
+	pcfg.Learn = prefix.LearnPick
+	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -342,12 +344,12 @@ func tokenLoadScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Sch
 // the prefix lookup before the filters, the prefix-affinity filter, the
 // token-load scorer, tokens released at the first byte.
 func BenchmarkPickTokenLoad(b *testing.B) {
-	for _, n := range benchSizes.endpoints {
+	for _, n := range scorertest.BenchSizes.Endpoints {
 		tok := 8 << 10
 		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-			s := tokenLoadScheduler(b, benchEndpoints(n, 1))
-			reqs := benchWorkload(tok, 16, 8, 1024, 1)
-			warm(b, s, reqs)
+			s := tokenLoadScheduler(b, scorertest.BenchEndpoints(n, 1))
+			reqs := scorertest.BenchWorkload(tok, 16, 8, 1024, 1)
+			scorertest.Warm(b, s, reqs)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {

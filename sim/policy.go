@@ -8,6 +8,7 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // Policy is one routing policy: it builds a real scheduler (and, when
@@ -183,7 +184,7 @@ func buildGuardOnly(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.L
 // newPrefixScorer builds the in-tree prefix scorer with its defaults but
 // learning at the pick, as the field's routers do (see builtinPolicies).
 func newPrefixScorer(name string) (scheduler.Scorer, error) {
-	cfg := scorers.DefaultPrefixConfig()
-	cfg.Learn = scorers.LearnPick
-	return scorers.NewPrefix(name, cfg, scorers.Deps{})
+	cfg := prefix.DefaultConfig()
+	cfg.Learn = prefix.LearnPick
+	return prefix.New(name, cfg, prefix.Deps{})
 }

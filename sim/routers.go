@@ -6,17 +6,18 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/flow"
+	"github.com/trimtab/trimtab/replica/peerload"
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/scorers/prefix"
 )
 
 // Several router replicas in front of one pool (Scenario.Routers): each has
 // its own scheduler, scorers and control loop; the spread decides which
 // replica a request reaches; with sync, every SyncInterval each replica
-// sends its new picks (the PickLog of the prefix scorer scorers.SyncedPrefix
+// sends its new picks (the PickLog of the prefix scorer prefix.Synced
 // names) and its router-local
-// loads (scorers.LocalLoads), and the others apply them SyncDelay later
-// (Prefix.RecordPeer, scorers.PeerLoads) — the same hooks `trimtab serve`'s
+// loads (peerload.Local), and the others apply them SyncDelay later
+// (prefix.Scorer.RecordPeer, peerload.Peers) — the same hooks `trimtab serve`'s
 // replica sync uses, with the network replaced by a delay in virtual time.
 
 // router is one replica.
@@ -27,9 +28,9 @@ type router struct {
 	signal float64           // the loop's latest signal
 	mode   string            // the loop's latest mode
 
-	prefix *scorers.Prefix    // nil when the policy has none
-	log    *scorers.PickLog   // nil without sync
-	peers  *scorers.PeerLoads // nil without sync
+	prefix *prefix.Scorer  // nil when the policy has none
+	log    *prefix.PickLog // nil without sync
+	peers  *peerload.Peers // nil without sync
 	name   string
 
 	// flow is the replica's flow controller (nil: the policy has flow
@@ -43,8 +44,8 @@ type router struct {
 // local loads now.
 type syncMsg struct {
 	from   int
-	chains []scorers.Chain
-	loads  []scorers.EndpointLoad
+	chains []prefix.Chain
+	loads  []peerload.Load
 }
 
 // Pick-log bounds per replica in the simulator: enough for every pick of a
@@ -84,15 +85,15 @@ func (r *runner) buildRouters() error {
 			return err
 		}
 		if syncOn {
-			rt.prefix, _ = scorers.SyncedPrefix(sched.Scorers())
+			rt.prefix, _ = prefix.Synced(sched.Scorers())
 			if rt.prefix != nil {
-				rt.log, err = scorers.NewPickLog(simLogPicks, simLogHashes)
+				rt.log, err = prefix.NewPickLog(simLogPicks, simLogHashes)
 				if err != nil {
 					return err
 				}
 				rt.prefix.SetPickLog(rt.log)
 			}
-			rt.peers = scorers.NewPeerLoads(sched)
+			rt.peers = peerload.NewPeers(sched)
 		}
 		r.routers = append(r.routers, rt)
 	}
@@ -131,7 +132,7 @@ func (r *runner) sendSync() {
 		if rt.log != nil {
 			m.chains = rt.log.Drain(nil)
 		}
-		m.loads = scorers.LocalLoads(rt.sched.Pool(), nil)
+		m.loads = peerload.Local(rt.sched.Pool(), nil)
 		r.res.SyncPicks += len(m.chains)
 		r.h.push(event{at: r.now + r.sc.Routers.SyncDelay, kind: evSyncDeliver, msg: m})
 	}

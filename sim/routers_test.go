@@ -104,7 +104,7 @@ func TestRoutersErrors(t *testing.T) {
 // TestRoutersSyncTheHeaviestPrefixIndex: with several prefix scorers in
 // the profile, every router syncs the one with the largest profile weight
 // (the first of those on a tie), the same one `trimtab serve`'s replica
-// sync shares (scorers.SyncedPrefix). Weights 0, 32, 32, 0: the second.
+// sync shares (prefix.Synced). Weights 0, 32, 32, 0: the second.
 func TestRoutersSyncTheHeaviestPrefixIndex(t *testing.T) {
 	p := profilePolicy("four-indexes", "", `
 picker: {type: max-score}

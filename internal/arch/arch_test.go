@@ -18,16 +18,25 @@ const module = "github.com/trimtab/trimtab"
 //   - leaves: scheduler, proxy/settings (the server: section's types),
 //     telemetry (the OpenTelemetry provider) and deploy (manifests and
 //     their tests);
-//   - scorers, fleet, detector, configurator, flow (flow control) →
-//     scheduler;
+//   - scorers/internal (the scorers' shared LRU list, neutral-score
+//     counter and test kit) → scheduler; scorers/prefix (the prefix
+//     scorer and its index) → scheduler, scorers/internal; scorers →
+//     scheduler, scorers/prefix, scorers/internal. Sub-packages never
+//     import scorers, so InTree builds every scorer, the prefix one too;
+//   - fleet, detector, configurator, flow (flow control) → scheduler;
 //   - proxy → scheduler, proxy/settings, flow;
 //   - control → scheduler, detector, configurator;
-//   - replica (sync between router replicas) → scheduler, scorers,
-//     fleet (peer discovery through fleet's pod informers);
+//   - replica/peerload (router-local loads exchanged between replicas) →
+//     scheduler; replica (sync between router replicas) → scheduler,
+//     scorers/prefix, replica/peerload, fleet (peer discovery through
+//     fleet's pod informers);
 //   - configs → the packages whose Config types it embeds (scheduler,
-//     scorers, fleet, control, proxy/settings, replica, flow);
-//   - sim → scheduler, scorers, fleet, configurator, control, configs,
-//     flow: the packages above except proxy;
+//     scorers, scorers/prefix, fleet, control, proxy/settings, replica,
+//     flow);
+//   - sim → scheduler, scorers, scorers/prefix, fleet, configurator,
+//     control, configs, flow, and replica/peerload (the load hooks its
+//     routers share, without replica's network): the packages above
+//     except proxy and replica;
 //   - internal (status page, dashboards, load generator) → scheduler;
 //   - bench (the real-time bench machinery) → sim, configs, internal;
 //   - cmd → anything; nothing imports cmd or proxy.
@@ -36,19 +45,24 @@ var allowed = map[string][]string{
 	"proxy/settings": {},
 	"deploy":         {},
 	"telemetry":      {},
-	"scorers":        {"scheduler"},
+	"scorers":        {"scheduler", "scorers/prefix", "scorers/internal"},
 	"fleet":          {"scheduler"},
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
 	"flow":           {"scheduler"},
 	"proxy":          {"scheduler", "proxy/settings", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
-	"replica":        {"scheduler", "scorers", "fleet"},
-	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
-	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow"},
+	"replica":        {"scheduler", "scorers/prefix", "replica/peerload", "fleet"},
+	"configs":        {"scheduler", "scorers", "scorers/prefix", "fleet", "control", "proxy/settings", "replica", "flow"},
+	"sim":            {"scheduler", "scorers", "scorers/prefix", "fleet", "configurator", "control", "configs", "flow", "replica/peerload"},
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
 	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
+
+	// Sub-packages with rows of their own.
+	"scorers/prefix":   {"scheduler", "scorers/internal"},
+	"scorers/internal": {"scheduler"},
+	"replica/peerload": {"scheduler"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -131,9 +145,25 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
 		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
+		{"scorers/prefix", "scorers"}, {"scorers/internal", "scorers"}, {"scorers/internal", "scorers/prefix"},
+		{"scorers", "replica/peerload"}, {"scorers/prefix", "replica/peerload"}, {"replica/peerload", "replica"},
+		{"replica/peerload", "scorers"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
+		}
+	}
+}
+
+// TestNoArrowBackUp: a row below another (scorers/prefix below scorers)
+// never imports a row above it. Parents import their sub-packages, so an
+// arrow back up would be one room split in two with arrows both ways.
+func TestNoArrowBackUp(t *testing.T) {
+	for child, tos := range allowed {
+		for _, to := range tos {
+			if strings.HasPrefix(child, to+"/") {
+				t.Errorf("%s may import %s, above it", child, to)
+			}
 		}
 	}
 }

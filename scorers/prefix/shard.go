@@ -1,8 +1,8 @@
-package scorers
+package prefix
 
 // The prefix index's shards as several cores use them at once: lookups
 // and freshness checks that read a shard without a lock (a sequence lock,
-// see prefixShard), and recording, which takes a shard's write lock only
+// see shard), and recording, which takes a shard's write lock only
 // when it changes something.
 
 import (
@@ -15,10 +15,10 @@ import (
 // lookupShard sets, for every block of the request in shard s and every
 // candidate holding it, the block's bit in the candidate's bitmap. It
 // reports whether any candidate holds block 0 (meaningful for block 0's
-// shard only). It reads the shard optimistically (see prefixShard),
+// shard only). It reads the shard optimistically (see shard),
 // retrying while a writer gets in the way, and in the end under the read
 // lock.
-func (p *Prefix) lookupShard(sc *prefixScratch, s, words int) (block0 bool) {
+func (p *Scorer) lookupShard(sc *cycleScratch, s, words int) (block0 bool) {
 	lo, hi := sc.start[s], sc.start[s+1]
 	if lo == hi {
 		return false
@@ -60,7 +60,7 @@ const optimisticTries = 64
 
 // scanShard probes table for blocks (one shard's), setting held bits and
 // seen positions; it reports whether any candidate holds block 0.
-func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (block0 bool) {
+func scanShard(sc *cycleScratch, table []slot, blocks []uint16, words int) (block0 bool) {
 	held, candOf, seen := sc.held, sc.candOf, sc.seen
 	size := len(table)
 	if size == 0 {
@@ -74,7 +74,7 @@ func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (blo
 		// At most size probes: a table read while a writer changes it
 		// need not hold the empty slot that ends a run where expected.
 		for pos, n := home(h, size), 0; n < size; n++ {
-			k := atomic.LoadUint64(&table[pos].key)
+			k := atomic.LoadUint64(&table[pos].Key)
 			if k == 0 {
 				break
 			}
@@ -105,7 +105,7 @@ func scanShard(sc *prefixScratch, table []slot, blocks []uint16, words int) (blo
 func touchHomes(hashes []uint64, table []slot, blocks []uint16) (sum uint64) {
 	size := len(table)
 	for _, b := range blocks {
-		sum += atomic.LoadUint64(&table[home(hashes[b], size)].key)
+		sum += atomic.LoadUint64(&table[home(hashes[b], size)].Key)
 	}
 	return sum
 }
@@ -113,7 +113,7 @@ func touchHomes(hashes []uint64, table []slot, blocks []uint16) (sum uint64) {
 // record makes the request's blocks id's most recently used entries.
 // Shards whose lock another core holds are left for later passes, so a
 // record rarely parks behind another.
-func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chosen *scheduler.Endpoint) {
+func (p *Scorer) record(sc *cycleScratch, tab *idTable, id uint32, chosen *scheduler.Endpoint) {
 	perShard := tab.perShard[id]
 	later := sc.later[:0]
 	// Shards in turn from one picked by the prompt, as in Score (there by
@@ -153,7 +153,7 @@ func (p *Prefix) record(sc *prefixScratch, tab *prefixEndpoints, id uint32, chos
 // under the write lock. With try it gives up, reporting false, instead of
 // waiting for the lock. Finding the blocks fresh under the lock leaves seq
 // alone, so optimistic readers are disturbed only by real changes.
-func (p *Prefix) recordShard(sc *prefixScratch, s int, id, perShard uint32, try bool) bool {
+func (p *Scorer) recordShard(sc *cycleScratch, s int, id, perShard uint32, try bool) bool {
 	sh := &p.shards[s]
 	blocks := sc.byShard[sc.start[s]:sc.start[s+1]]
 	if sh.fresh(id, perShard, blocks, sc.hashes, sc.seen) {
@@ -185,19 +185,19 @@ type shardView struct {
 	lists  []lruList
 }
 
-func (s *prefixShard) publish() {
+func (s *shard) publish() {
 	s.view.Store(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists})
 }
 
 // lock and unlock bracket a change to the shard: mu excludes other
 // writers and locked readers, the odd seq tells optimistic readers to
 // retry.
-func (s *prefixShard) lock() {
+func (s *shard) lock() {
 	s.mu.Lock()
 	s.seq.Add(1)
 }
 
-func (s *prefixShard) unlock() {
+func (s *shard) unlock() {
 	s.seq.Add(1)
 	s.mu.Unlock()
 }
@@ -220,7 +220,7 @@ func promotionWindow(capacity, n uint32) uint32 {
 // and answers false whenever it cannot be sure (a writer was active or
 // came in between), so a prompt recorded again soon after, the common
 // case for a hot prompt, touches no lock at all.
-func (s *prefixShard) fresh(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
+func (s *shard) fresh(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
 	seq := s.seq.Load()
 	v := s.view.Load()
 	if seq&1 != 0 || v == nil {
@@ -230,7 +230,7 @@ func (s *prefixShard) fresh(id, capacity uint32, blocks []uint16, hashes []uint6
 }
 
 // freshLocked is fresh for a caller holding mu.
-func (s *prefixShard) freshLocked(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
+func (s *shard) freshLocked(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) bool {
 	return freshIn(&shardView{slots: s.slots, stamps: s.stamps, lists: s.lists}, id, capacity, blocks, hashes, seen)
 }
 
@@ -248,7 +248,7 @@ func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64
 	for _, b := range blocks {
 		key := hashes[b]&hashMask | uint64(id)
 		pos := seen[b].pos
-		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].key) != key {
+		if seen[b].id != id || int(pos) >= len(v.slots) || atomic.LoadUint64(&v.slots[pos].Key) != key {
 			p, found := probeTable(v.slots, key)
 			if !found {
 				return false
@@ -268,7 +268,7 @@ func freshIn(v *shardView, id, capacity uint32, blocks []uint16, hashes []uint64
 func probeTable(slots []slot, key uint64) (uint32, bool) {
 	size := len(slots)
 	for pos, n := home(key, size), 0; n < size; n++ {
-		k := atomic.LoadUint64(&slots[pos].key)
+		k := atomic.LoadUint64(&slots[pos].Key)
 		if k == key {
 			return uint32(pos), true
 		}

@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"unsafe"
@@ -9,11 +9,11 @@ import (
 
 // PoolChanged implements scheduler.PoolObserver: it assigns ids to new
 // endpoints, sizes their capacity and purges endpoints that left.
-func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
+func (p *Scorer) PoolChanged(eps []*scheduler.Endpoint) {
 	p.poolMu.Lock()
 	defer p.poolMu.Unlock()
 	old := p.tab.Load()
-	t := &prefixEndpoints{
+	t := &idTable{
 		byPtr:  make(map[*scheduler.Endpoint]uint32, len(eps)),
 		byAddr: make(map[string]uint32, len(eps)),
 	}
@@ -88,7 +88,7 @@ func (p *Prefix) PoolChanged(eps []*scheduler.Endpoint) {
 }
 
 // capacityOf is e's index capacity in blocks.
-func (p *Prefix) capacityOf(e *scheduler.Endpoint) int {
+func (p *Scorer) capacityOf(e *scheduler.Endpoint) int {
 	if e.CacheBlocks > 0 && e.CacheBlockSize > 0 {
 		c := int64(e.CacheBlocks) * int64(e.CacheBlockSize) / int64(p.cfg.BlockSize)
 		return int(min(max(c, 1), 1<<30))
@@ -96,8 +96,8 @@ func (p *Prefix) capacityOf(e *scheduler.Endpoint) int {
 	return p.cfg.Capacity
 }
 
-// PrefixStats describes the prefix index's size.
-type PrefixStats struct {
+// Stats describes the prefix index's size.
+type Stats struct {
 	// Blocks is the number of cached (block, endpoint) entries.
 	Blocks int
 	// Slots is the number of allocated table slots (≥ Blocks).
@@ -116,8 +116,8 @@ type PrefixStats struct {
 
 // Stats returns the index's current size. It takes each shard's read lock
 // in turn, so it is a consistent view per shard, not a global snapshot.
-func (p *Prefix) Stats() PrefixStats {
-	var st PrefixStats
+func (p *Scorer) Stats() Stats {
+	var st Stats
 	for s := range p.shards {
 		sh := &p.shards[s]
 		sh.mu.RLock()
@@ -135,7 +135,7 @@ func (p *Prefix) Stats() PrefixStats {
 	// Id maps: roughly 2 × (key + value + control byte) per entry, and the
 	// per-id capacity arrays.
 	st.Bytes += len(t.byPtr)*2*(8+4+1) + len(t.byAddr)*2*(16+4+1) + len(t.perShard)*8 +
-		int(unsafe.Sizeof(prefixShard{}))*len(p.shards)
+		int(unsafe.Sizeof(shard{}))*len(p.shards)
 	return st
 }
 
@@ -148,17 +148,17 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
-// prefixCollector reports the index's size at scrape time. Its
+// collector reports the index's size at scrape time. Its
 // descriptors carry the scorer name as a constant label, so several prefix
 // scorers can share a registry.
-type prefixCollector struct {
-	p                                  *Prefix
+type collector struct {
+	p                                  *Scorer
 	blocks, bytes, capacity, evictions *prometheus.Desc
 }
 
-func newPrefixCollector(p *Prefix, name string) *prefixCollector {
+func newCollector(p *Scorer, name string) *collector {
 	l := prometheus.Labels{"scorer": name}
-	return &prefixCollector{
+	return &collector{
 		p: p,
 		blocks: prometheus.NewDesc("trimtab_prefix_index_blocks",
 			"Cached (block, endpoint) entries in the prefix scorer's index.", nil, l),
@@ -172,7 +172,7 @@ func newPrefixCollector(p *Prefix, name string) *prefixCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *prefixCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.blocks
 	ch <- c.bytes
 	ch <- c.capacity
@@ -180,7 +180,7 @@ func (c *prefixCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *prefixCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.p.Stats()
 	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(st.Blocks))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))

@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"fmt"
@@ -11,16 +11,16 @@ import (
 
 // Replica sync hooks. Several router replicas in front of one pool each
 // learn only their own picks; these hooks let a sync layer (trimtab's
-// replica package, or the simulator) share what each learns:
+// replica package, or the simulator) share what each learns of the prefix
+// index:
 //
 //   - PickLog collects the prefix scorer's local picks (endpoint and the
 //     request's block-hash chain) in a bounded buffer the sync layer drains;
-//   - Prefix.RecordPeer records a peer's pick in the index, Prefix.Export
-//     and Prefix.Restore copy a whole index to a (re)joining replica;
-//   - LocalLoads and PeerLoads carry the router-local in-flight and
-//     pending-prefill counts to the peers' schedulers
-//     (scheduler.AddPeerLoad), so the distribution scorers and the load
-//     guard see the pool-wide load.
+//   - Scorer.RecordPeer records a peer's pick in the index, Scorer.Export
+//     and Scorer.Restore copy a whole index to a (re)joining replica.
+//
+// The router-local loads the replicas exchange beside them are package
+// replica/peerload's.
 //
 // A peer only feeds hints: what it reports changes scores, never the set of
 // candidates, which comes from discovery alone.
@@ -35,7 +35,7 @@ type Chain struct {
 }
 
 // PickLog is a bounded buffer of local picks for the sync layer: Append is
-// called on the request path (when Prefix records a request) and never blocks on the
+// called on the request path (when the scorer records a request) and never blocks on the
 // consumer or allocates; when the buffer is full the pick is dropped and
 // counted. Drain empties it. Safe for concurrent use.
 type PickLog struct {
@@ -116,20 +116,20 @@ func (l *PickLog) Appended() uint64 { return l.appended.Load() }
 // SetPickLog makes the scorer append every request it records (at the
 // first response byte, or at the pick with learn: pick) to l (nil: stop).
 // The log sees the request's indexed blocks and its endpoint's address.
-func (p *Prefix) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
+func (p *Scorer) SetPickLog(l *PickLog) { p.pickLog.Store(l) }
 
-// SyncedPrefix returns the prefix scorer whose index replica sync shares
+// Synced returns the prefix scorer whose index replica sync shares
 // between routers, and its position in entries: the one with the largest
 // profile weight, the first of those on a tie (nil and -1 when there is
 // none). Only that index is synced; a profile's other prefix indexes
 // (a weight-0 index that learns at the pick, say) stay router-local.
 // `trimtab serve`'s replica sync and the simulator's routers both use it,
 // so they sync the same index.
-func SyncedPrefix(entries []scheduler.ScorerEntry) (*Prefix, int) {
-	var best *Prefix
+func Synced(entries []scheduler.ScorerEntry) (*Scorer, int) {
+	var best *Scorer
 	at := -1
 	for i, e := range entries {
-		if p, ok := e.Scorer.(*Prefix); ok && (best == nil || e.Weight > entries[at].Weight) {
+		if p, ok := e.Scorer.(*Scorer); ok && (best == nil || e.Weight > entries[at].Weight) {
 			best, at = p, i
 		}
 	}
@@ -141,11 +141,11 @@ func SyncedPrefix(entries []scheduler.ScorerEntry) (*Prefix, int) {
 // another release that hashes differently is refused, not silently
 // mismatched), the block length in bytes and the shard count (a snapshot
 // keeps only a block hash's high 48 bits and its shard).
-func (p *Prefix) SyncKey() string {
+func (p *Scorer) SyncKey() string {
 	return fmt.Sprintf("hash=xxh3-link,block_bytes=%d,shards=%d", p.blockBytes, p.cfg.Shards)
 }
 
-// peerScratch groups a peer's hashes by shard; guarded by Prefix.peerMu.
+// peerScratch groups a peer's hashes by shard; guarded by Scorer.peerMu.
 type peerScratch struct {
 	byShard []uint16
 	start   []int32
@@ -157,7 +157,7 @@ type peerScratch struct {
 // kept. It reports false, and records nothing, when addr is not in the
 // index's pool. Off the request path; it takes each involved shard's write
 // lock once.
-func (p *Prefix) RecordPeer(addr string, hashes []uint64) bool {
+func (p *Scorer) RecordPeer(addr string, hashes []uint64) bool {
 	if len(hashes) > p.cfg.MaxBlocks {
 		hashes = hashes[:p.cfg.MaxBlocks]
 	}
@@ -168,7 +168,7 @@ func (p *Prefix) RecordPeer(addr string, hashes []uint64) bool {
 // Export produced them (per shard, most recent first): afterwards the
 // endpoint's most recent entries in each shard are these, in this order,
 // within its capacity. It reports false when addr is not in the pool.
-func (p *Prefix) Restore(addr string, hashes []uint64) bool {
+func (p *Scorer) Restore(addr string, hashes []uint64) bool {
 	const chunk = 1 << 16 // record indexes blocks with uint16
 	// Later chunks hold older entries: record them first.
 	for hi := len(hashes); hi > 0; hi -= chunk {
@@ -179,7 +179,7 @@ func (p *Prefix) Restore(addr string, hashes []uint64) bool {
 	return true
 }
 
-func (p *Prefix) recordAt(addr string, hashes []uint64) bool {
+func (p *Scorer) recordAt(addr string, hashes []uint64) bool {
 	if len(hashes) == 0 {
 		return true
 	}
@@ -251,7 +251,7 @@ next:
 // plus the shard index; a replica restoring it needs the same SyncKey).
 // fn must not retain hashes. Shards are read-locked one at a time, so the
 // copy is consistent per shard, not across shards.
-func (p *Prefix) Export(fn func(addr string, hashes []uint64)) {
+func (p *Scorer) Export(fn func(addr string, hashes []uint64)) {
 	tab := p.tab.Load()
 	addrs := make([]string, 0, len(tab.byAddr))
 	for a := range tab.byAddr {
@@ -266,8 +266,8 @@ func (p *Prefix) Export(fn func(addr string, hashes []uint64)) {
 			sh := &p.shards[s]
 			sh.mu.RLock()
 			if int(id) < len(sh.lists) {
-				for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-					buf = append(buf, sh.slots[pos].hash()|uint64(s))
+				for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+					buf = append(buf, keyHash(sh.slots[pos].Key)|uint64(s))
 				}
 			}
 			sh.mu.RUnlock()
@@ -276,88 +276,4 @@ func (p *Prefix) Export(fn func(addr string, hashes []uint64)) {
 			fn(a, buf)
 		}
 	}
-}
-
-// EndpointLoad is one endpoint's router-local load as a replica reports it.
-type EndpointLoad struct {
-	Endpoint string
-	// InFlight is the requests the replica sent there that have not
-	// completed; PendingPrefill the prompt bytes of those without a first
-	// response byte.
-	InFlight, PendingPrefill int64
-}
-
-// LocalLoads appends to dst, for every endpoint of pool with a non-zero
-// router-local count, its local in-flight and pending-prefill counts (not
-// the peers' shares), and returns it. A report lists only non-zero
-// endpoints; PeerLoads.Apply reads an endpoint missing from it as 0.
-func LocalLoads(pool *scheduler.Pool, dst []EndpointLoad) []EndpointLoad {
-	for _, e := range pool.Pointers() {
-		in, pend := e.LocalInFlight(), e.LocalPendingPrefill()
-		if in != 0 || pend != 0 {
-			dst = append(dst, EndpointLoad{Endpoint: e.Address, InFlight: in, PendingPrefill: pend})
-		}
-	}
-	return dst
-}
-
-// PeerLoads applies peers' load reports to a scheduler: it remembers what
-// each peer's last report added per endpoint, adds the difference when a
-// new report comes (scheduler.AddPeerLoad), and takes everything back when
-// the peer expires. Reports are absolute, so a lost or late report is
-// corrected by the next. Safe for concurrent use.
-type PeerLoads struct {
-	s     *scheduler.Scheduler
-	mu    sync.Mutex
-	peers map[string]map[string]EndpointLoad // peer → endpoint → applied
-}
-
-// NewPeerLoads returns a PeerLoads feeding s.
-func NewPeerLoads(s *scheduler.Scheduler) *PeerLoads {
-	return &PeerLoads{s: s, peers: map[string]map[string]EndpointLoad{}}
-}
-
-// Apply installs peer's report: its counts replace the peer's previous
-// ones; endpoints missing from loads count 0.
-func (pl *PeerLoads) Apply(peer string, loads []EndpointLoad) {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	prev := pl.peers[peer]
-	next := make(map[string]EndpointLoad, len(loads))
-	for _, l := range loads {
-		if l.InFlight == 0 && l.PendingPrefill == 0 {
-			continue
-		}
-		old, dup := next[l.Endpoint] // a repeated endpoint: its last entry counts, once
-		if !dup {
-			old = prev[l.Endpoint]
-		}
-		pl.s.AddPeerLoad(l.Endpoint, l.InFlight-old.InFlight, l.PendingPrefill-old.PendingPrefill)
-		next[l.Endpoint] = l
-	}
-	for ep, old := range prev {
-		if _, ok := next[ep]; !ok {
-			pl.s.AddPeerLoad(ep, -old.InFlight, -old.PendingPrefill)
-		}
-	}
-	if len(next) == 0 {
-		delete(pl.peers, peer)
-		return
-	}
-	pl.peers[peer] = next
-}
-
-// Expire takes back everything peer's reports added: a vanished replica's
-// requests stop counting.
-func (pl *PeerLoads) Expire(peer string) { pl.Apply(peer, nil) }
-
-// Peer returns the counts last applied for peer, by endpoint; a copy.
-func (pl *PeerLoads) Peer(peer string) map[string]EndpointLoad {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	out := make(map[string]EndpointLoad, len(pl.peers[peer]))
-	for k, v := range pl.peers[peer] {
-		out[k] = v
-	}
-	return out
 }

@@ -1,13 +1,15 @@
-package scorers
+package prefix
 
 import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/trimtab/trimtab/scorers/internal/lru"
 )
 
 // nilIdx marks the end of an LRU list.
-const nilIdx = ^uint32(0)
+const nilIdx = lru.Nil
 
 // Slot table sizing: the table starts at minSlots, grows by half when the
 // load would pass 3/5 and shrinks (on purge) below 1/5, so a slot array is
@@ -26,26 +28,24 @@ const maxEndpointID = 1<<16 - 1
 // hashMask keeps the 48 high bits of a block hash, the part a slot stores.
 const hashMask = ^uint64(maxEndpointID)
 
-// slot is one cached (block, endpoint) entry, 16 bytes: key holds the
+// slot is one cached (block, endpoint) entry, 16 bytes: Key holds the
 // block hash's high 48 bits and the endpoint id in the low 16 (id 0 marks
-// an empty slot); prev and next link the endpoint's LRU list (slot
+// an empty slot); Prev and Next link the endpoint's LRU list (slot
 // indexes, nilIdx at the ends). Comparing 48 bits of a 64-bit hash makes a
 // false match between two live blocks about a 2^-48 event per comparison;
 // it would only inflate one score. A slot's fields share a cache line, so
 // an insert or eviction touches one line per slot.
-type slot struct {
-	key        uint64
-	prev, next uint32
-}
+type slot = lru.Node
 
-func (e *slot) id() uint32              { return uint32(e.key & maxEndpointID) }
-func (e *slot) hash() uint64            { return e.key & hashMask }
-func (e *slot) set(h uint64, id uint32) { e.key = h&hashMask | uint64(id) }
+// keyID and keyHash split a slot's Key into the endpoint id and the
+// stored hash bits.
+func keyID(key uint64) uint32   { return uint32(key & maxEndpointID) }
+func keyHash(key uint64) uint64 { return key & hashMask }
 
-// store writes a published slot's key. Optimistic readers (see
-// prefixShard) load keys without the lock, so every write of a key in a
-// published table is atomic; prev and next are read only under the lock.
-func (e *slot) store(key uint64) { atomic.StoreUint64(&e.key, key) }
+// storeKey writes a published slot's key. Optimistic readers (see shard)
+// load keys without the lock, so every write of a key in a published table
+// is atomic; Prev and Next are read only under the lock.
+func storeKey(e *slot, key uint64) { atomic.StoreUint64(&e.Key, key) }
 
 // bytesPerSlot is what one table slot costs: the slot and its stamp.
 const bytesPerSlot = int(unsafe.Sizeof(slot{})) + 4
@@ -55,14 +55,14 @@ const bytesPerSlot = int(unsafe.Sizeof(slot{})) + 4
 // placed; stamps are ticks, and tick − stamp bounds how far back an entry
 // may sit (record says how exactly).
 type lruList struct {
-	head, tail, n uint32
-	tick          uint32
+	lru.List
+	tick uint32
 	// window is promotionWindow as of the list's last record, for
 	// optimistic readers (fresh).
 	window uint32
 }
 
-// prefixShard is one shard of the prefix index: an open-addressing
+// shard is one shard of the prefix index: an open-addressing
 // multimap from block hash to the endpoints holding it, with linear probing
 // and backward-shift deletion, whose slots double as the nodes of one LRU
 // list per endpoint. A slot is one cached (block, endpoint) entry and costs
@@ -88,7 +88,7 @@ type lruList struct {
 // So scoring writes no shared cache line and never waits behind a
 // writer, which is what lets picks on several cores run in parallel.
 // Every other field is guarded by mu.
-type prefixShard struct {
+type shard struct {
 	mu  sync.RWMutex
 	seq atomic.Uint32
 	// Every lock and unlock writes mu or seq; the padding keeps the fields
@@ -120,12 +120,12 @@ func home(h uint64, size int) int {
 }
 
 // ensureIDs makes the per-endpoint lists cover ids < n.
-func (s *prefixShard) ensureIDs(n int) {
+func (s *shard) ensureIDs(n int) {
 	if len(s.lists) >= n {
 		return
 	}
 	for len(s.lists) < n {
-		s.lists = append(s.lists, lruList{head: nilIdx, tail: nilIdx})
+		s.lists = append(s.lists, lruList{List: lru.Empty()})
 	}
 	s.publish()
 }
@@ -137,12 +137,12 @@ func (s *prefixShard) ensureIDs(n int) {
 // than capacity. With capacity under 64 (no promotion window) the result
 // is the same as inserting the hashes one at a time from last to first;
 // entries already in the right place are not moved. Above it, promotion is
-// lazy (see prefixShard): an entry still fresh is left where it is. seen,
+// lazy (see shard): an entry still fresh is left where it is. seen,
 // when not nil, holds by block index where Score last saw a block held
 // (position and id), checked before use.
 // Caller holds the write lock; id < len(s.lists); the blocks' hashes are
 // distinct.
-func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
+func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, seen []seenAt) {
 	// Grow once up front for the worst case (all new), so slot positions
 	// stay put while the run is built; evict only at the end, for the
 	// same reason.
@@ -150,7 +150,7 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		s.resize(max(minSlots, len(s.slots)+len(s.slots)/2, need*growDen/growNum+1))
 	}
 	l := &s.lists[id]
-	window := promotionWindow(capacity, l.n)
+	window := promotionWindow(capacity, l.N)
 	// Entries this run places (new, moved, or in place with a stale stamp)
 	// are stamped with the tick before the run and tick once each, so an
 	// entry stamped t has at most tick − t entries ahead of it, plus
@@ -171,12 +171,12 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		b := blocks[k]
 		key := hashes[b]&hashMask | uint64(id)
 		pos := nilIdx
-		if seen != nil && seen[b].id == id && int(seen[b].pos) < len(s.slots) && s.slots[seen[b].pos].key == key {
+		if seen != nil && seen[b].id == id && int(seen[b].pos) < len(s.slots) && s.slots[seen[b].pos].Key == key {
 			pos = seen[b].pos
 		} else {
 			p, found := s.probe(key)
 			if !found {
-				s.slots[p].store(key)
+				storeKey(&s.slots[p], key)
 				s.used++
 				s.linkAfter(cursor, p)
 				stamp(p, true)
@@ -185,9 +185,9 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 			}
 			pos = p
 		}
-		next := l.head
+		next := l.Head
 		if cursor != nilIdx {
-			next = s.slots[cursor].next
+			next = s.slots[cursor].Next
 		}
 		stale := base+placed-s.stamps[pos] >= window
 		switch {
@@ -207,8 +207,8 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 			stamp(pos, false)
 			for k+1 < len(blocks) {
 				nk := hashes[blocks[k+1]]&hashMask | uint64(id)
-				n := s.slots[last].next
-				if n == nilIdx || s.slots[n].key != nk || base+placed-s.stamps[n] < window {
+				n := s.slots[last].Next
+				if n == nilIdx || s.slots[n].Key != nk || base+placed-s.stamps[n] < window {
 					break
 				}
 				last = n
@@ -221,20 +221,20 @@ func (s *prefixShard) record(id, capacity uint32, blocks []uint16, hashes []uint
 		}
 		cursor = pos
 	}
-	for l.n > capacity && l.tail != nilIdx {
-		s.remove(l.tail)
+	for l.N > capacity && l.Tail != nilIdx {
+		s.remove(l.Tail)
 		s.evicts++
 	}
 	atomic.StoreUint32(&l.tick, base+placed)
-	atomic.StoreUint32(&l.window, promotionWindow(capacity, l.n))
+	atomic.StoreUint32(&l.window, promotionWindow(capacity, l.N))
 }
 
 // probe returns the slot holding key and true, or the empty slot that ends
 // key's probe run and false. The table must have an empty slot.
-func (s *prefixShard) probe(key uint64) (uint32, bool) {
+func (s *shard) probe(key uint64) (uint32, bool) {
 	size := len(s.slots)
 	for pos := home(key, size); ; {
-		k := s.slots[pos].key
+		k := s.slots[pos].Key
 		if k == key {
 			return uint32(pos), true
 		}
@@ -247,69 +247,28 @@ func (s *prefixShard) probe(key uint64) (uint32, bool) {
 	}
 }
 
+// list returns the LRU list the linked or just-keyed slot pos belongs to.
+func (s *shard) list(pos uint32) *lru.List { return &s.lists[keyID(s.slots[pos].Key)].List }
+
 // linkAfter links the unlinked entry pos into its endpoint's list right
 // after slot after (at the head when after is nilIdx).
-func (s *prefixShard) linkAfter(after, pos uint32) {
-	s.attach(after, pos, pos)
-	s.lists[s.slots[pos].id()].n++
-}
+func (s *shard) linkAfter(after, pos uint32) { s.list(pos).InsertAfter(s.slots, after, pos) }
 
-func (s *prefixShard) linkFront(pos uint32) { s.linkAfter(nilIdx, pos) }
+func (s *shard) linkFront(pos uint32) { s.linkAfter(nilIdx, pos) }
 
-func (s *prefixShard) unlink(pos uint32) {
-	s.detach(pos, pos)
-	s.lists[s.slots[pos].id()].n--
-}
+func (s *shard) unlink(pos uint32) { s.list(pos).Remove(s.slots, pos) }
 
 // splice moves the linked run first…last of one endpoint's list to right
 // after slot after (to the head when after is nilIdx); after is not in
 // the run.
-func (s *prefixShard) splice(after, first, last uint32) {
-	s.detach(first, last)
-	s.attach(after, first, last)
-}
-
-// detach unlinks the run first…last (linked, in order) from its list,
-// leaving the run's own links and the list's count as they are.
-func (s *prefixShard) detach(first, last uint32) {
-	f, t := &s.slots[first], &s.slots[last]
-	l := &s.lists[f.id()]
-	if f.prev != nilIdx {
-		s.slots[f.prev].next = t.next
-	} else {
-		l.head = t.next
-	}
-	if t.next != nilIdx {
-		s.slots[t.next].prev = f.prev
-	} else {
-		l.tail = f.prev
-	}
-}
-
-// attach links the detached run first…last into its list right after
-// slot after (at the head when after is nilIdx), leaving the count.
-func (s *prefixShard) attach(after, first, last uint32) {
-	f, t := &s.slots[first], &s.slots[last]
-	l := &s.lists[f.id()]
-	var next uint32
-	if after == nilIdx {
-		next, l.head = l.head, first
-	} else {
-		a := &s.slots[after]
-		next, a.next = a.next, first
-	}
-	f.prev, t.next = after, next
-	if next != nilIdx {
-		s.slots[next].prev = last
-	} else {
-		l.tail = last
-	}
+func (s *shard) splice(after, first, last uint32) {
+	s.list(first).Splice(s.slots, after, first, last)
 }
 
 // remove deletes the entry in slot pos (backward-shift deletion: later
 // entries of the probe run move up so lookups never need tombstones; their
 // LRU neighbours are re-pointed).
-func (s *prefixShard) remove(pos uint32) {
+func (s *shard) remove(pos uint32) {
 	s.unlink(pos)
 	s.used--
 	size := len(s.slots)
@@ -319,10 +278,10 @@ func (s *prefixShard) remove(pos uint32) {
 		if j++; j == size {
 			j = 0
 		}
-		if s.slots[j].key == 0 {
+		if s.slots[j].Key == 0 {
 			break
 		}
-		k := home(s.slots[j].hash(), size)
+		k := home(keyHash(s.slots[j].Key), size)
 		// The entry at j may move to i only if its home is not cyclically
 		// within (i, j].
 		if i <= j {
@@ -336,34 +295,22 @@ func (s *prefixShard) remove(pos uint32) {
 		i = j
 	}
 	e := &s.slots[i]
-	e.store(0)
-	e.prev, e.next = 0, 0
+	storeKey(e, 0)
+	e.Prev, e.Next = 0, 0
 }
 
 // move relocates the entry in slot from to the empty slot to.
-func (s *prefixShard) move(from, to uint32) {
-	e := s.slots[from]
-	t := &s.slots[to]
-	t.prev, t.next = e.prev, e.next
-	t.store(e.key)
+func (s *shard) move(from, to uint32) {
+	key := s.slots[from].Key
+	s.list(from).Relocate(s.slots, from, to)
+	storeKey(&s.slots[to], key)
 	atomic.StoreUint32(&s.stamps[to], s.stamps[from])
-	l := &s.lists[e.id()]
-	if e.prev != nilIdx {
-		s.slots[e.prev].next = to
-	} else {
-		l.head = to
-	}
-	if e.next != nilIdx {
-		s.slots[e.next].prev = to
-	} else {
-		l.tail = to
-	}
-	s.slots[from].store(0)
+	storeKey(&s.slots[from], 0)
 }
 
 // resize rebuilds the table with size slots, keeping every entry and each
 // endpoint's LRU order.
-func (s *prefixShard) resize(size int) {
+func (s *shard) resize(size int) {
 	old, oldStamps := s.slots, s.stamps
 	oldLists := append([]lruList(nil), s.lists...)
 	// Filled before it is published, so plain writes suffice; readers
@@ -374,19 +321,19 @@ func (s *prefixShard) resize(size int) {
 	for id := range s.lists {
 		// Not the tick, which optimistic readers may be loading.
 		l := &s.lists[id]
-		l.head, l.tail, l.n = nilIdx, nilIdx, 0
+		l.List = lru.Empty()
 	}
 	for id, l := range oldLists {
 		// Oldest first, so the newest ends up at the head again.
-		for pos := l.tail; pos != nilIdx; pos = old[pos].prev {
-			h := old[pos].hash()
+		for pos := l.Tail; pos != nilIdx; pos = old[pos].Prev {
+			h := keyHash(old[pos].Key)
 			np := home(h, size)
-			for s.slots[np].key != 0 {
+			for s.slots[np].Key != 0 {
 				if np++; np == size {
 					np = 0
 				}
 			}
-			s.slots[np].set(h, uint32(id))
+			s.slots[np].Key = h | uint64(id)
 			s.stamps[np] = oldStamps[pos]
 			s.linkFront(uint32(np))
 		}
@@ -395,12 +342,12 @@ func (s *prefixShard) resize(size int) {
 
 // purge removes every entry of endpoint id and shrinks the table when it is
 // mostly empty.
-func (s *prefixShard) purge(id uint32) {
+func (s *shard) purge(id uint32) {
 	if int(id) >= len(s.lists) {
 		return
 	}
-	for s.lists[id].head != nilIdx {
-		s.remove(s.lists[id].head)
+	for s.lists[id].Head != nilIdx {
+		s.remove(s.lists[id].Head)
 	}
 	if len(s.slots) > minSlots && s.used*5 < len(s.slots) {
 		s.resize(max(minSlots, s.used*5/2))
@@ -409,6 +356,6 @@ func (s *prefixShard) purge(id uint32) {
 
 // bytes is the shard's memory: the slot and stamp arrays at their
 // allocated size plus the per-endpoint list heads.
-func (s *prefixShard) bytes() int {
+func (s *shard) bytes() int {
 	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{}))
 }

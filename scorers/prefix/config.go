@@ -1,10 +1,13 @@
-package scorers
+package prefix
 
 import "fmt"
 
-// PrefixConfig configures the prefix scorer (YAML params of a scorer with
+// Type is the prefix scorer's type string in a profile's scorers list.
+const Type = "prefix"
+
+// Config configures the prefix scorer (YAML params of a scorer with
 // type "prefix").
-type PrefixConfig struct {
+type Config struct {
 	// BlockSize is the block length in tokens (block_size, default 64).
 	// The prompt is cut into blocks of BlockSize × BytesPerToken bytes.
 	BlockSize int `mapstructure:"block_size"`
@@ -26,20 +29,20 @@ type PrefixConfig struct {
 	Learn string `mapstructure:"learn"`
 }
 
-// DefaultPrefixConfig returns the defaults: 64-token blocks of 4 bytes a
+// DefaultConfig returns the defaults: 64-token blocks of 4 bytes a
 // token, 2048 blocks per prompt, 32768 blocks per endpoint, 16 shards.
-func DefaultPrefixConfig() PrefixConfig {
-	return PrefixConfig{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16, Learn: LearnFirstByte}
+func DefaultConfig() Config {
+	return Config{BlockSize: 64, BytesPerToken: 4, MaxBlocks: 2048, Capacity: 1 << 15, Shards: 16, Learn: LearnFirstByte}
 }
 
-// When the prefix scorer records a request's blocks (PrefixConfig.Learn).
+// When the prefix scorer records a request's blocks (Config.Learn).
 const (
 	LearnFirstByte = "first_byte"
 	LearnPick      = "pick"
 )
 
 // Validate checks the config; errors name the field.
-func (c PrefixConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.BlockSize <= 0:
 		return fmt.Errorf("prefix.block_size: must be > 0, got %d", c.BlockSize)

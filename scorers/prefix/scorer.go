@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"fmt"
@@ -13,9 +13,10 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/neutral"
 )
 
-// Prefix is an affinity scorer that prefers endpoints likely to hold the
+// Scorer is an affinity scorer that prefers endpoints likely to hold the
 // request's prompt prefix in their KV cache. It keeps an approximate
 // prefix-cache index built from its own routing history: what it sent
 // where, not what the servers report.
@@ -61,7 +62,7 @@ import (
 // endpoint per shard, at least 1), with LRU order inside a shard whose
 // promotion is lazy while the endpoint's list there has room and holds 64
 // or more: a block recorded again while still among its newest stays
-// where it is (prefixShard).
+// where it is (shard).
 // Hashes spread blocks evenly over shards, so an endpoint's shards fill at
 // the same rate and the global order is close to LRU; an endpoint never
 // holds more than its capacity. The index also never learns about server
@@ -83,13 +84,13 @@ import (
 // trying shards another core holds again later rather than waiting. So
 // picks write no shared index state unless they change the index, and
 // never contend on one global lock.
-type Prefix struct {
-	cfg        PrefixConfig
+type Scorer struct {
+	cfg        Config
 	blockBytes int
 	shardMask  uint64
-	shards     []prefixShard
+	shards     []shard
 
-	tab    atomic.Pointer[prefixEndpoints]
+	tab    atomic.Pointer[idTable]
 	poolMu sync.Mutex // serialises PoolChanged
 	freed  []uint32   // ids released by the previous PoolChanged
 
@@ -105,9 +106,9 @@ type Prefix struct {
 	log                  *slog.Logger
 }
 
-// prefixEndpoints is the published mapping from endpoints to the index's
+// idTable is the published mapping from endpoints to the index's
 // small numeric ids (1…), immutable once published.
-type prefixEndpoints struct {
+type idTable struct {
 	byPtr  map[*scheduler.Endpoint]uint32
 	byAddr map[string]uint32
 	// perShard is each id's capacity per shard, in blocks.
@@ -120,31 +121,46 @@ type prefixEndpoints struct {
 // id returns e's id, 0 when e is not in the index's pool. Pointers of the
 // current pool hit the first map; endpoints of the previous pool (a Pick
 // that started before SetEndpoints swapped pools) fall back to the address.
-func (t *prefixEndpoints) id(e *scheduler.Endpoint) uint32 {
+func (t *idTable) id(e *scheduler.Endpoint) uint32 {
 	if id, ok := t.byPtr[e]; ok {
 		return id
 	}
 	return t.byAddr[e.Address]
 }
 
-// NewPrefix builds a prefix scorer named name and registers its metrics.
-func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
+// Deps are the scorer's collaborators, the fields of scorers.Deps (which
+// converts to it). Nil fields get harmless defaults: no metrics
+// registered, logs discarded.
+type Deps struct {
+	// Registerer receives the scorer's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Logger is for construction-time and pool-change messages only; the
+	// scorer never logs on the request path.
+	Logger *slog.Logger
+}
+
+// New builds a prefix scorer named name and registers its metrics.
+func New(name string, cfg Config, deps Deps) (*Scorer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("scorer %q: %w", name, err)
 	}
-	p := &Prefix{
+	p := &Scorer{
 		cfg:        cfg,
 		blockBytes: cfg.BlockSize * cfg.BytesPerToken,
 		shardMask:  uint64(cfg.Shards - 1),
-		shards:     make([]prefixShard, cfg.Shards),
-		log:        deps.logger().With("scorer", name),
+		shards:     make([]shard, cfg.Shards),
+		log:        deps.Logger,
 	}
-	p.tab.Store(&prefixEndpoints{byPtr: map[*scheduler.Endpoint]uint32{}, byAddr: map[string]uint32{}, perShard: []uint32{0}, capacity: []uint32{0}})
-	n, err := newNeutralCounters(name, deps.Registerer, reasonUnknown)
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.log = p.log.With("scorer", name)
+	p.tab.Store(&idTable{byPtr: map[*scheduler.Endpoint]uint32{}, byAddr: map[string]uint32{}, perShard: []uint32{0}, capacity: []uint32{0}})
+	n, err := neutral.New(name, deps.Registerer, neutral.UnknownEndpoint)
 	if err != nil {
 		return nil, err
 	}
-	p.unknown = n.counter(reasonUnknown)
+	p.unknown = n.Counter(neutral.UnknownEndpoint)
 	p.reqBlocks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        "trimtab_prefix_request_blocks_total",
 		Help:        "Indexed prompt blocks of the requests the prefix scorer saw picked (retries count again).",
@@ -156,8 +172,8 @@ func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
 		ConstLabels: prometheus.Labels{"scorer": name},
 	})
 	if deps.Registerer != nil {
-		registered := []prometheus.Collector{n.vec}
-		for _, c := range []prometheus.Collector{newPrefixCollector(p, name), p.reqBlocks, p.hitBlocks} {
+		registered := []prometheus.Collector{n.Vec}
+		for _, c := range []prometheus.Collector{newCollector(p, name), p.reqBlocks, p.hitBlocks} {
 			if err := deps.Registerer.Register(c); err != nil {
 				for _, r := range registered {
 					deps.Registerer.Unregister(r)
@@ -170,13 +186,16 @@ func NewPrefix(name string, cfg PrefixConfig, deps Deps) (*Prefix, error) {
 	return p, nil
 }
 
-// Category implements scheduler.Scorer: affinity.
-func (*Prefix) Category() scheduler.Category { return scheduler.CategoryAffinity }
+// Config returns the scorer's configuration.
+func (p *Scorer) Config() Config { return p.cfg }
 
-// prefixScratch is the per-decision scratch kept in the CycleState slot:
+// Category implements scheduler.Scorer: affinity.
+func (*Scorer) Category() scheduler.Category { return scheduler.CategoryAffinity }
+
+// cycleScratch is the per-decision scratch kept in the CycleState slot:
 // the request's block hashes, computed once in Score and reused by Picked.
-type prefixScratch struct {
-	owner   *Prefix            // scorer the buffers are sized for
+type cycleScratch struct {
+	owner   *Scorer            // scorer the buffers are sized for
 	req     *scheduler.Request // request the hashes belong to
 	n       int                // blocks hashed (0: nothing to record)
 	hashes  []uint64
@@ -185,7 +204,7 @@ type prefixScratch struct {
 	held    []uint64              // per candidate, a bitmap of blocks it holds
 	matched []int32               // per candidate, leading blocks held (Score's numerator)
 	ids     []uint32              // per candidate, its id
-	idsTab  *prefixEndpoints      // table ids was resolved with
+	idsTab  *idTable              // table ids was resolved with
 	idsFor  []*scheduler.Endpoint // candidates ids was resolved for
 	candOf  []int32               // by id, candidate index + 1 (0: not a candidate)
 	// seen[b] is where Score last saw block b held by a candidate, so
@@ -202,12 +221,12 @@ type prefixScratch struct {
 
 type seenAt struct{ pos, id uint32 }
 
-func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
+func (p *Scorer) scratch(cs *scheduler.CycleState) *cycleScratch {
 	slot := cs.Slot()
-	if sc, ok := (*slot).(*prefixScratch); ok && sc.owner == p {
+	if sc, ok := (*slot).(*cycleScratch); ok && sc.owner == p {
 		return sc
 	}
-	sc := &prefixScratch{
+	sc := &cycleScratch{
 		owner:   p,
 		hashes:  make([]uint64, 0, p.cfg.MaxBlocks),
 		byShard: make([]uint16, p.cfg.MaxBlocks),
@@ -220,7 +239,7 @@ func (p *Prefix) scratch(cs *scheduler.CycleState) *prefixScratch {
 }
 
 // blocks returns how many full blocks of prompt the scorer indexes.
-func (p *Prefix) blocks(prompt []byte) int { return min(len(prompt)/p.blockBytes, p.cfg.MaxBlocks) }
+func (p *Scorer) blocks(prompt []byte) int { return min(len(prompt)/p.blockBytes, p.cfg.MaxBlocks) }
 
 // seed derives the hash chain's seed from the model and the cache salt.
 func seed(model, salt string) uint64 {
@@ -240,7 +259,7 @@ func mix64(z uint64) uint64 {
 
 // hashBlocks fills sc.hashes with the prefix hashes of the first n blocks
 // of req.Prompt and groups the block indexes by shard.
-func (p *Prefix) hashBlocks(sc *prefixScratch, req *scheduler.Request, n int) {
+func (p *Scorer) hashBlocks(sc *cycleScratch, req *scheduler.Request, n int) {
 	sc.hashes = sc.hashes[:n]
 	chainHashes(sc.hashes, req.Prompt, p.blockBytes, seed(req.Model, req.CacheSalt))
 	byShard(sc.hashes, p.shardMask, sc.start, sc.byShard)
@@ -313,7 +332,7 @@ func byShard(hashes []uint64, mask uint64, start []int32, idx []uint16) {
 }
 
 // Score implements scheduler.Scorer.
-func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
+func (p *Scorer) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
 	sc := p.scratch(cs)
 	sc.req, sc.n = req, 0
 	n := p.blocks(req.Prompt)
@@ -376,7 +395,7 @@ func (p *Prefix) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 // indexed part the full blocks Score matches (at most max_blocks) ×
 // block_size, and each candidate holds its leading matched blocks ×
 // block_size tokens.
-func (p *Prefix) Match(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint) {
+func (p *Scorer) Match(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint) {
 	sc := p.scratch(cs)
 	sc.matchOut = grow(sc.matchOut, len(eps))
 	p.Score(cs, req, eps, sc.matchOut)
@@ -394,7 +413,7 @@ func (p *Prefix) Match(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 // the same pool pointers in the same order from one decision to the next,
 // so the previous answer is reused after a pointer comparison instead of a
 // map lookup per candidate.
-func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*scheduler.Endpoint) {
+func (p *Scorer) resolveIDs(sc *cycleScratch, tab *idTable, eps []*scheduler.Endpoint) {
 	if sc.idsTab == tab && slices.Equal(sc.idsFor, eps) {
 		return
 	}
@@ -408,8 +427,8 @@ func (p *Prefix) resolveIDs(sc *prefixScratch, tab *prefixEndpoints, eps []*sche
 
 // hashed returns the scratch in which Score hashed req's blocks, nil when
 // there is none (another scorer's slot, another request, no full block).
-func (p *Prefix) hashed(cs *scheduler.CycleState, req *scheduler.Request) *prefixScratch {
-	sc, ok := (*cs.Slot()).(*prefixScratch)
+func (p *Scorer) hashed(cs *scheduler.CycleState, req *scheduler.Request) *cycleScratch {
+	sc, ok := (*cs.Slot()).(*cycleScratch)
 	if !ok || sc.owner != p || sc.req != req || sc.n == 0 {
 		return nil
 	}
@@ -419,7 +438,7 @@ func (p *Prefix) hashed(cs *scheduler.CycleState, req *scheduler.Request) *prefi
 // Picked implements scheduler.PickObserver: it counts the request's blocks
 // and the chosen endpoint's hits and, with learn: pick, records the blocks
 // on it, reusing the hashes Score computed.
-func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
+func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen *scheduler.Endpoint) {
 	sc := p.hashed(cs, req)
 	if sc == nil {
 		return
@@ -447,7 +466,7 @@ func (p *Prefix) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 // FirstByte implements scheduler.FirstByteObserver: with learn:
 // first_byte, it records the request's blocks on the endpoint that
 // answered, now that the endpoint has computed them.
-func (p *Prefix) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep *scheduler.Endpoint) {
+func (p *Scorer) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep *scheduler.Endpoint) {
 	if p.cfg.Learn == LearnPick {
 		return
 	}

@@ -1,9 +1,10 @@
-package scorers
+package prefix
 
 import (
 	"testing"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
 
 // FuzzPrefix feeds arbitrary prompts (outside input) through the prefix
@@ -18,10 +19,10 @@ func FuzzPrefix(f *testing.F) {
 		cfg := smallPrefix()
 		cfg.BlockSize = 1 + int(blockTokens%32)
 		p := mustPrefix(t, cfg)
-		h := newHarness(t, p, eps("a:1", "b:1"))
+		h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
 		req := scheduler.Request{Model: model, CacheSalt: salt, Prompt: pr}
-		h.route(t, req, "a:1")
-		got, _ := h.pick(t, &req)
+		route(t, h, req, "a:1")
+		got, _ := h.Pick(t, &req)
 		for _, v := range got {
 			if !(v >= 0 && v <= 1) {
 				t.Fatalf("score %v outside [0,1]", v)
@@ -46,7 +47,7 @@ func FuzzPrefixPeer(f *testing.F) {
 		cfg := smallPrefix()
 		cfg.Shards, cfg.Capacity = 2, 8
 		p := mustPrefix(t, cfg)
-		h := newHarness(t, p, eps("a:1", "b:1"))
+		h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
 		hashes := make([]uint64, len(raw)/8)
 		for i := range hashes {
 			for b := range 8 {
@@ -61,9 +62,9 @@ func FuzzPrefixPeer(f *testing.F) {
 			}
 		}
 		checkIndex(t, p)
-		h.route(t, scheduler.Request{Model: "m", Prompt: prompt("ABCD")}, "b:1")
+		route(t, h, scheduler.Request{Model: "m", Prompt: prompt("ABCD")}, "b:1")
 		checkIndex(t, p)
-		got, _ := h.pick(t, &scheduler.Request{Model: "m", Prompt: prompt("ABCD")})
+		got, _ := h.Pick(t, &scheduler.Request{Model: "m", Prompt: prompt("ABCD")})
 		for _, v := range got {
 			if !(v >= 0 && v <= 1) {
 				t.Fatalf("score %v outside [0,1]", v)

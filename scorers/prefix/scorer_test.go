@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"context"
@@ -6,19 +6,19 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
 
 // smallPrefix is a prefix config with 16-byte blocks (4 tokens × 4 bytes)
 // so tests can spell prompts block by block: prompt("ABC") is three blocks.
-func smallPrefix() PrefixConfig {
-	cfg := DefaultPrefixConfig()
+func smallPrefix() Config {
+	cfg := DefaultConfig()
 	cfg.BlockSize = 4
 	cfg.MaxBlocks = 8
 	return cfg
@@ -35,12 +35,31 @@ func prompt(blocks string) []byte {
 
 // route sends a request to the endpoint at addr (the subset hint forces
 // it), so the index records the prompt there.
-func (h *harness) route(t *testing.T, req scheduler.Request, addr string) {
+func route(t *testing.T, h *scorertest.Harness, req scheduler.Request, addr string) {
 	t.Helper()
 	req.Subset = []string{addr}
-	if _, chosen := h.pick(t, &req); chosen != addr {
+	if _, chosen := h.Pick(t, &req); chosen != addr {
 		t.Fatalf("routed to %s, want %s", chosen, addr)
 	}
+}
+
+func mustPrefix(tb testing.TB, cfg Config) *Scorer {
+	tb.Helper()
+	p, err := New("prefix", cfg, Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// scorerOf returns the prefix scorer h drives.
+func scorerOf(tb testing.TB, h *scorertest.Harness) *Scorer {
+	tb.Helper()
+	p, ok := h.Sc.(*Scorer)
+	if !ok {
+		tb.Fatal("not a prefix scorer")
+	}
+	return p
 }
 
 func TestPrefixScore(t *testing.T) {
@@ -49,7 +68,7 @@ func TestPrefixScore(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		cfg     func(*PrefixConfig)
+		cfg     func(*Config)
 		history []routed
 		query   scheduler.Request
 		want    []float64 // for a, b, c
@@ -116,14 +135,14 @@ func TestPrefixScore(t *testing.T) {
 		},
 		{
 			name:    "max blocks caps the request",
-			cfg:     func(c *PrefixConfig) { c.MaxBlocks = 3 },
+			cfg:     func(c *Config) { c.MaxBlocks = 3 },
 			history: []routed{{prompt: "ABC", to: "a:1"}},
 			query:   scheduler.Request{Prompt: prompt("ABCDEF")},
 			want:    []float64{1, 0, 0}, // only A B C are counted: 3/3
 		},
 		{
 			name:    "bigger blocks",
-			cfg:     func(c *PrefixConfig) { c.BlockSize = 8 }, // 32-byte blocks: AB is one block
+			cfg:     func(c *Config) { c.BlockSize = 8 }, // 32-byte blocks: AB is one block
 			history: []routed{{prompt: "ABCD", to: "a:1"}},
 			query:   scheduler.Request{Prompt: prompt("ABCX")},
 			want:    []float64{0.5, 0, 0}, // blocks AB, CX: AB matches → 1/2
@@ -135,12 +154,12 @@ func TestPrefixScore(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
 			}
-			h := newHarness(t, mustPrefix(t, cfg), eps("a:1", "b:1", "c:1"))
+			h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
 			for _, r := range tt.history {
-				h.route(t, scheduler.Request{Model: r.model, CacheSalt: r.salt, Prompt: prompt(r.prompt)}, r.to)
+				route(t, h, scheduler.Request{Model: r.model, CacheSalt: r.salt, Prompt: prompt(r.prompt)}, r.to)
 			}
-			got, _ := h.pick(t, &tt.query)
-			checkScores(t, got, tt.want)
+			got, _ := h.Pick(t, &tt.query)
+			scorertest.CheckScores(t, got, tt.want)
 		})
 	}
 }
@@ -149,18 +168,18 @@ func TestPrefixScore(t *testing.T) {
 // prompt: the blocks after the hole no longer count.
 func TestPrefixStopsAtFirstMiss(t *testing.T) {
 	p := mustPrefix(t, smallPrefix())
-	h := newHarness(t, p, eps("a:1", "b:1"))
-	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
+	route(t, h, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
 	// Find block B's hash through a scoring pass, then delete its entry.
-	cs := h.cycleState(t)
+	cs := h.CycleState(t)
 	out := make([]float64, 2)
 	req := &scheduler.Request{Prompt: prompt("ABCD")}
-	p.Score(cs, req, h.s.Pool().Pointers(), out)
-	hb := (*cs.Slot()).(*prefixScratch).hashes[1]
+	p.Score(cs, req, h.S.Pool().Pointers(), out)
+	hb := (*cs.Slot()).(*cycleScratch).hashes[1]
 	sh := &p.shards[hb&p.shardMask]
 	removed := false
 	for pos := range sh.slots {
-		if e := &sh.slots[pos]; e.id() != 0 && e.hash() == hb&hashMask {
+		if e := &sh.slots[pos]; keyID(e.Key) != 0 && keyHash(e.Key) == hb&hashMask {
 			sh.remove(uint32(pos))
 			removed = true
 			break
@@ -169,37 +188,37 @@ func TestPrefixStopsAtFirstMiss(t *testing.T) {
 	if !removed {
 		t.Fatal("block B not in the index")
 	}
-	got, _ := h.pick(t, req)
-	checkScores(t, got, []float64{0.25, 0}) // A found, B missing: 1/4 though C and D are cached
+	got, _ := h.Pick(t, req)
+	scorertest.CheckScores(t, got, []float64{0.25, 0}) // A found, B missing: 1/4 though C and D are cached
 }
 
 func TestPrefixEvictsTailFirst(t *testing.T) {
 	cfg := smallPrefix()
 	cfg.Shards, cfg.Capacity = 1, 6
 	p := mustPrefix(t, cfg)
-	h := newHarness(t, p, eps("a:1", "b:1"))
-	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1") // LRU, newest first: A B C D
-	h.route(t, scheduler.Request{Prompt: prompt("XY")}, "a:1")   // X Y A B C D (6: full)
-	h.route(t, scheduler.Request{Prompt: prompt("PQ")}, "a:1")   // P Q X Y A B; C, D evicted
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
+	route(t, h, scheduler.Request{Prompt: prompt("ABCD")}, "a:1") // LRU, newest first: A B C D
+	route(t, h, scheduler.Request{Prompt: prompt("XY")}, "a:1")   // X Y A B C D (6: full)
+	route(t, h, scheduler.Request{Prompt: prompt("PQ")}, "a:1")   // P Q X Y A B; C, D evicted
 	if st := p.Stats(); st.Blocks != 6 || st.Evictions != 2 {
 		t.Errorf("stats %+v, want 6 blocks, 2 evictions", st)
 	}
-	got, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
-	checkScores(t, got, []float64{0.5, 0}) // A B kept, C D gone: 2/4
+	got, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	scorertest.CheckScores(t, got, []float64{0.5, 0}) // A B kept, C D gone: 2/4
 }
 
 func TestPrefixLRUBoundsMemory(t *testing.T) {
 	cfg := smallPrefix()
 	cfg.Capacity = 64 // 16 shards × 4 blocks per endpoint
 	p := mustPrefix(t, cfg)
-	h := newHarness(t, p, eps("a:1", "b:1"))
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
 	rng := rand.New(rand.NewPCG(1, 2))
 	var last []byte
 	var maxBytes int
 	for i := range 2000 {
 		pr := make([]byte, 8*16)
-		fill(rng, pr)
-		h.route(t, scheduler.Request{Prompt: pr}, "a:1")
+		scorertest.Fill(rng, pr)
+		route(t, h, scheduler.Request{Prompt: pr}, "a:1")
 		last = pr
 		st := p.Stats()
 		if st.Blocks > 64 {
@@ -219,7 +238,7 @@ func TestPrefixLRUBoundsMemory(t *testing.T) {
 	}
 	// The latest prompt has its first blocks: block 0 was touched last in
 	// every shard, so at least it survives.
-	got, _ := h.pick(t, &scheduler.Request{Prompt: last})
+	got, _ := h.Pick(t, &scheduler.Request{Prompt: last})
 	if got[0] == 0 {
 		t.Errorf("latest prompt lost entirely: %v", got)
 	}
@@ -227,11 +246,11 @@ func TestPrefixLRUBoundsMemory(t *testing.T) {
 }
 
 func TestPrefixCapacityFromServerCache(t *testing.T) {
-	p := mustPrefix(t, DefaultPrefixConfig())
-	es := eps("a:1", "b:1")
+	p := mustPrefix(t, DefaultConfig())
+	es := scorertest.Eps("a:1", "b:1")
 	// 100 blocks × 16 tokens / 64 tokens per index block = 25 blocks.
 	es[0].CacheBlocks, es[0].CacheBlockSize = 100, 16
-	newHarness(t, p, es)
+	scorertest.NewHarness(t, p, es)
 	if st := p.Stats(); st.Capacity != 25+32768 || st.Endpoints != 2 {
 		t.Errorf("stats %+v, want capacity 25 + 32768 (default) over 2 endpoints", st)
 	}
@@ -239,38 +258,38 @@ func TestPrefixCapacityFromServerCache(t *testing.T) {
 
 func TestPrefixPurgesEndpointsThatLeave(t *testing.T) {
 	p := mustPrefix(t, smallPrefix())
-	h := newHarness(t, p, eps("a:1", "b:1"))
-	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
-	h.route(t, scheduler.Request{Prompt: prompt("ABC")}, "b:1")
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
+	route(t, h, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	route(t, h, scheduler.Request{Prompt: prompt("ABC")}, "b:1")
 	if st := p.Stats(); st.Blocks != 7 {
 		t.Fatalf("blocks %d, want 4 + 3", st.Blocks)
 	}
-	h.s.SetEndpoints(eps("b:1"))
+	h.S.SetEndpoints(scorertest.Eps("b:1"))
 	if st := p.Stats(); st.Blocks != 3 || st.Endpoints != 1 {
 		t.Fatalf("after a left: %+v, want b's 3 blocks", st)
 	}
 	// A new endpoint may get a's recycled id: it must start empty, and a
 	// returning a must too.
-	h.s.SetEndpoints(eps("b:1", "d:1"))
-	h.s.SetEndpoints(eps("a:1", "b:1", "d:1"))
-	got, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
-	checkScores(t, got, []float64{0, 0.75, 0}) // a: forgotten; b: 3/4; d: new
+	h.S.SetEndpoints(scorertest.Eps("b:1", "d:1"))
+	h.S.SetEndpoints(scorertest.Eps("a:1", "b:1", "d:1"))
+	got, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	scorertest.CheckScores(t, got, []float64{0, 0.75, 0}) // a: forgotten; b: 3/4; d: new
 	// Refreshing the pool with the same addresses keeps everything.
-	h.s.SetEndpoints(eps("a:1", "b:1", "d:1"))
-	got, _ = h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
+	h.S.SetEndpoints(scorertest.Eps("a:1", "b:1", "d:1"))
+	got, _ = h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD")})
 	// The previous pick sent ABCD to b (best score), so b now has all 4.
-	checkScores(t, got, []float64{0, 1, 0})
+	scorertest.CheckScores(t, got, []float64{0, 1, 0})
 	checkIndex(t, p)
 }
 
 func TestPrefixMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	p, err := NewPrefix("prefix", smallPrefix(), Deps{Registerer: reg})
+	p, err := New("prefix", smallPrefix(), Deps{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, p, eps("a:1", "b:1"))
-	h.route(t, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
+	route(t, h, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
 	st := p.Stats()
 	// Bytes is asserted against the index's own accounting; the benchmark
 	// checks that accounting against runtime.MemStats.
@@ -295,7 +314,7 @@ trimtab_prefix_index_evictions_total{scorer="prefix"} 0
 	}
 	// Hit ratio: the first request found nothing (0 of 4 blocks); ABCX on
 	// a:1, where the index holds ABCD, finds the leading ABC: 3 of 4.
-	h.route(t, scheduler.Request{Prompt: prompt("ABCX")}, "a:1")
+	route(t, h, scheduler.Request{Prompt: prompt("ABCX")}, "a:1")
 	hits := `
 # HELP trimtab_prefix_hit_blocks_total Leading prompt blocks the chosen endpoint already held by the index: hit_blocks / request_blocks is the router-side prefix hit ratio.
 # TYPE trimtab_prefix_hit_blocks_total counter
@@ -320,7 +339,7 @@ trimtab_prefix_request_blocks_total{scorer="prefix"} 8
 func TestPrefixShardMatchesModel(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		var sh prefixShard
+		var sh shard
 		sh.ensureIDs(6)
 		const capacity = 12
 		model := map[uint32][]uint64{} // id → hashes, newest first
@@ -387,14 +406,14 @@ func TestPrefixShardMatchesModel(t *testing.T) {
 
 // shardMatches checks a shard's structure and that each endpoint's LRU
 // list equals the model's, newest first.
-func shardMatches(sh *prefixShard, model map[uint32][]uint64) error {
+func shardMatches(sh *shard, model map[uint32][]uint64) error {
 	if err := shardConsistent(sh); err != nil {
 		return err
 	}
 	for id := range sh.lists {
 		var got []uint64
-		for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-			got = append(got, sh.slots[pos].hash())
+		for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+			got = append(got, keyHash(sh.slots[pos].Key))
 		}
 		if want := model[uint32(id)]; !slices.Equal(got, want) {
 			return fmt.Errorf("id %d: LRU %x, want %x", id, got, want)
@@ -406,17 +425,17 @@ func shardMatches(sh *prefixShard, model map[uint32][]uint64) error {
 // shardConsistent checks the invariants of a shard: every entry is
 // reachable from its home slot without crossing an empty slot, links are
 // symmetric, counts agree.
-func shardConsistent(sh *prefixShard) error {
+func shardConsistent(sh *shard) error {
 	size := len(sh.slots)
 	used := 0
 	for pos := range sh.slots {
-		if sh.slots[pos].id() == 0 {
+		if keyID(sh.slots[pos].Key) == 0 {
 			continue
 		}
 		used++
-		hm := home(sh.slots[pos].hash(), size)
+		hm := home(keyHash(sh.slots[pos].Key), size)
 		for q := hm; q != pos; q = (q + 1) % size {
-			if sh.slots[q].id() == 0 {
+			if keyID(sh.slots[q].Key) == 0 {
 				return fmt.Errorf("slot %d (home %d) unreachable: empty slot %d", pos, hm, q)
 			}
 		}
@@ -431,20 +450,20 @@ func shardConsistent(sh *prefixShard) error {
 	for id, l := range sh.lists {
 		n := uint32(0)
 		prev := nilIdx
-		for pos := l.head; pos != nilIdx; pos = sh.slots[pos].next {
-			if e := &sh.slots[pos]; e.id() != uint32(id) {
-				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, e.id())
+		for pos := l.Head; pos != nilIdx; pos = sh.slots[pos].Next {
+			if e := &sh.slots[pos]; keyID(e.Key) != uint32(id) {
+				return fmt.Errorf("list %d holds slot %d of id %d", id, pos, keyID(e.Key))
 			}
-			if e := &sh.slots[pos]; e.prev != prev {
-				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.prev, prev)
+			if e := &sh.slots[pos]; e.Prev != prev {
+				return fmt.Errorf("list %d: slot %d prev %d, want %d", id, pos, e.Prev, prev)
 			}
 			prev = pos
 			if n++; int(n) > size {
 				return fmt.Errorf("list %d has a cycle", id)
 			}
 		}
-		if l.tail != prev || l.n != n {
-			return fmt.Errorf("list %d: tail %d n %d, walked tail %d n %d", id, l.tail, l.n, prev, n)
+		if l.Tail != prev || l.N != n {
+			return fmt.Errorf("list %d: tail %d n %d, walked tail %d n %d", id, l.Tail, l.N, prev, n)
 		}
 		total += int(n)
 	}
@@ -456,7 +475,7 @@ func shardConsistent(sh *prefixShard) error {
 
 // checkIndex checks every shard of p and that no endpoint exceeds its
 // capacity.
-func checkIndex(t *testing.T, p *Prefix) {
+func checkIndex(t *testing.T, p *Scorer) {
 	t.Helper()
 	tab := p.tab.Load()
 	for s := range p.shards {
@@ -464,8 +483,8 @@ func checkIndex(t *testing.T, p *Prefix) {
 		sh.mu.RLock()
 		err := shardConsistent(sh)
 		for id, l := range sh.lists {
-			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.n > tab.perShard[id] {
-				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.n, tab.perShard[id])
+			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.N > tab.perShard[id] {
+				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.N, tab.perShard[id])
 			}
 		}
 		sh.mu.RUnlock()
@@ -475,90 +494,20 @@ func checkIndex(t *testing.T, p *Prefix) {
 	}
 }
 
-// TestPrefixConcurrent races picks (scoring and recording), pool changes
-// and metric scrapes; run it with -race.
-func TestPrefixConcurrent(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	cfg := smallPrefix()
-	cfg.Capacity = 256
-	p, err := NewPrefix("prefix", cfg, Deps{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := NewSession("session", DefaultSessionConfig(), Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-		{Name: "prefix", Scorer: p, Weight: 3},
-		{Name: "session", Scorer: sess, Weight: 1},
-	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pools := [][]scheduler.Endpoint{
-		eps("a:1", "b:1", "c:1", "d:1"),
-		eps("a:1", "c:1", "e:1"),
-		eps("b:1", "d:1", "e:1", "f:1", "g:1"),
-	}
-	s.SetEndpoints(pools[0])
-	var pickers, changer sync.WaitGroup
-	stop := make(chan struct{})
-	for g := range 4 {
-		pickers.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 1))
-			for i := range 400 {
-				pr := prompt(strings.Repeat(string(rune('A'+rng.IntN(4))), 1+rng.IntN(8)))
-				req := &scheduler.Request{Prompt: pr, SessionID: fmt.Sprint("s", rng.IntN(50))}
-				d, err := s.Pick(t.Context(), req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if i%3 == 0 {
-					d.Advance()
-				}
-				d.Done(scheduler.Outcome{})
-			}
-		})
-	}
-	changer.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s.SetEndpoints(pools[i%len(pools)])
-			_ = p.Stats()
-			if _, err := reg.Gather(); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	pickers.Wait()
-	close(stop)
-	changer.Wait()
-	checkIndex(t, p)
-	if st := p.Stats(); st.Blocks > st.Capacity {
-		t.Errorf("%d blocks over capacity %d", st.Blocks, st.Capacity)
-	}
-}
-
 // TestPrefixBytesPerBlock fills an index to capacity and checks the
 // memory target: at most 48 bytes per cached (block, endpoint) entry,
 // everything included.
 func TestPrefixBytesPerBlock(t *testing.T) {
-	cfg := DefaultPrefixConfig()
+	cfg := DefaultConfig()
 	cfg.Capacity = 4096
 	p := mustPrefix(t, cfg)
-	h := newHarness(t, p, benchEndpoints(8, 1))
+	h := scorertest.NewHarness(t, p, scorertest.BenchEndpoints(8, 1))
 	rng := rand.New(rand.NewPCG(9, 9))
 	pr := make([]byte, 128*256) // 128 blocks
-	addrs := h.s.Pool().Endpoints
+	addrs := h.S.Pool().Endpoints
 	for i := range 8 * 4096 / 128 * 2 { // twice the capacity: full and evicting
-		fill(rng, pr[:8])
-		h.route(t, scheduler.Request{Prompt: pr}, addrs[i%len(addrs)].Address)
+		scorertest.Fill(rng, pr[:8])
+		route(t, h, scheduler.Request{Prompt: pr}, addrs[i%len(addrs)].Address)
 	}
 	st := p.Stats()
 	if st.Evictions == 0 {
@@ -583,23 +532,23 @@ func TestPrefixBytesPerBlock(t *testing.T) {
 // cached one only in its last block matches 511 of 512 blocks; one that
 // differs only in its first block matches none.
 func TestPrefixDefaultCoversLongPrompts(t *testing.T) {
-	p := mustPrefix(t, DefaultPrefixConfig())
-	h := newHarness(t, p, eps("a:1", "b:1"))
+	p := mustPrefix(t, DefaultConfig())
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
 	rng := rand.New(rand.NewPCG(7, 8))
 	long := make([]byte, 32<<10*4)
-	fill(rng, long)
+	scorertest.Fill(rng, long)
 	if n := p.blocks(long); n != 512 {
 		t.Fatalf("a 32k-token prompt has %d indexed blocks, want 512", n)
 	}
-	h.route(t, scheduler.Request{Prompt: long}, "a:1")
+	route(t, h, scheduler.Request{Prompt: long}, "a:1")
 	tail := slices.Clone(long)
 	tail[len(tail)-1]++
-	got, _ := h.pick(t, &scheduler.Request{Prompt: tail})
-	checkScores(t, got, []float64{511.0 / 512, 0}) // all but the last block
+	got, _ := h.Pick(t, &scheduler.Request{Prompt: tail})
+	scorertest.CheckScores(t, got, []float64{511.0 / 512, 0}) // all but the last block
 	head := slices.Clone(long)
 	head[0]++
-	got, _ = h.pick(t, &scheduler.Request{Prompt: head})
-	checkScores(t, got, []float64{0, 0}) // block 0 differs: every hash differs
+	got, _ = h.Pick(t, &scheduler.Request{Prompt: head})
+	scorertest.CheckScores(t, got, []float64{0, 0}) // block 0 differs: every hash differs
 }
 
 // TestPrefixLearnsAtFirstByte: with learn: first_byte (the default) a
@@ -613,15 +562,15 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 		t.Run(learn, func(t *testing.T) {
 			cfg := smallPrefix()
 			cfg.Learn = learn
-			h := newHarness(t, mustPrefix(t, cfg), eps("a:1", "b:1", "c:1"))
+			h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
 			first := scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}
-			d, err := h.s.Pick(ctx, &first)
+			d, err := h.S.Pick(ctx, &first)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A second request with the same prompt while the first is
 			// still computing it (kept open, so it records nothing).
-			d2, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
+			d2, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -637,7 +586,7 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 				t.Errorf("before the first byte: scores %v, want %v", scores, wantPending)
 			}
 			d.FirstByte()
-			if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}); scores[0] != 1 {
+			if scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}); scores[0] != 1 {
 				t.Errorf("after the first byte: a scores %v, want 1", scores[0])
 			}
 			d2.Done(scheduler.Outcome{})
@@ -645,23 +594,23 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 		})
 	}
 	t.Run("failed before the first byte", func(t *testing.T) {
-		h := newHarness(t, mustPrefix(t, smallPrefix()), eps("a:1"))
-		d, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
+		h := scorertest.NewHarness(t, mustPrefix(t, smallPrefix()), scorertest.Eps("a:1"))
+		d, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Done(scheduler.Outcome{Kind: scheduler.OutcomeError})
-		if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 0 {
+		if scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 0 {
 			t.Errorf("after a failure with no answer: a scores %v, want 0", scores[0])
 		}
 		// A success whose first byte the proxy never reported counts.
-		if scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 1 {
+		if scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD")}); scores[0] != 1 {
 			t.Errorf("after a success: a scores %v, want 1", scores[0])
 		}
 	})
 	t.Run("fallback", func(t *testing.T) {
-		h := newHarness(t, mustPrefix(t, smallPrefix()), eps("a:1", "b:1"))
-		d, err := h.s.Pick(ctx, &scheduler.Request{Prompt: prompt("WXYZ")})
+		h := scorertest.NewHarness(t, mustPrefix(t, smallPrefix()), scorertest.Eps("a:1", "b:1"))
+		d, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("WXYZ")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -672,7 +621,7 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 		served := d.Endpoint.Address
 		d.FirstByte()
 		d.Done(scheduler.Outcome{})
-		scores, _ := h.pick(t, &scheduler.Request{Prompt: prompt("WXYZ"), Subset: []string{failed, served}})
+		scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("WXYZ"), Subset: []string{failed, served}})
 		got := map[string]float64{}
 		for i, e := range []string{"a:1", "b:1"} {
 			got[e] = scores[i]
@@ -695,7 +644,7 @@ func TestChainHashes(t *testing.T) {
 		t.Run(fmt.Sprint(bb), func(t *testing.T) {
 			const n = 12
 			pr := make([]byte, n*bb)
-			fill(rng, pr)
+			scorertest.Fill(rng, pr)
 			base := make([]uint64, n)
 			chainHashes(base, pr, bb, 7)
 			again := make([]uint64, n)

@@ -1,4 +1,4 @@
-package scorers
+package scorertest
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-// harness drives one scorer through a real scheduler: scheduler.CycleState
+// Harness drives one scorer through a real scheduler: scheduler.CycleState
 // can only be made by the scheduler, and going through Pick exercises
 // Score, Picked, Done and PoolChanged exactly as production does.
-type harness struct {
-	s    *scheduler.Scheduler
-	sc   scheduler.Scorer
+type Harness struct {
+	S    *scheduler.Scheduler
+	Sc   scheduler.Scorer
 	grab *csGrabber
 }
 
@@ -28,7 +28,9 @@ func (g *csGrabber) Score(cs *scheduler.CycleState, _ *scheduler.Request, _ []*s
 	clear(out)
 }
 
-func newHarness(tb testing.TB, sc scheduler.Scorer, eps []scheduler.Endpoint) *harness {
+// NewHarness returns a harness whose scheduler runs sc (weight 1) over the
+// pool eps.
+func NewHarness(tb testing.TB, sc scheduler.Scorer, eps []scheduler.Endpoint) *Harness {
 	tb.Helper()
 	g := &csGrabber{}
 	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
@@ -39,14 +41,14 @@ func newHarness(tb testing.TB, sc scheduler.Scorer, eps []scheduler.Endpoint) *h
 		tb.Fatal(err)
 	}
 	s.SetEndpoints(eps)
-	return &harness{s: s, sc: sc, grab: g}
+	return &Harness{S: s, Sc: sc, grab: g}
 }
 
-// pick runs one decision and returns the scorer's score per candidate (in
+// Pick runs one decision and returns the scorer's score per candidate (in
 // pool order: the harness has no filters) and the chosen address.
-func (h *harness) pick(tb testing.TB, req *scheduler.Request) ([]float64, string) {
+func (h *Harness) Pick(tb testing.TB, req *scheduler.Request) ([]float64, string) {
 	tb.Helper()
-	d, err := h.s.Pick(context.Background(), req)
+	d, err := h.S.Pick(context.Background(), req)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -59,49 +61,34 @@ func (h *harness) pick(tb testing.TB, req *scheduler.Request) ([]float64, string
 	return scores, chosen
 }
 
-func (h *harness) pickDone(tb testing.TB, req *scheduler.Request) {
-	d, err := h.s.Pick(context.Background(), req)
+// PickDone runs one decision and finishes it.
+func (h *Harness) PickDone(tb testing.TB, req *scheduler.Request) {
+	tb.Helper()
+	d, err := h.S.Pick(context.Background(), req)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	d.Done(scheduler.Outcome{})
 }
 
-// cycleState returns a CycleState whose current slot is the scorer's, from
+// CycleState returns a CycleState whose current slot is the scorer's, from
 // a decision that is never finished (so never recycled). After Pick the
 // scheduler leaves the state on its last PickObserver, the scorer under
 // test, which is why this only works for scorers implementing Picked.
-func (h *harness) cycleState(tb testing.TB) *scheduler.CycleState {
+func (h *Harness) CycleState(tb testing.TB) *scheduler.CycleState {
 	tb.Helper()
-	if _, ok := h.sc.(scheduler.PickObserver); !ok {
+	if _, ok := h.Sc.(scheduler.PickObserver); !ok {
 		tb.Fatal("cycleState needs a PickObserver scorer")
 	}
-	if _, err := h.s.Pick(context.Background(), &scheduler.Request{Model: "m"}); err != nil {
+	if _, err := h.S.Pick(context.Background(), &scheduler.Request{Model: "m"}); err != nil {
 		tb.Fatal(err)
 	}
 	return h.grab.cs
 }
 
-func (h *harness) prefix(tb testing.TB) *Prefix {
-	p, ok := h.sc.(*Prefix)
-	if !ok {
-		tb.Fatal("not a prefix scorer")
-	}
-	return p
-}
-
-func mustPrefix(tb testing.TB, cfg PrefixConfig) *Prefix {
-	tb.Helper()
-	p, err := NewPrefix("prefix", cfg, Deps{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return p
-}
-
-// decoder returns a decode function like the one cmd builds from YAML:
+// Decoder returns a decode function like the one cmd builds from YAML:
 // mapstructure with unknown keys rejected and durations from strings.
-func decoder(params map[string]any) func(any) error {
+func Decoder(params map[string]any) func(any) error {
 	return func(into any) error {
 		d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 			Result:      into,
@@ -115,8 +102,8 @@ func decoder(params map[string]any) func(any) error {
 	}
 }
 
-// eps builds endpoints from addresses, all fresh and serving "m".
-func eps(addrs ...string) []scheduler.Endpoint {
+// Eps builds endpoints from addresses, all fresh and serving "m".
+func Eps(addrs ...string) []scheduler.Endpoint {
 	out := make([]scheduler.Endpoint, len(addrs))
 	for i, a := range addrs {
 		out[i] = scheduler.Endpoint{Address: a, Models: []string{"m"}}

@@ -1,4 +1,4 @@
-package scorers
+package prefix
 
 import (
 	"fmt"
@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers/internal/scorertest"
 )
 
 // TestPrefixLazyPromotionKeepsNewest checks lazy promotion, recording as
-// Prefix does (nothing when fresh, else record), against an exact LRU
+// the scorer does (nothing when fresh, else record), against an exact LRU
 // model at a capacity where it is on: an endpoint never holds more than
 // its capacity, and it always holds the newest capacity − window − run
 // distinct blocks recorded on it (run: the longest run recorded at once),
@@ -26,7 +27,7 @@ func TestPrefixLazyPromotionKeepsNewest(t *testing.T) {
 	}
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 11))
-		var sh prefixShard
+		var sh shard
 		sh.ensureIDs(4)
 		universe := make([]uint64, 500)
 		for i := range universe {
@@ -76,8 +77,8 @@ func TestPrefixLazyPromotionKeepsNewest(t *testing.T) {
 				t.Fatalf("seed %d step %d: %v", seed, step, err)
 			}
 			held := map[uint64]bool{}
-			for pos := sh.lists[id].head; pos != nilIdx; pos = sh.slots[pos].next {
-				held[sh.slots[pos].hash()] = true
+			for pos := sh.lists[id].Head; pos != nilIdx; pos = sh.slots[pos].Next {
+				held[keyHash(sh.slots[pos].Key)] = true
 			}
 			if len(held) > capacity {
 				t.Fatalf("seed %d step %d: id %d holds %d, capacity %d", seed, step, id, len(held), capacity)
@@ -99,14 +100,14 @@ func TestPrefixLazyPromotionKeepsNewest(t *testing.T) {
 // (no write lock, nothing for optimistic readers to retry), and that a
 // prompt with a new block does write.
 func TestPrefixFreshRecordWritesNothing(t *testing.T) {
-	cfg := DefaultPrefixConfig()
+	cfg := DefaultConfig()
 	cfg.Capacity = 1 << 12 // 256 per shard: lazy promotion on
 	p := mustPrefix(t, cfg)
-	h := newHarness(t, p, benchEndpoints(4, 1))
+	h := scorertest.NewHarness(t, p, scorertest.BenchEndpoints(4, 1))
 	rng := rand.New(rand.NewPCG(1, 2))
 	pr := make([]byte, 64*256)
-	fill(rng, pr)
-	addr := h.s.Pool().Endpoints[2].Address
+	scorertest.Fill(rng, pr)
+	addr := h.S.Pool().Endpoints[2].Address
 	seqs := func() []uint32 {
 		var s []uint32
 		for i := range p.shards {
@@ -114,15 +115,15 @@ func TestPrefixFreshRecordWritesNothing(t *testing.T) {
 		}
 		return s
 	}
-	h.route(t, scheduler.Request{Model: "m", Prompt: pr}, addr)
+	route(t, h, scheduler.Request{Model: "m", Prompt: pr}, addr)
 	first := seqs()
-	h.route(t, scheduler.Request{Model: "m", Prompt: pr}, addr)
+	route(t, h, scheduler.Request{Model: "m", Prompt: pr}, addr)
 	if got := seqs(); !slices.Equal(got, first) {
 		t.Fatalf("re-recording a fresh prompt changed shard sequences %v → %v", first, got)
 	}
 	longer := append(slices.Clone(pr), make([]byte, 256)...)
-	fill(rng, longer[len(pr):])
-	h.route(t, scheduler.Request{Model: "m", Prompt: longer}, addr)
+	scorertest.Fill(rng, longer[len(pr):])
+	route(t, h, scheduler.Request{Model: "m", Prompt: longer}, addr)
 	if got := seqs(); slices.Equal(got, first) {
 		t.Fatal("recording a new block changed no shard sequence")
 	}
@@ -135,18 +136,18 @@ func TestPrefixFreshRecordWritesNothing(t *testing.T) {
 // entries while readers probe). Every score a reader computes must be one
 // the index held: all of the prompt or none of it, never a torn mix.
 func TestPrefixOptimisticReadsSeeWholeStates(t *testing.T) {
-	cfg := DefaultPrefixConfig()
+	cfg := DefaultConfig()
 	cfg.BlockSize, cfg.Shards = 4, 1 // 16-byte blocks, one shard for all
 	p := mustPrefix(t, cfg)
-	h := newHarness(t, p, eps("a:1", "b:1"))
+	h := scorertest.NewHarness(t, p, scorertest.Eps("a:1", "b:1"))
 	rng := rand.New(rand.NewPCG(3, 4))
 	pr := make([]byte, 64*16)
-	fill(rng, pr)
+	scorertest.Fill(rng, pr)
 	req := scheduler.Request{Model: "m", Prompt: pr}
-	h.route(t, req, "b:1") // b holds it throughout
-	h.route(t, req, "a:1")
+	route(t, h, req, "b:1") // b holds it throughout
+	route(t, h, req, "a:1")
 
-	sc := p.scratch(h.cycleState(t))
+	sc := p.scratch(h.CycleState(t))
 	p.hashBlocks(sc, &req, p.blocks(pr))
 	hashes := slices.Clone(sc.hashes)
 	blocks := make([]uint16, len(hashes))
@@ -162,9 +163,9 @@ func TestPrefixOptimisticReadsSeeWholeStates(t *testing.T) {
 	var torn atomic.Value
 	const readers = 1
 	reads := make([]int, readers)
-	cands := h.s.Pool().Pointers()
+	cands := h.S.Pool().Pointers()
 	for r := range readers {
-		cs := h.cycleState(t)
+		cs := h.CycleState(t)
 		wg.Go(func() {
 			out := make([]float64, len(cands))
 			for !stop.Load() {
@@ -200,7 +201,7 @@ func TestPrefixOptimisticReadsSeeWholeStates(t *testing.T) {
 // one piece further down the list (moved by one splice) or in pieces,
 // and checks the list against inserting one at a time, last first.
 func TestPrefixShardSplicesRuns(t *testing.T) {
-	var sh prefixShard
+	var sh shard
 	sh.ensureIDs(2)
 	h := func(i int) uint64 { return uint64(i) << 20 } // distinct, in hashMask
 	model := map[uint32][]uint64{}

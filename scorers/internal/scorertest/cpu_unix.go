@@ -1,13 +1,13 @@
 //go:build unix
 
-package scorers
+package scorertest
 
 import "syscall"
 
-// processCPU returns the CPU time (user + system) the test process has
+// ProcessCPU returns the CPU time (user + system) the test process has
 // used, in nanoseconds. On a shared machine it measures the work done
 // rather than the wall time spent waiting for a core.
-func processCPU() int64 {
+func ProcessCPU() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -1,5 +1,0 @@
-//go:build !unix
-
-package scorers
-
-func processCPU() int64 { return 0 }

@@ -1,5 +1,0 @@
-//go:build !linux
-
-package scorers
-
-func threadCPU() int64 { return 0 }

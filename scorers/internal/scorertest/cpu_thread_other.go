@@ -1,0 +1,5 @@
+//go:build !linux
+
+package scorertest
+
+func ThreadCPU() int64 { return 0 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package scorertest
+
+const RaceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package scorers
-
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package scorers
-
-// raceEnabled: the race detector makes sync.Pool drop items at random, so
-// allocation counts are only meaningful without it.
-const raceEnabled = true
