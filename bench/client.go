@@ -67,7 +67,6 @@ type Request struct {
 // a request it refuses (flow.HeaderDropReason).
 const headerDropReason = "X-Trimtab-Drop-Reason"
 
-
 type chunk struct {
 	Choices []struct {
 		Text  string `json:"text"`
