@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/trimtab/trimtab/internal/testenv"
 )
 
 // TestServeFlowControl: serve with flow control on (a profile file with
@@ -116,5 +121,40 @@ server:
 		if band.Name == "standard" && (band.Dispatched != 2 || band.Drops["queue-full"] != 1) {
 			t.Errorf("/debug/flow standard band: %d dispatched, drops %v; want 2 and queue-full 1", band.Dispatched, band.Drops)
 		}
+	}
+}
+
+// TestServeFlowCardInBrowser: serve's status page in headless Chromium
+// shows the flow-control card when flow control is on: a row per band,
+// and the standard band's dispatch of the one request sent.
+func TestServeFlowCardInBrowser(t *testing.T) {
+	chromium := testenv.Program(t, "chromium", "apt-get install chromium (./test.sh does it on Debian)")
+	addrs := startFakeFleet(t, 1)
+	ts := startServiceWith(t, addrs, false, "flow:\n  enabled: true\n")
+	if resp, b := post(t, ts.proxyURL+"/v1/completions", `{"model": "llama-3.1-8b-instruct", "prompt": "hi", "max_tokens": 2}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("request: %d %s", resp.StatusCode, b)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	backstop := time.AfterFunc(90*time.Second, cancel)
+	defer backstop.Stop()
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.adminURL+"/ui")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	expr := `!document.getElementById("card-flow").hidden && document.querySelectorAll("#flow tbody tr[data-band]").length === 3 &&
+		document.querySelector('#flow tbody tr[data-band="standard"]').innerText.split("\t")[4] === "1"`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		row, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector("#card-flow") || {}).innerText || "no card"`))
+		t.Fatalf("waiting for the flow card with the standard band's dispatch: %v; card: %q", err, row)
 	}
 }
