@@ -128,6 +128,15 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 		run.PodNames = append(run.PodNames, cmpOr(t.Name, t.Address))
 	}
 	p := &player{sc: rt, level: level, url: router.ProxyURL, hc: deps.Client, clk: deps.Clock, render: render}
+	var streamClass []int
+	run.Classes, p.phaseClass, streamClass = rt.RequestClasses()
+	for k := range rt.Streams {
+		sr, err := sim.NewStreamRenderer(rt, k, seed, salt)
+		if err != nil {
+			return nil, err
+		}
+		p.streams = append(p.streams, &streamPlay{st: &rt.Streams[k], class: streamClass[k], render: sr})
+	}
 	var cpu0 time.Duration
 	if deps.CPU != nil {
 		cpu0 = deps.CPU()

@@ -54,7 +54,18 @@ type Request struct {
 	ResponseID string
 	// Err is "" for success, else the error kind.
 	Err string
+	// Class indexes RunResult.Classes (−1: the scenario names no class);
+	// Timeout is the client timeout it was sent with (its class's).
+	Class   int
+	Timeout time.Duration
+	// DropReason is the router's X-Trimtab-Drop-Reason when flow control
+	// refused it ("" otherwise).
+	DropReason string
 }
+
+// headerDropReason is the header a trimtab router's flow control sets on
+// a request it refuses (flow.HeaderDropReason).
+const headerDropReason = "X-Trimtab-Drop-Reason"
 
 type chunk struct {
 	Choices []struct {
@@ -86,6 +97,12 @@ type completionBody struct {
 // (agentRequest, continuing response prev), and reads it to the end,
 // timing it on clk from start. timeout bounds the whole request.
 func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration) Request {
+	return sendAs(ctx, hc, clk, url, model, r, prev, timeout, nil)
+}
+
+// sendAs is send for a request of class cls, which carries the class's
+// headers (sim.ClassHeaders: band, tenant's API key, TTL; nil: none).
+func sendAs(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration, cls *sim.RequestClass) Request {
 	path, read := "/v1/completions", readStream
 	var body []byte
 	if r.Agent != nil {
@@ -98,7 +115,7 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := clk.Now()
-	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0}
+	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0, Class: -1, Timeout: timeout}
 	if r.Agent != nil {
 		res.Session = r.Agent.Session
 	}
@@ -122,12 +139,18 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	if r.SessionID != "" {
 		req.Header.Set("x-session-id", r.SessionID)
 	}
+	for _, h := range sim.ClassHeaders {
+		if v := cls.Header(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fail(ErrConnect)
 	}
 	defer resp.Body.Close()
 	res.Endpoint = resp.Header.Get("x-trimtab-endpoint")
+	res.DropReason = resp.Header.Get(headerDropReason)
 	if resp.StatusCode != http.StatusOK {
 		return fail("http_" + strconv.Itoa(resp.StatusCode))
 	}

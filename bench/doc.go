@@ -31,6 +31,18 @@
 // router's herd picks (trimtab_scheduler_endpoint_herd_picks_total at the
 // end of the run).
 //
+// A scenario's request classes and streams (workload.class, streams:)
+// play as in the simulator: each stream from its start, by its rate
+// (Poisson arrivals) or its concurrency (closed-loop clients) until it
+// has issued its requests, with its own workload drawn by the
+// simulator's generator for the stream (sim.StreamRenderer) and its own
+// client timeout; every request carries its class's headers (the band as
+// x-trimtab-priority, the tenant as a bearer API key, the TTL as
+// x-llm-d-inference-ttl). The summary's classes have the simulator's
+// fields (sim.ClassSummary): a request the router's flow control refused
+// (X-Trimtab-Drop-Reason) is dropped, one that reached the client's
+// timeout timed out, any other error failed.
+//
 // Measured client side per request: time to first token (the first SSE
 // chunk with text), inter-token gaps, end-to-end latency, output tokens,
 // the serving pod (x-trimtab-endpoint), cached prompt tokens

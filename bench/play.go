@@ -51,6 +51,10 @@ type RunResult struct {
 	// PromptCheck compares the prompt sizes the servers reported with
 	// the intended ones.
 	PromptCheck PromptCheck
+	// Classes are the scenario's request classes
+	// (sim.Scenario.RequestClasses; nil without any), which
+	// Request.Class indexes.
+	Classes []string
 }
 
 // PhaseSpan is one phase's name and offsets.
@@ -70,6 +74,11 @@ type player struct {
 	render *sim.Renderer
 
 	chains chains // Responses sessions' last response ids
+
+	// phaseClass is each phase's class (nil: no classes); streams the
+	// scenario's streams.
+	phaseClass []int
+	streams    []*streamPlay
 
 	mu     sync.Mutex // guards render and out
 	out    []Request
@@ -104,18 +113,30 @@ func (p *player) levelOf(i int) float64 {
 	return p.level
 }
 
-// fire sends one rendered request scheduled at sched and records it.
+// fire sends one rendered request of the scenario's load, scheduled at
+// sched, and records it.
 func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered) {
+	var cls *sim.RequestClass
+	class := -1
+	if p.phaseClass != nil {
+		class, cls = p.phaseClass[phase], p.sc.Phases[phase].Work().Class
+	}
+	p.fireAs(ctx, phase, sched, r, class, cls, p.sc.Timeout)
+}
+
+// fireAs sends one rendered request of class (cls its headers) with
+// client timeout timeout, scheduled at sched, and records it.
+func (p *player) fireAs(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered, class int, cls *sim.RequestClass, timeout time.Duration) {
 	sent := p.now()
 	var prev string
 	if r.Agent != nil && r.Agent.Turn > 0 {
 		prev = p.chains.get(r.Agent.Session)
 	}
-	res := send(ctx, p.hc, p.clk, p.url, p.sc.Model, r, prev, p.sc.Timeout)
+	res := sendAs(ctx, p.hc, p.clk, p.url, p.sc.Model, r, prev, timeout, cls)
 	if r.Agent != nil && r.Agent.API == sim.AgentAPIResponses {
 		p.chains.set(r.Agent.Session, res.ResponseID) // "" after a failure: the next turn resends the conversation
 	}
-	res.Phase, res.Scheduled, res.Sent = phase, sched, sent
+	res.Phase, res.Scheduled, res.Sent, res.Class = phase, sched, sent, class
 	res.Measured = sched >= p.sc.Warmup && sched < p.sc.Duration
 	p.mu.Lock()
 	p.out = append(p.out, res)
@@ -125,6 +146,10 @@ func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *si
 // play issues the scenario's requests until its end and waits for every
 // request in flight (each bounded by the scenario's timeout).
 func (p *player) play(ctx context.Context) []Request {
+	for _, s := range p.streams {
+		p.wg.Add(1)
+		go p.stream(ctx, s)
+	}
 	switch p.sc.Load.Mode {
 	case sim.ModeClosed:
 		p.closed(ctx)
@@ -245,4 +270,71 @@ func (p *player) snapshot() ([]Request, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Request(nil), p.out...), p.phase
+}
+
+// streamPlay is one of the scenario's streams in a run.
+type streamPlay struct {
+	st     *sim.Stream
+	class  int
+	render *sim.StreamRenderer // guarded by player.mu, as issued
+	issued int
+}
+
+// next draws the stream's next request, its phase and (open loop) the gap
+// to the one after it; false once the stream has issued its requests or
+// the run stops issuing.
+func (p *player) next(s *streamPlay) (r sim.Rendered, phase int, gap time.Duration, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.now() >= p.sc.Duration || s.st.Requests > 0 && s.issued >= s.st.Requests {
+		return r, 0, 0, false
+	}
+	s.issued++
+	r = s.render.Next()
+	if s.st.Rate > 0 {
+		gap = s.render.Gap(s.st.Rate)
+	}
+	return r, p.phase, gap, true
+}
+
+// stream plays stream s from its start, as the simulator does: Poisson
+// arrivals at its rate, or its concurrency of closed-loop clients, until
+// it has issued its requests or the run stops issuing. Each request
+// carries the stream's class and its timeout.
+func (p *player) stream(ctx context.Context, s *streamPlay) {
+	defer p.wg.Done()
+	if !p.sleepUntil(ctx, s.st.Start) {
+		return
+	}
+	fire := func(phase int, sched time.Duration, r *sim.Rendered) {
+		p.fireAs(ctx, phase, sched, r, s.class, &s.st.RequestClass, s.st.Timeout)
+	}
+	if s.st.Rate > 0 {
+		at := s.st.Start
+		for {
+			r, phase, gap, ok := p.next(s)
+			if !ok || !p.sleepUntil(ctx, at) {
+				return
+			}
+			p.wg.Add(1)
+			go func(sched time.Duration) {
+				defer p.wg.Done()
+				fire(phase, sched, &r)
+			}(at)
+			at += gap
+		}
+	}
+	for range s.st.Concurrency {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for ctx.Err() == nil {
+				r, phase, _, ok := p.next(s)
+				if !ok {
+					return
+				}
+				fire(phase, p.now(), &r)
+			}
+		}()
+	}
 }

@@ -224,7 +224,56 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 			Misses: pst.Failed, Goodput: ptr(pst.Goodput),
 		})
 	}
+	s.Classes = r.classes(win)
 	return s
+}
+
+// classes returns each request class's summary, as the simulator's
+// (sim.ClassSummary): latencies and goodput (over win, against the run's
+// SLO) of its measured requests, a miss counting at its own timeout; the
+// counts over all of its requests — dropped when the router's flow
+// control refused it (X-Trimtab-Drop-Reason), timed out at the client's
+// timeout, failed otherwise. Nil when the scenario names no class.
+func (r *RunResult) classes(win time.Duration) []sim.ClassSummary {
+	var out []sim.ClassSummary
+	for i, name := range r.Classes {
+		c := sim.ClassSummary{Name: name}
+		var lat sim.Latencies
+		for j := range r.Requests {
+			q := &r.Requests[j]
+			if q.Class != i {
+				continue
+			}
+			c.Issued++
+			switch {
+			case q.Err == "":
+				c.Completed++
+			case q.DropReason != "":
+				c.Dropped++
+			case q.Err == ErrTimeout:
+				c.TimedOut++
+			default:
+				c.Failed++
+			}
+			if !q.Measured {
+				continue
+			}
+			c.Measured++
+			if q.Err == "" {
+				lat.Complete(q.TTFT, q.E2E, q.Tokens, r.SLO)
+			} else {
+				lat.Miss(q.TTFT, q.Timeout)
+			}
+		}
+		lat.Sort()
+		c.TTFTP50, c.TTFTP99 = ptr(sim.Percentile(lat.TTFT, 50)), ptr(sim.Percentile(lat.TTFT, 99))
+		c.E2EP99 = ptr(sim.Percentile(lat.E2E, 99))
+		if win > 0 {
+			c.Goodput = ptr(lat.Goodput(win))
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func nz(v float64) float64 {

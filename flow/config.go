@@ -52,10 +52,13 @@ type BandConfig struct {
 	// bands keep the rest (0: the band above's, or saturation.threshold
 	// for the first band).
 	Threshold float64 `mapstructure:"threshold"`
-	// Reserve is how many eligible endpoints with no prefill pending this
-	// band leaves to the bands above: its requests go to such an endpoint
-	// only while more than Reserve of them are free (0: none kept). Not
-	// for the first band.
+	// Reserve is how many eligible endpoints this band leaves to the
+	// bands above: an endpoint carrying none of the router's requests of
+	// this band or a lower one is clear, and this band's requests go to a
+	// clear endpoint only while more than Reserve of them (at most the
+	// eligible endpoints − 1) have room (0: none kept). The reserve is
+	// sticky: the clear endpoints stay clear while the band's work runs
+	// on the others. Not for the first band.
 	Reserve int `mapstructure:"reserve"`
 }
 

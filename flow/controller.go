@@ -89,10 +89,27 @@ type Controller struct {
 
 	mu      sync.Mutex // guards everything below
 	q       *Queue[*waiter]
-	ledger  map[string]*atomic.Int64 // router-local tokens in flight per address
-	subset  []string                 // scratch for the unsaturated candidates
-	free    []bool                   // scratch: subset[i] has no prefill pending
+	ledger  map[string]*slot // router-local work in flight per address
+	subset  []string         // scratch for the unsaturated candidates
+	clear   []bool           // scratch: subset[i] carries no work of the band or below
 	expired []*Item[*waiter]
+}
+
+// slot is one endpoint's entry in the ledger: the tokens this router's
+// requests hold on it and how many of them are in flight per band.
+type slot struct {
+	tokens atomic.Int64
+	bands  []atomic.Int64
+}
+
+// clearOf reports whether s carries no request of band or a lower one.
+func (s *slot) clearOf(band int) bool {
+	for b := band; b < len(s.bands); b++ {
+		if s.bands[b].Load() > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // waiter is a queued request's rendezvous with the dispatcher.
@@ -128,7 +145,8 @@ type result struct {
 // endpoint.
 type Lease struct {
 	c      *Controller
-	load   *atomic.Int64
+	s      *slot
+	band   int
 	tokens int64
 }
 
@@ -137,7 +155,8 @@ func (l Lease) Release() {
 	if l.c == nil {
 		return
 	}
-	l.load.Add(-l.tokens)
+	l.s.tokens.Add(-l.tokens)
+	l.s.bands[l.band].Add(-1)
 	l.c.poke()
 }
 
@@ -166,7 +185,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		clk: deps.Clock, log: deps.Logger,
 		wake:   make(chan struct{}, 1),
 		q:      NewQueue[*waiter](len(cfg.Bands), cfg.MaxQueue, shed),
-		ledger: map[string]*atomic.Int64{},
+		ledger: map[string]*slot{},
 	}
 	for i, w := range cfg.Budgets() {
 		c.budget = append(c.budget, w.Seconds())
@@ -194,8 +213,8 @@ func (c *Controller) Len() int {
 func (c *Controller) Load(addr string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l := c.ledger[addr]; l != nil {
-		return l.Load()
+	if s := c.ledger[addr]; s != nil {
+		return s.tokens.Load()
 	}
 	return 0
 }
@@ -253,13 +272,9 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 	if ahead == 0 {
 		if subset, room := c.room(req, cl.Band, now); room {
 			r := c.dispatch(w, subset)
-			waiting := c.q.Len() > 0
 			c.mu.Unlock()
 			if r.err == nil {
 				c.m.dispatched(*cl, 0)
-			}
-			if waiting { // the endpoint it took may have been a lower band's reserve
-				c.poke()
 			}
 			return nil, r
 		}
@@ -292,39 +307,43 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 // room for a band when it is not saturated for the band's share of its KV
 // capacity (Detector.Saturated, Config.Thresholds) and its
 // pending prefill wait (Detector.Wait) is below the band's budget; and,
-// for a band with a reserve, when it is not one of the free endpoints
-// (no prefill pending) the band leaves to the bands above: while at most
-// min(reserve, eligible − 1) endpoints with room are free, the band may
-// use none of them. subset is nil when every eligible endpoint has room,
-// else the addresses of those that do (c.subset, valid under c.mu).
-// Called with c.mu held.
+// for a band with a reserve, when it is not one of the clear endpoints
+// (carrying none of this router's requests of the band or a lower one)
+// the band leaves to the bands above: while at most min(reserve,
+// eligible − 1) endpoints with room are clear, the band may use none of
+// them. The reserve is therefore sticky: the endpoints the band keeps
+// clear stay the same while its work runs elsewhere, rather than moving
+// with each endpoint's prefill. subset is nil when every eligible
+// endpoint has room, else the addresses of those that do (c.subset,
+// valid under c.mu). Called with c.mu held.
 func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subset []string, ok bool) {
 	pool := c.sched.Pool()
 	if pool == nil {
 		return nil, true
 	}
-	subset, free := c.subset[:0], c.free[:0]
-	eligible, full, nfree := 0, 0, 0
+	subset, clear := c.subset[:0], c.clear[:0]
+	eligible, full, nclear := 0, 0, 0
 	bytesOnly := c.bytesOnly.Load()
 	for _, e := range pool.Pointers() {
 		if !Eligible(e, req, now) {
 			continue
 		}
 		eligible++
-		if c.det.Saturated(e, c.load(e.Address).Load(), c.share[band], now) || c.det.Wait(e, bytesOnly) >= c.budget[band] {
+		s := c.load(e.Address)
+		if c.det.Saturated(e, s.tokens.Load(), c.share[band], now) || c.det.Wait(e, bytesOnly) >= c.budget[band] {
 			full++
 			continue
 		}
-		f := e.PendingPrefill() <= 0
+		f := s.clearOf(band)
 		if f {
-			nfree++
+			nclear++
 		}
-		subset, free = append(subset, e.Address), append(free, f)
+		subset, clear = append(subset, e.Address), append(clear, f)
 	}
-	if r := min(c.reserve[band], eligible-1); nfree > 0 && nfree <= r {
+	if r := min(c.reserve[band], eligible-1); nclear > 0 && nclear <= r {
 		n := 0
 		for i, a := range subset {
-			if !free[i] {
+			if !clear[i] {
 				subset[n] = a
 				n++
 			}
@@ -332,7 +351,7 @@ func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subs
 		full += len(subset) - n
 		subset = subset[:n]
 	}
-	c.subset, c.free = subset, free
+	c.subset, c.clear = subset, clear
 	if eligible == 0 || full == 0 {
 		return nil, true
 	}
@@ -340,20 +359,20 @@ func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subs
 }
 
 // load returns addr's ledger entry, creating it. Called with c.mu held.
-func (c *Controller) load(addr string) *atomic.Int64 {
-	l := c.ledger[addr]
-	if l == nil {
+func (c *Controller) load(addr string) *slot {
+	s := c.ledger[addr]
+	if s == nil {
 		if pool := c.sched.Pool(); pool != nil && len(c.ledger) > 2*len(pool.Pointers())+16 {
 			for a, x := range c.ledger {
-				if x.Load() == 0 {
+				if x.tokens.Load() == 0 && x.clearOf(0) {
 					delete(c.ledger, a)
 				}
 			}
 		}
-		l = new(atomic.Int64)
-		c.ledger[addr] = l
+		s = &slot{bands: make([]atomic.Int64, len(c.cfg.Bands))}
+		c.ledger[addr] = s
 	}
-	return l
+	return s
 }
 
 // dispatch picks w's request, restricted to subset when it is non-nil,
@@ -374,9 +393,10 @@ func (c *Controller) dispatch(w *waiter, subset []string) result {
 		c.bytesOnly.Store(true)
 	}
 	tokens := c.det.Tokens(len(req.Prompt), uncached, known, w.output)
-	l := c.load(d.Endpoint.Address)
-	l.Add(tokens)
-	return result{d: d, lease: Lease{c: c, load: l, tokens: tokens}}
+	s := c.load(d.Endpoint.Address)
+	s.tokens.Add(tokens)
+	s.bands[w.band].Add(1)
+	return result{d: d, lease: Lease{c: c, s: s, band: w.band, tokens: tokens}}
 }
 
 func (c *Controller) poke() {

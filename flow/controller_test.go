@@ -46,9 +46,10 @@ func TestPickGoesToTheEndpointWithRoom(t *testing.T) {
 // checkNoIdleWait fails when the queue holds work while an eligible
 // endpoint of the head request has room for the head's band: it is not
 // saturated, its pending prefill wait is below the band's budget, and it
-// is not one of the free endpoints (no prefill pending) the band's
-// reserve keeps for the bands above — at most min(reserve, eligible − 1)
-// of them, and only while no more are free.
+// is not one of the clear endpoints (carrying none of the router's
+// requests of the band or a lower one) the band's reserve keeps for the
+// bands above — at most min(reserve, eligible − 1) of them, and only
+// while no more are clear.
 func checkNoIdleWait(t *testing.T, r *rig, step int) {
 	t.Helper()
 	r.c.mu.Lock()
@@ -59,28 +60,46 @@ func checkNoIdleWait(t *testing.T, r *rig, step int) {
 	}
 	now := r.clk.Now()
 	budget := r.c.cfg.Budgets()[it.Band].Seconds()
+	clearOf := func(e *scheduler.Endpoint) bool {
+		s := r.c.ledger[e.Address]
+		if s == nil {
+			return true
+		}
+		for b := it.Band; b < len(s.bands); b++ {
+			if s.bands[b].Load() > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	tokensOf := func(e *scheduler.Endpoint) int64 {
+		if s := r.c.ledger[e.Address]; s != nil {
+			return s.tokens.Load()
+		}
+		return 0
+	}
 	var room []*scheduler.Endpoint
-	eligible, free := 0, 0
+	eligible, clear := 0, 0
 	for _, e := range r.sched.Pool().Pointers() {
 		if !Eligible(e, it.Value.req, now) {
 			continue
 		}
 		eligible++
-		if r.c.det.Saturated(e, r.c.ledger[e.Address].Load(), r.c.cfg.Thresholds()[it.Band], now) || r.c.det.Wait(e, true) >= budget {
+		if r.c.det.Saturated(e, tokensOf(e), r.c.cfg.Thresholds()[it.Band], now) || r.c.det.Wait(e, true) >= budget {
 			continue
 		}
 		room = append(room, e)
-		if e.PendingPrefill() == 0 {
-			free++
+		if clearOf(e) {
+			clear++
 		}
 	}
-	reserved := free > 0 && free <= min(r.c.cfg.Bands[it.Band].Reserve, eligible-1)
+	reserved := clear > 0 && clear <= min(r.c.cfg.Bands[it.Band].Reserve, eligible-1)
 	for _, e := range room {
-		if reserved && e.PendingPrefill() == 0 {
+		if reserved && clearOf(e) {
 			continue
 		}
 		t.Fatalf("step %d: %d requests wait (head in band %d) while %s has room (ledger %d, wait %.3fs)",
-			step, r.c.q.Len(), it.Band, e.Address, r.c.ledger[e.Address].Load(), r.c.det.Wait(e, true))
+			step, r.c.q.Len(), it.Band, e.Address, tokensOf(e), r.c.det.Wait(e, true))
 	}
 }
 

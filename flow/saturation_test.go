@@ -161,3 +161,47 @@ func TestLowerBandFillsLessKV(t *testing.T) {
 		finish(p)
 	}
 }
+
+// A band's reserve stays on the same endpoints while its work runs on the
+// others: the endpoints it keeps for the bands above are those carrying
+// none of its (or lower bands') requests, not whichever has no prefill
+// pending at the moment. Two endpoints, sheddable reserve 1
+// (min(1, 2 − 1) = 1), prompts of 4,000 bytes (1,000 tokens: 76 ms of
+// prefill at 13,100 tokens/s, over sheddable's 25 ms budget); the scorer
+// prefers a:
+//
+//	sheddable 1 → b (its subset hint)        b carries sheddable work; a is clear
+//	sheddable 2 waits                        b: 76 ms pending ≥ 25 ms; a: the one clear endpoint, reserved
+//	b's first byte, drain: sheddable 2 → b   b has room again; a is still the one clear endpoint
+//
+// A reserve that moved with the prefill would see both endpoints free
+// after b's first byte and send sheddable 2 to the preferred a, leaving
+// the bands above an endpoint whose decodes and prefills are batch work.
+func TestReserveStaysOnTheSameEndpoints(t *testing.T) {
+	cfg := testConfig()
+	cfg.Saturation.CapacityTokens = 1e6
+	r := newRig(t, cfg, ep("a"), ep("b"))
+	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q := big()
+	q.Subset = []string{"b"}
+	d, l, err := r.c.Pick(ctx, q, Class{Band: 2}, 0)
+	if err != nil || d.Endpoint.Address != "b" {
+		t.Fatalf("sheddable 1: %v on %v, want b", err, d)
+	}
+	first := picked{d, l, nil}
+	ch := r.pickAsync(ctx, big(), Class{Band: 2})
+	r.waitQueued(t, 1)
+	first.d.FirstByte()
+	r.c.Drain()
+	p := recv(t, ch)
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	if got := p.d.Endpoint.Address; got != "b" {
+		t.Fatalf("sheddable 2 after b's prefill went to %s, want b (a is the reserve: it carries no sheddable work)", got)
+	}
+	finish(p)
+	finish(first)
+}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,6 +37,44 @@ func TestServeUIWarnsOpenAdmin(t *testing.T) {
 			}
 			if got := strings.Contains(string(body), `id="admin-open"`); got != tt.warn {
 				t.Errorf("banner %v, want %v", got, tt.warn)
+			}
+		})
+	}
+}
+
+// TestServeFlowStatus: the admin server's /debug/flow, which the status
+// page's flow-control card reads, says whether flow control is on and,
+// when it is, lists the profile's bands.
+func TestServeFlowStatus(t *testing.T) {
+	for _, tt := range []struct {
+		name, server string
+		bands        []string
+	}{
+		{"off", "", nil},
+		{"on", "flow:\n  enabled: true\n", []string{"interactive", "standard", "sheddable"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, adminURL := adminService(t, tt.server)
+			resp, err := http.Get(adminURL + "/debug/flow")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var st struct {
+				Enabled bool `json:"enabled"`
+				Bands   []struct {
+					Name string `json:"name"`
+				} `json:"bands"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("/debug/flow: %d, %v", resp.StatusCode, err)
+			}
+			var names []string
+			for _, b := range st.Bands {
+				names = append(names, b.Name)
+			}
+			if st.Enabled != (tt.bands != nil) || !slices.Equal(names, tt.bands) {
+				t.Errorf("/debug/flow: enabled %v, bands %v; want %v, %v", st.Enabled, names, tt.bands != nil, tt.bands)
 			}
 		})
 	}

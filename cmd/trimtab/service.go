@@ -231,6 +231,11 @@ func newService(f *configs.File, opt serviceOptions) (*service, error) {
 		} else {
 			s.admin.Handle(replica.PathPeers, replica.OffHandler())
 		}
+		if s.flow != nil {
+			s.admin.Handle(flow.PathFlow, s.flow.Handler())
+		} else {
+			s.admin.Handle(flow.PathFlow, flow.OffHandler())
+		}
 	}
 	return s, nil
 }

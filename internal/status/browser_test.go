@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/internal/testenv"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/scheduler"
@@ -113,6 +114,7 @@ func newPageFixture(t *testing.T, end time.Time) *pageFixture {
   "inbound": [{"id": "trimtab-1", "streams": 1, "last_seen": "2026-01-01T00:02:00Z", "batches_applied": 870, "lag_ms": 6.5, "expired": false, "in_flight": 7},
               {"id": "trimtab-2", "streams": 0, "last_seen": "2026-01-01T00:01:00Z", "batches_applied": 390, "lag_ms": 9.1, "expired": true, "in_flight": 0}]}`)
 	}))
+	admin.Handle("GET "+flow.PathFlow, flow.OffHandler()) // TestStatusPageFlowCard serves a controller's
 	f.srv = httptest.NewServer(admin)
 	t.Cleanup(f.srv.Close)
 	return f

@@ -35,9 +35,10 @@ const (
 //	GET /ui/            the status page (index.html with app.js and
 //	                    style.css inline; both are also served alone),
 //	                    which reads ../debug/history, ../debug/endpoints,
-//	                    ../debug/decisions, ../debug/weights and
-//	                    ../debug/peers (shown when replica sync is on) relative to
-//	                    itself, so it also works behind a path prefix.
+//	                    ../debug/decisions, ../debug/weights,
+//	                    ../debug/peers (shown when replica sync is on) and
+//	                    ../debug/flow (shown when flow control is on) relative
+//	                    to itself, so it also works behind a path prefix.
 //
 // To mount them on another router, route PathHistory, PathUI and
 // PathUI+"/" to Handler().

@@ -4,7 +4,8 @@
 // /debug/history as JSON, and /ui, a self-contained status page (embedded
 // HTML, CSS and JavaScript in one response; no build step, no CDN, no
 // external fonts) that polls /debug/history, /debug/endpoints,
-// /debug/decisions and (replica sync) /debug/peers every second.
+// /debug/decisions, (replica sync) /debug/peers and (flow control)
+// /debug/flow every second.
 //
 // # Bounds
 //

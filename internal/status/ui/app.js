@@ -1,7 +1,8 @@
 // trimtab status page. Vanilla JavaScript, no dependencies, no build step.
 // Polls ../debug/history, ../debug/endpoints, ../debug/decisions,
-// ../debug/weights and ../debug/peers (the replica sync card, hidden when
-// sync is off) once a second (relative to this page, so it works behind
+// ../debug/weights, ../debug/peers (the replica sync card, hidden when
+// sync is off) and ../debug/flow (the flow-control card, hidden when flow
+// control is off) once a second (relative to this page, so it works behind
 // a path prefix) and redraws. Every field it reads from the proxy's debug
 // endpoints is optional: a missing value shows as "—".
 "use strict";
@@ -18,6 +19,7 @@
     decisions: null, decisionsErr: null,
     weights: null,
     peers: null,             // /debug/peers (replica sync)
+    flow: null, flowPrev: null, flowAt: 0, flowPrevAt: 0, // /debug/flow and the reading before it
     pickSnaps: [],           // [{t, counts: {addr: n}}] from endpoint pick counters
     range: 300000,
     hidden: new Set(["smoothed"]),
@@ -836,6 +838,37 @@
     tbody.replaceChildren(...rows);
   }
 
+  // Flow control (/debug/flow): shown only when it is on. Rates and the
+  // recent mean wait come from the last two readings of its counters.
+  function renderFlow() {
+    const card = $("card-flow");
+    const f = S.flow;
+    if (!f || !f.enabled) { card.hidden = true; return; }
+    card.hidden = false;
+    $("flow-note").textContent = (num(f.queued) ?? 0) + " of " + (num(f.max_queue) ?? "—") + " waiting in the router";
+    const prev = {};
+    if (S.flowPrev && S.flowPrev.enabled) for (const b of asList(S.flowPrev.bands)) prev[b.name] = b;
+    const dt = (S.flowAt - S.flowPrevAt) / 1000;
+    const tbody = $("flow").tBodies[0];
+    const rows = asList(f.bands).map((b) => {
+      const p = prev[b.name];
+      const dn = p && dt > 0 ? (num(b.dispatched) ?? 0) - (num(p.dispatched) ?? 0) : null;
+      const wc = (num(b.wait_count) ?? 0) - (p ? num(p.wait_count) ?? 0 : 0);
+      const ws = (num(b.wait_seconds_sum) ?? 0) - (p ? num(p.wait_seconds_sum) ?? 0 : 0);
+      const drops = Object.entries(b.drops || {}).filter(([, v]) => num(v)).sort((x, y) => x[0] < y[0] ? -1 : 1);
+      return h("tr", { dataset: { band: b.name } },
+        h("td", { class: "l", text: b.name }),
+        h("td", { class: "n", text: String(num(b.queued) ?? 0) }),
+        h("td", { class: "n", text: dn === null ? "—" : fmt(dn / dt, 1) }),
+        h("td", { class: "n", text: wc > 0 ? fmt(ws / wc * 1000, 1) + " ms" : "—" }),
+        h("td", { class: "n", text: String(num(b.dispatched) ?? 0) }),
+        h("td", { class: "l wrap", text: drops.length ? drops.map(([k, v]) => k + " " + v).join(", ") : "none" }),
+        h("td", { class: "l wrap", text: asList(b.tenants).map((t) => t.name + " " + (num(t.queued) ?? 0) + " / " + (num(t.dispatched) ?? 0) + " / " + (num(t.dropped) ?? 0)).join(", ") || "—" }));
+    });
+    if (!rows.length) { placeholder(tbody, 7, "No band configured."); return; }
+    tbody.replaceChildren(...rows);
+  }
+
   function renderChanges() {
     const tbody = $("changes").tBodies[0];
     const list = S.changes.slice().reverse().slice(0, 50);
@@ -922,6 +955,7 @@
     renderSignalChart();
     renderWeightsChart();
     renderPeers();
+    renderFlow();
     renderChanges();
     renderDecisions();
     document.body.dataset.polls = String(S.polls);
@@ -954,8 +988,10 @@
     const dec = getJSON("../debug/decisions");
     const w = getJSON("../debug/weights");
     const peers = getJSON("../debug/peers");
-    const [rh, re, rd, rw, rp] = await Promise.allSettled([hist, eps, dec, w, peers]);
+    const flow = getJSON("../debug/flow");
+    const [rh, re, rd, rw, rp, rf] = await Promise.allSettled([hist, eps, dec, w, peers, flow]);
     S.peers = rp.status === "fulfilled" ? rp.value : null;
+    if (rf.status === "fulfilled") { S.flowPrev = S.flow; S.flowPrevAt = S.flowAt; S.flow = rf.value; S.flowAt = Date.now(); } else S.flow = null;
     if (rh.status === "fulfilled") { mergeHistory(rh.value); S.fails = 0; } else S.fails++;
     if (re.status === "fulfilled") {
       S.endpoints = re.value; S.endpointsErr = null;

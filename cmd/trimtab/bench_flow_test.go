@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/trimtab/trimtab/bench"
+	"github.com/trimtab/trimtab/sim"
+)
+
+// TestBenchClassesThroughServe: bench plays an interactive stream and a
+// batch job through an in-process serve with flow control on
+// (adaptive-flow) in front of 2 fake servers on 127.0.0.1, and reports
+// each class as the simulator does. The batch job's 32 clients start at
+// once with a 1 ms TTL: a sheddable request saturates its endpoint (1,024
+// prompt tokens pending ≥ the band's 25 ms budget at 13,100 tokens/s =
+// 328 tokens) until its first byte, and the reserve keeps the other
+// endpoint for the interactive band, so most of them wait past their TTL
+// and are refused (429, X-Trimtab-Drop-Reason) — dropped, not failed; the
+// job issues exactly its 120 requests. Interactive requests are never
+// refused.
+func TestBenchClassesThroughServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real-time bench run through serve: skipped under -short")
+	}
+	sc, err := sim.ParseScenario([]byte(`
+name: classes
+duration: 3s
+warmup: 300ms
+servers: 2
+timeout: 10s
+workload: {kind: uniform, question_tokens: 128, output_tokens: 8, class: {name: chat, band: interactive, tenant: app}}
+load: {mode: open, levels: [20]}
+streams:
+  - {name: batch, band: sheddable, tenant: job, ttl: 1ms, start: 500ms, requests: 120, concurrency: 32, timeout: 10s,
+     workload: {kind: uniform, question_tokens: 1024, output_tokens: 8}}
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	defer func() { cancel(); _ = g.Wait() }()
+	targets, err := bench.StartFleet(gctx, g, sc, 2, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := bench.Policies([]string{sim.PolicyAdaptiveFlow}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(0)
+	rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
+		bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Summaries()[0]
+	if len(s.Classes) != 2 || s.Classes[0].Name != "chat" || s.Classes[1].Name != "batch" {
+		t.Fatalf("classes %+v, want chat and batch", s.Classes)
+	}
+	chat, batch := s.Classes[0], s.Classes[1]
+	t.Logf("chat %+v; batch %+v", chat, batch)
+	if chat.Issued < 20 || chat.Completed != chat.Issued || chat.Dropped != 0 || chat.TTFTP99 == nil || chat.E2EP99 == nil || chat.Goodput == nil || chat.Measured == 0 {
+		t.Errorf("chat %+v: want ≥ 20 issued, all completed, none dropped, latencies and goodput", chat)
+	}
+	if batch.Issued != 120 || batch.Dropped == 0 || batch.Completed == 0 || batch.Completed+batch.Dropped != batch.Issued {
+		t.Errorf("batch %+v: want 120 issued, some completed, some dropped, nothing else", batch)
+	}
+	for _, q := range rep.Runs[0].Requests {
+		if q.DropReason != "" && (q.DropReason != "ttl-expired" || q.Err != "http_429") {
+			t.Fatalf("dropped request: %s (%s), want ttl-expired with 429", q.DropReason, q.Err)
+		}
+	}
+}
