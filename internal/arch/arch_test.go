@@ -16,11 +16,14 @@ const module = "github.com/trimtab/trimtab"
 // used. The graph, as docs/design.md rule 1 and docs/architecture.md state it:
 //
 //   - leaves: scheduler, proxy/settings (the server: section's types),
-//     telemetry (the OpenTelemetry provider) and deploy (manifests and
-//     their tests);
+//     telemetry (the OpenTelemetry provider), deploy (manifests and
+//     their tests) and internal/jsonscan (the validating JSON scanner);
 //   - scorers, fleet, detector, configurator, flow (flow control) →
 //     scheduler;
-//   - proxy → scheduler, proxy/settings, flow;
+//   - proxy/parse (request bodies, one type per API dialect) →
+//     scheduler, internal/jsonscan;
+//   - proxy → scheduler, proxy/settings, proxy/parse, internal/jsonscan,
+//     flow;
 //   - control → scheduler, detector, configurator;
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
@@ -40,7 +43,7 @@ var allowed = map[string][]string{
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
 	"flow":           {"scheduler"},
-	"proxy":          {"scheduler", "proxy/settings", "flow"},
+	"proxy":          {"scheduler", "proxy/settings", "proxy/parse", "internal/jsonscan", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
@@ -48,6 +51,10 @@ var allowed = map[string][]string{
 	"internal":       {"scheduler"},
 	"bench":          {"sim", "configs", "internal"},
 	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
+
+	// Sub-packages with rows of their own: none imports its parent.
+	"internal/jsonscan": {},
+	"proxy/parse":       {"scheduler", "internal/jsonscan"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -130,6 +137,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
 		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
+		{"proxy/parse", "proxy"}, {"internal/jsonscan", "internal"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
