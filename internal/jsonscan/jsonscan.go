@@ -17,6 +17,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/bits"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -140,17 +142,25 @@ func (s *Scanner) Key() (raw []byte, esc bool, err error) {
 	return raw, esc, nil
 }
 
-// skipPlain returns the first index ≥ i where b is not a run of plain
-// string bytes, 8 at a time (SWAR): a word is plain when none of its bytes
-// is < 0x20, '"' or '\\'. The tail shorter than a word is left to the caller.
+// special flags, in the high bit of each byte of the little-endian word
+// x, the bytes that end a run of plain string bytes: < 0x20, '"' and '\\'
+// (SWAR). The lowest flag is exact (higher ones may be false, after a
+// borrow), so bits.TrailingZeros64(special(x))/8 is the number of plain
+// bytes the word starts with, 8 when it has none.
+func special(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (lo * '"')
+	bs := x ^ (lo * '\\')
+	return ((x - lo*0x20) | (q - lo) | (bs - lo)) &^ x & hi
+}
+
+// skipPlain returns the first index ≥ i where b does not hold a plain
+// string byte, reading 8 bytes at a time, or the start of the last
+// incomplete word when they are all plain.
 func skipPlain(b []byte, i int) int {
 	for i+8 <= len(b) {
-		x := binary.LittleEndian.Uint64(b[i:])
-		const lo, hi = 0x0101010101010101, 0x8080808080808080
-		q := x ^ (lo * '"')
-		bs := x ^ (lo * '\\')
-		if ((x-lo*0x20)|(q-lo)|(bs-lo))&^x&hi != 0 {
-			break
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 		i += 8
 	}
@@ -220,35 +230,48 @@ func (s *Scanner) Str() (raw []byte, esc bool, err error) {
 
 // StrAppend reads a string and appends its decoded contents to dst in the
 // same pass (validation, unescaping and copying together). On error dst
-// may hold part of the string.
+// may hold part of the string. dst keeps at least 8 bytes of spare
+// capacity while it is written.
 func (s *Scanner) StrAppend(dst []byte) ([]byte, error) {
 	b := s.b
 	if s.i >= len(b) || b[s.i] != '"' {
 		return dst, ErrSyntax
 	}
 	i := s.i + 1
-	run := i
-	for i < len(b) {
-		i = skipPlain(b, i)
+	for {
+		// Plain bytes, a word at a time: each word is stored as it is read
+		// and dst is cut back to the word's plain bytes.
+		for i+8 <= len(b) {
+			if cap(dst)-len(dst) < 8 {
+				dst = slices.Grow(dst, 8)
+			}
+			x := binary.LittleEndian.Uint64(b[i:])
+			n := len(dst)
+			binary.LittleEndian.PutUint64(dst[n:n+8], x)
+			if m := special(x); m != 0 {
+				k := bits.TrailingZeros64(m) >> 3
+				dst = dst[:n+k]
+				i += k
+				break
+			}
+			dst = dst[:n+8]
+			i += 8
+		}
 		if i >= len(b) {
-			break
+			return dst, ErrSyntax
 		}
-		c := b[i]
-		if strSafe[c] {
+		switch c := b[i]; {
+		case strSafe[c]: // the document's last bytes, shorter than a word
+			dst = append(dst, c)
 			i++
-			continue
-		}
-		switch c {
-		case '"':
+		case c == '"':
 			s.i = i + 1
-			return append(dst, b[run:i]...), nil
-		case '\\':
-			dst = append(dst, b[run:i]...)
+			return dst, nil
+		case c == '\\':
 			if i+1 < len(b) {
 				if e := simpleEscape[b[i+1]]; e != 0 {
 					dst = append(dst, e)
 					i += 2
-					run = i
 					continue
 				}
 			}
@@ -258,12 +281,10 @@ func (s *Scanner) StrAppend(dst []byte) ([]byte, error) {
 			}
 			dst = Unescape(dst, b[i:i+n])
 			i += n
-			run = i
 		default: // control character
 			return dst, ErrSyntax
 		}
 	}
-	return dst, ErrSyntax
 }
 
 // escapeLen validates the escape at the start of b and returns its length:

@@ -114,6 +114,31 @@ func TestStrAppend(t *testing.T) {
 	}
 }
 
+// TestStrAppendOffsets: an escape, a quote or a control character at
+// every offset within and across the 8-byte words the plain path reads,
+// and strings that end in the document's last incomplete word, decode as
+// encoding/json decodes them (or fail as it does).
+func TestStrAppendOffsets(t *testing.T) {
+	for _, special := range []string{`\n`, `\"`, `\u00e9`, "\x01"} {
+		for pre := 0; pre <= 17; pre++ {
+			for post := 0; post <= 9; post++ {
+				doc := []byte(`"` + strings.Repeat("a", pre) + special + strings.Repeat("b", post) + `"`)
+				var want string
+				wantErr := json.Unmarshal(doc, &want)
+				var s Scanner
+				s.Reset(doc)
+				got, err := s.StrAppend([]byte("x"))
+				if (err != nil) != (wantErr != nil) || err == nil && string(got) != "x"+want {
+					t.Fatalf("%q: StrAppend = %q, %v; encoding/json %q, %v", doc, got, err, want, wantErr)
+				}
+				if err == nil && s.Pos() != len(doc) {
+					t.Fatalf("%q: read position %d, want %d", doc, s.Pos(), len(doc))
+				}
+			}
+		}
+	}
+}
+
 // TestScanAllocs: validating a document and decoding a string into a
 // buffer with room allocate nothing.
 func TestScanAllocs(t *testing.T) {
@@ -134,10 +159,15 @@ func TestScanAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkStrAppend measures decoding a string of the given size, with
-// and without escapes.
+// BenchmarkStrAppend measures decoding a string of the given size:
+// plain text, a prompt's lines (an escaped newline every 64 bytes) and
+// escape-dense text (three escapes every 12 bytes).
 func BenchmarkStrAppend(b *testing.B) {
-	for _, tc := range []struct{ name, word string }{{"plain", "quick brown fox "}, {"escaped", `fox\n \"q\" `}} {
+	for _, tc := range []struct{ name, word string }{
+		{"plain", "quick brown fox "},
+		{"lines", strings.Repeat("abc ", 15) + `abc\n`},
+		{"dense", `fox\n \"q\" `},
+	} {
 		for _, size := range []int{512, 32 << 10} {
 			str := []byte(`"` + strings.Repeat(tc.word, size/len(tc.word)) + `"`)
 			b.Run(tc.name+"/bytes="+strconv.Itoa(size), func(b *testing.B) {
