@@ -53,6 +53,25 @@ func (c *chat) boolField() (bool, error) {
 	return false, c.wrongType(1)
 }
 
+// array starts an array value at depth whose items nest up to nest
+// levels below it: items is false for null or an empty array (consumed
+// whole), true when the first item is next. Any other value is
+// ErrBadField.
+func (c *chat) array(depth, nest int) (items bool, err error) {
+	switch c.s.Peek() {
+	case 'n':
+		return false, c.s.Lit("null")
+	case '[':
+	default:
+		return false, c.wrongType(depth)
+	}
+	if depth+nest >= jsonscan.MaxDepth {
+		return false, jsonscan.ErrTooDeep
+	}
+	empty, err := c.s.Open('[')
+	return !empty, err
+}
+
 // startRoot starts root tracking of a conversation section.
 func (c *chat) startRoot() { c.track, c.root = true, 0 }
 
@@ -73,18 +92,7 @@ func (c *chat) rootLen(start int) int {
 // raw JSON + "\n".
 func (c *chat) messages(dst []byte, depth int, items bool) ([]byte, error) {
 	s := &c.s
-	switch s.Peek() {
-	case 'n':
-		return dst, s.Lit("null")
-	case '[':
-	default:
-		return dst, c.wrongType(depth)
-	}
-	if depth+2 >= jsonscan.MaxDepth {
-		return dst, jsonscan.ErrTooDeep
-	}
-	empty, err := s.Open('[')
-	if err != nil || empty {
+	if items, err := c.array(depth, 2); err != nil || !items {
 		return dst, err
 	}
 	for {
@@ -290,11 +298,10 @@ func (c *chat) system(dst []byte, depth int) ([]byte, error) {
 // the definitions an agent sends are the same bytes on every request.
 func (c *chat) tools(dst []byte, depth int) ([]byte, error) {
 	s := &c.s
-	switch s.Peek() {
-	case 'n':
+	if s.Peek() == 'n' {
 		return dst, s.Lit("null")
-	case '[':
-	default:
+	}
+	if s.Peek() != '[' {
 		return dst, c.wrongType(depth)
 	}
 	st := s.Pos()

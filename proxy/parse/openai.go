@@ -55,22 +55,13 @@ func (o openAI) token(dst []byte) ([]byte, error) {
 // into dst.
 func (o openAI) prompt(dst []byte, depth int) ([]byte, error) {
 	s := &o.s
-	switch s.Peek() {
-	case '"':
+	if s.Peek() == '"' {
 		return s.StrAppend(dst)
-	case 'n':
-		return dst, s.Lit("null")
-	case '[':
-	default:
-		return dst, o.wrongType(depth)
 	}
-	if depth+1 >= jsonscan.MaxDepth {
-		return dst, jsonscan.ErrTooDeep
-	}
-	empty, err := s.Open('[')
-	if err != nil || empty {
+	if items, err := o.array(depth, 1); err != nil || !items {
 		return dst, err
 	}
+	var err error
 	const (
 		kindNone = iota
 		kindStrings

@@ -14,21 +14,20 @@ import (
 // is not a request, in every dialect.
 func TestErrors(t *testing.T) {
 	tests := []struct {
-		name string
-		api  API
-		body string
-		want error
+		api        API
+		name, body string
+		want       error
 	}{
-		{"empty", OpenAI, ``, jsonscan.ErrSyntax},
-		{"truncated", Responses, `{"model":"m"`, jsonscan.ErrSyntax},
-		{"trailing garbage", Messages, `{"model":"m"} x`, jsonscan.ErrSyntax},
-		{"too deep", OpenAI, `{"model":"m","x":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1) + `}`, jsonscan.ErrTooDeep},
-		{"not an object", Responses, `[1]`, ErrNotObject},
-		{"no model", Messages, `{"messages":[]}`, ErrMissingModel},
-		{"empty model", OpenAI, `{"model":""}`, ErrMissingModel},
-		{"token over 32 bits", OpenAI, `{"model":"m","prompt":[4294967296]}`, ErrBadField},
-		{"input a number", Responses, `{"model":"m","input":3}`, ErrBadField},
-		{"system an object", Messages, `{"model":"m","system":{}}`, ErrBadField},
+		{OpenAI, "empty", ``, jsonscan.ErrSyntax},
+		{Responses, "truncated", `{"model":"m"`, jsonscan.ErrSyntax},
+		{Messages, "trailing garbage", `{"model":"m"} x`, jsonscan.ErrSyntax},
+		{OpenAI, "too deep", `{"model":"m","x":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1) + `}`, jsonscan.ErrTooDeep},
+		{Responses, "not an object", `[1]`, ErrNotObject},
+		{Messages, "no model", `{"messages":[]}`, ErrMissingModel},
+		{OpenAI, "empty model", `{"model":""}`, ErrMissingModel},
+		{OpenAI, "token over 32 bits", `{"model":"m","prompt":[4294967296]}`, ErrBadField},
+		{Responses, "input a number", `{"model":"m","input":3}`, ErrBadField},
+		{Messages, "system an object", `{"model":"m","system":{}}`, ErrBadField},
 	}
 	ps := New(nil, nil)
 	var p Parsed

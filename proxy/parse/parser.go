@@ -174,15 +174,19 @@ func (ps *Parser) Parse(api API, body []byte, sessionHeader string, out *Parsed)
 		case "cache_salt":
 			f.salt.raw, f.salt.esc, f.salt.ok, err = c.optString(1)
 		default:
+			start, sec := len(out.prompt), -1
 			switch api {
 			case OpenAI:
 				err = openAI{&c}.field(k, out, &f)
 			case Responses:
-				err = responses{&c}.field(k, out, &f)
+				sec, err = responses{&c}.field(k, out, &f)
 			case Messages:
-				err = anthropic{&c}.field(k, out, &f)
+				sec, err = anthropic{&c}.field(k, out, &f)
 			default:
 				err = s.Value(1)
+			}
+			if sec >= 0 {
+				out.secs[sec] = span{start: start, end: len(out.prompt), set: true}
 			}
 		}
 		if err != nil {

@@ -1,30 +1,29 @@
 package parse
 
 // responses reads the top-level members of an OpenAI Responses body.
-// Sections (see the package documentation) are rendered at the end of
-// out.prompt as their keys come and put in order by Parsed.order.
 type responses struct{ *chat }
 
-// field reads the top-level member k.
-func (r responses) field(k []byte, out *Parsed, f *fields) (err error) {
-	start := len(out.prompt)
-	sec := -1
+// field reads the top-level member k. A section (see the package
+// documentation) is rendered at the end of out.prompt and named by sec
+// (-1: none); Parsed.order puts the sections in order.
+func (r responses) field(k []byte, out *Parsed, f *fields) (sec int, err error) {
 	switch string(k) {
 	case "instructions":
-		sec = secSystem
 		if r.s.Peek() == '[' {
 			out.prompt, err = r.messages(out.prompt, 1, true)
 		} else {
 			out.prompt, err = r.system(out.prompt, 1)
 		}
+		return secSystem, err
 	case "tools":
-		sec = secTools
 		out.prompt, err = r.tools(out.prompt, 1)
+		return secTools, err
 	case "input":
-		sec = secConv
+		start := len(out.prompt)
 		r.startRoot()
 		out.prompt, err = r.input(out.prompt, 1)
 		out.rootLen = r.rootLen(start)
+		return secConv, err
 	case "conversation":
 		f.ids[0], err = r.member(1, "id", true)
 	case "previous_response_id":
@@ -34,10 +33,7 @@ func (r responses) field(k []byte, out *Parsed, f *fields) (err error) {
 	default:
 		err = r.s.Value(1)
 	}
-	if sec >= 0 {
-		out.secs[sec] = span{start: start, end: len(out.prompt), set: true}
-	}
-	return err
+	return -1, err
 }
 
 // input renders a Responses input: a string (one user message), an array
