@@ -230,8 +230,10 @@ func (s *Scanner) Str() (raw []byte, esc bool, err error) {
 
 // StrAppend reads a string and appends its decoded contents to dst in the
 // same pass (validation, unescaping and copying together). On error dst
-// may hold part of the string. dst keeps at least 8 bytes of spare
-// capacity while it is written.
+// may hold part of the string. It copies plain bytes a word at a time, so
+// it may overwrite up to 8 bytes of dst's spare capacity beyond what it
+// appends: dst's capacity past its length must not hold bytes the caller
+// still needs.
 func (s *Scanner) StrAppend(dst []byte) ([]byte, error) {
 	b := s.b
 	if s.i >= len(b) || b[s.i] != '"' {
