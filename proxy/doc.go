@@ -4,7 +4,8 @@
 //   - HTTP is an OpenAI-compatible reverse proxy (/v1/completions,
 //     /v1/chat/completions, /v1/responses, the Anthropic /v1/messages,
 //     /v1/models, other /v1/* passed through). It
-//     parses the body once (Parser), asks the scheduler for an endpoint,
+//     parses the body once (Parser, over package parse), asks the
+//     scheduler for an endpoint,
 //     forwards the body byte for byte and streams the answer back, flushing
 //     every chunk so SSE events are never held. Any failure before the
 //     endpoint's response headers (refused, reset, closed, timed out), a

@@ -210,7 +210,7 @@ func putState(st *reqState) {
 	if cap(st.body) > maxPooledBody {
 		st.body = nil
 	}
-	st.p.dropHugeBuffers(maxPooledBody)
+	st.p.DropHugeBuffers(maxPooledBody)
 	st.p.Request = scheduler.Request{}
 	st.rec = TraceSlot{}
 	statePool.Put(st)

@@ -9,22 +9,11 @@ import (
 	"github.com/trimtab/trimtab/scheduler"
 )
 
-// Keyless session affinity. When a request carries no session id, the
-// parser derives a session key from the conversation's lineage
-// (Request.SessionKey):
-//   - a Responses continuation (previous_response_id) takes the key of the
-//     request whose response it continues, which the HTTP proxy learned
-//     from that response's id (lineage); a continuation of a response the
-//     proxy never saw takes the hash of the id it names, and its own
-//     response passes that key on;
-//   - any other conversation takes scheduler.LineageKey of its root: the
-//     rendered prompt up to the end of the first conversation item that is
-//     not a system or developer message (chat completions' "messages",
-//     Responses' "input", Messages' "messages"), scaffold included. Every
-//     later turn resends the root, so a conversation's turns share the
-//     key; conversations on one scaffold differ in their first turn. A
-//     request whose conversation holds no such item gets no key, so the
-//     shared scaffold alone never becomes one.
+// Keyless session affinity (see package parse): a Responses continuation
+// (previous_response_id) takes the session key of the request whose
+// response it continues, which the HTTP proxy learned from that response's
+// id (lineage); a continuation of a response the proxy never saw takes the
+// hash of the id it names, and its own response passes that key on.
 
 // lineageShards and lineagePerShard bound the table: 16 × 4096 responses.
 const (
@@ -94,8 +83,9 @@ func (l *lineage) lookup(id uint64) (uint64, bool) {
 	return k, ok
 }
 
-// continuationKey is the session key of a continuation of response id.
-func (l *lineage) continuationKey(id []byte) uint64 {
+// ContinuationKey is the session key of a continuation of response id
+// (parse.Continuations).
+func (l *lineage) ContinuationKey(id []byte) uint64 {
 	h := idHash(id)
 	if k, ok := l.lookup(h); ok {
 		return k

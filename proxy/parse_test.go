@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/trimtab/trimtab/internal/jsonscan"
 )
 
 func tokens(ids ...uint32) string {
@@ -76,7 +78,7 @@ func TestParse(t *testing.T) {
 		{name: "token over 32 bits", body: `{"model":"m","prompt":[4294967296]}`, wantErr: ErrBadField},
 		{name: "message not an object", body: `{"model":"m","messages":["hi"]}`, wantErr: ErrBadField},
 		{name: "content a number", body: `{"model":"m","messages":[{"role":"user","content":1}]}`, wantErr: ErrBadField},
-		{name: "too deep", body: `{"model":"m","x":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`, wantErr: ErrTooDeep},
+		{name: "too deep", body: `{"model":"m","x":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1) + `}`, wantErr: ErrTooDeep},
 	}
 	var p Parsed
 	for _, tt := range tests {

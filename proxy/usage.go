@@ -8,6 +8,7 @@ package proxy
 import (
 	"bytes"
 
+	"github.com/trimtab/trimtab/internal/jsonscan"
 	"github.com/trimtab/trimtab/scheduler"
 )
 
@@ -232,14 +233,15 @@ func (f *usageFields) find(b []byte) {
 		if escapedQuote(b, i) {
 			continue
 		}
-		s := scan{b: b, i: off}
-		s.ws()
-		if s.peek() != ':' {
+		var s jsonscan.Scanner
+		s.Reset(b)
+		s.Seek(off)
+		s.WS()
+		if !s.Consume(':') {
 			continue
 		}
-		s.i++
-		s.ws()
-		if s.peek() != '{' {
+		s.WS()
+		if s.Peek() != '{' {
 			continue
 		}
 		var g usageFields
@@ -251,7 +253,7 @@ func (f *usageFields) find(b []byte) {
 				f.set(k, g.v[k])
 			}
 		}
-		off = s.i
+		off = s.Pos()
 	}
 }
 
@@ -268,37 +270,37 @@ func escapedQuote(b []byte, i int) bool {
 
 // object reads a usage object at s.i (nested: a *_tokens_details object),
 // keeping the counts it knows.
-func (f *usageFields) object(s *scan, nested bool) error {
-	empty, err := s.open('{')
+func (f *usageFields) object(s *jsonscan.Scanner, nested bool) error {
+	empty, err := s.Open('{')
 	if err != nil || empty {
 		return err
 	}
 	for {
-		raw, esc, err := s.key()
+		raw, esc, err := s.Key()
 		if err != nil {
 			return err
 		}
-		s.ws()
+		s.WS()
 		field := -1
 		if !esc {
 			field = usageField(raw, nested)
 		}
 		switch {
-		case field == fCachedTokens && !nested && s.peek() == '{':
+		case field == fCachedTokens && !nested && s.Peek() == '{':
 			err = f.object(s, true)
 		case field >= 0 && field != fCachedTokens || nested && field == fCachedTokens:
 			var v int64
 			var ok bool
-			if v, ok, err = s.count(); ok {
+			if v, ok, err = count(s); ok {
 				f.set(field, v)
 			}
 		default:
-			err = s.value(2)
+			err = s.Value(2)
 		}
 		if err != nil {
 			return err
 		}
-		more, err := s.more('}')
+		more, err := s.More('}')
 		if err != nil || !more {
 			return err
 		}
@@ -334,19 +336,19 @@ func usageField(k []byte, nested bool) int {
 	return -1
 }
 
-// count reads a JSON value at s.i as a token count: ok when it is a
-// non-negative integer up to maxUsageCount (any other valid value is
-// skipped, not an error).
-func (s *scan) count() (v int64, ok bool, err error) {
-	st := s.i
-	if c := s.peek(); c < '0' || c > '9' {
-		return 0, false, s.value(2)
+// count reads the JSON value at the read position as a token count: ok
+// when it is a non-negative integer up to maxUsageCount (any other valid
+// value is skipped, not an error).
+func count(s *jsonscan.Scanner) (v int64, ok bool, err error) {
+	st := s.Pos()
+	if !jsonscan.IsDigit(s.Peek()) {
+		return 0, false, s.Value(2)
 	}
-	if err := s.number(); err != nil {
+	if err := s.Number(); err != nil {
 		return 0, false, err
 	}
-	for _, c := range s.b[st:s.i] {
-		if !isDigit(c) || v > maxUsageCount {
+	for _, c := range s.Since(st) {
+		if !jsonscan.IsDigit(c) || v > maxUsageCount {
 			return 0, false, nil
 		}
 		v = v*10 + int64(c-'0')

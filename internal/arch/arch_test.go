@@ -16,15 +16,18 @@ const module = "github.com/trimtab/trimtab"
 // used. The graph, as docs/design.md rule 1 and docs/architecture.md state it:
 //
 //   - leaves: scheduler, proxy/settings (the server: section's types),
-//     telemetry (the OpenTelemetry provider) and deploy (manifests and
-//     their tests);
+//     telemetry (the OpenTelemetry provider), deploy (manifests and
+//     their tests) and internal/jsonscan (the validating JSON scanner);
 //   - scorers/internal (the scorers' shared LRU list, neutral-score
 //     counter and test kit) → scheduler; scorers/prefix (the prefix
 //     scorer and its index) → scheduler, scorers/internal; scorers →
 //     scheduler, scorers/prefix, scorers/internal. Sub-packages never
 //     import scorers, so InTree builds every scorer, the prefix one too;
 //   - fleet, detector, configurator, flow (flow control) → scheduler;
-//   - proxy → scheduler, proxy/settings, flow;
+//   - proxy/parse (request bodies, one type per API dialect) →
+//     scheduler, internal/jsonscan;
+//   - proxy → scheduler, proxy/settings, proxy/parse, internal/jsonscan,
+//     flow;
 //   - control → scheduler, detector, configurator;
 //   - replica/peerload (router-local loads exchanged between replicas) →
 //     scheduler; replica (sync between router replicas) → scheduler,
@@ -50,7 +53,7 @@ var allowed = map[string][]string{
 	"detector":       {"scheduler"},
 	"configurator":   {"scheduler"},
 	"flow":           {"scheduler"},
-	"proxy":          {"scheduler", "proxy/settings", "flow"},
+	"proxy":          {"scheduler", "proxy/settings", "proxy/parse", "internal/jsonscan", "flow"},
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers/prefix", "replica/peerload", "fleet"},
 	"configs":        {"scheduler", "scorers", "scorers/prefix", "fleet", "control", "proxy/settings", "replica", "flow"},
@@ -59,10 +62,12 @@ var allowed = map[string][]string{
 	"bench":          {"sim", "configs", "internal"},
 	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
 
-	// Sub-packages with rows of their own.
-	"scorers/prefix":   {"scheduler", "scorers/internal"},
-	"scorers/internal": {"scheduler"},
-	"replica/peerload": {"scheduler"},
+	// Sub-packages with rows of their own: none imports its parent.
+	"scorers/prefix":    {"scheduler", "scorers/internal"},
+	"scorers/internal":  {"scheduler"},
+	"replica/peerload":  {"scheduler"},
+	"internal/jsonscan": {},
+	"proxy/parse":       {"scheduler", "internal/jsonscan"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -148,6 +153,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"scorers/prefix", "scorers"}, {"scorers/internal", "scorers"}, {"scorers/internal", "scorers/prefix"},
 		{"scorers", "replica/peerload"}, {"scorers/prefix", "replica/peerload"}, {"replica/peerload", "replica"},
 		{"replica/peerload", "scorers"},
+		{"proxy/parse", "proxy"}, {"internal/jsonscan", "internal"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
