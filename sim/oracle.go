@@ -52,6 +52,12 @@ type OracleConfig struct {
 	// Budget is the vectors Tune evaluates per calibration (default 40).
 	Budget   int
 	Parallel int
+	// HeldBack, when set, is an earlier run (oracle.json) whose oracle
+	// vectors are scored instead of searching: each calibration runs its
+	// oracle vector from HeldBack and the policies, nothing else — the
+	// held-back check of oracles chosen on other seeds. Every engine must
+	// have a column in it and its scorers must be the profile's.
+	HeldBack *OracleFile
 	// Progress, when set, is called after each vector and each policy.
 	Progress func(OracleProgress)
 }
@@ -78,8 +84,12 @@ type OracleFile struct {
 	Scenarios []string `json:"scenarios"`
 	// Scorers name the searched weights, index-aligned with an oracle's
 	// Weights; Guard is the scheduler.guard every vector runs under.
-	Scorers      []string            `json:"scorers"`
-	Guard        OracleGuard         `json:"guard"`
+	Scorers []string    `json:"scorers"`
+	Guard   OracleGuard `json:"guard"`
+	// HeldBack is the command of the run whose oracle vectors this run
+	// scored instead of searching (OracleConfig.HeldBack); empty for a
+	// run that searched.
+	HeldBack     string              `json:"held_back,omitempty"`
 	Calibrations []OracleCalibration `json:"calibrations"`
 }
 
@@ -188,6 +198,12 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		out.Scorers = append(out.Scorers, scorerName(s))
 	}
 	base := OracleBaselines(cfg.Profile)
+	if cfg.HeldBack != nil {
+		if !slices.Equal(cfg.HeldBack.Scorers, out.Scorers) {
+			return nil, fmt.Errorf("oracle: the held-back run's scorers %v are not the profile's %v", cfg.HeldBack.Scorers, out.Scorers)
+		}
+		out.Budget, out.HeldBack, base = 1, cfg.HeldBack.Command, base[:1]
+	}
 	steps := max(out.Budget, len(base)) + len(cfg.Policies)
 	for ci, eng := range cfg.Engines {
 		scs, err := LoadScenarios(cfg.Scenarios, cfg.Duration)
@@ -203,6 +219,13 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 			}
 		}
 		engine := scs[0].EngineName
+		if cfg.HeldBack != nil {
+			w, err := cfg.HeldBack.oracleOf(engine, len(out.Scorers))
+			if err != nil {
+				return nil, err
+			}
+			base = []Candidate{{Name: "oracle", Weights: w}}
+		}
 		report := func(step int, name string) {
 			if cfg.Progress != nil {
 				cfg.Progress(OracleProgress{Calibration: ci + 1, Calibrations: len(cfg.Engines), Engine: engine, Step: step, Steps: steps, Name: name})
@@ -226,6 +249,19 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		out.Calibrations = append(out.Calibrations, scoreOracle(engine, res, pevs))
 	}
 	return out, nil
+}
+
+// oracleOf returns the oracle vector of engine's column (n weights).
+func (o *OracleFile) oracleOf(engine string, n int) ([]float64, error) {
+	for _, c := range o.Calibrations {
+		if c.Engine == engine {
+			if len(c.Oracle.Weights) != n {
+				return nil, fmt.Errorf("oracle: the held-back run's oracle for %s has %d weights, want %d", engine, len(c.Oracle.Weights), n)
+			}
+			return slices.Clone(c.Oracle.Weights), nil
+		}
+	}
+	return nil, fmt.Errorf("oracle: the held-back run has no column for calibration %s", engine)
 }
 
 // scoreOracle scores the search's vectors and the policies against the

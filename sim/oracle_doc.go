@@ -33,6 +33,10 @@ func RenderOracleDoc(main, check *OracleFile, command string) string {
 		command, main.seedRange(), main.Command, main.Commit, main.Date, check.seedRange(), check.Command, check.Commit, check.Date,
 		strings.Join(main.Scenarios, ", "))
 	pr("%s\n\n", main.method())
+	if check.HeldBack != "" {
+		pr("**The check is held back**: on %s each calibration runs the oracle vector chosen on %s (no search) beside the policies, and scores are against per-cell bests over those alone, so an oracle that only fits the seeds it was chosen on shows as policies above 1.\n\n",
+			check.seedRange(), main.seedRange())
+	}
 	main.ratioTable(&b, check)
 	pr("\nEach entry: %s (%s in parentheses).\n\n", main.seedRange(), check.seedRange())
 	pr("**Where adaptive loses** (%s). A cell is worse when adaptive is worse than the other policy by more than %.0f %% on TTFT p99, E2E p99, tok/s or goodput; \"also on %s\" when the check run finds the same cell worse too. Every cell is in the runs' oracle.md.\n\n",

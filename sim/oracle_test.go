@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,33 @@ func TestRunOracle(t *testing.T) {
 	}
 	if !bytes.Equal(j1.Bytes(), j2.Bytes()) {
 		t.Error("two runs with the same seeds wrote different oracle.json")
+	}
+	// The held-back check: seed 2 scores seed 1's oracle vectors and the
+	// policies, no search (2 calibrations × (1 vector + 3 policies) steps).
+	o.Command = "trimtab sim oracle --seed 1"
+	held := cfg
+	held.Seed, held.HeldBack, steps = 2, o, 0
+	h, err := RunOracle(context.Background(), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps != 2*(1+3) || h.Budget != 1 || h.HeldBack != o.Command || h.Seeds[0] != 2 {
+		t.Errorf("held-back run: %d steps, budget %d, held back %q, seeds %v", steps, h.Budget, h.HeldBack, h.Seeds)
+	}
+	for i, c := range h.Calibrations {
+		if c.Vectors != 1 || !slices.Equal(c.Oracle.Weights, o.Calibrations[i].Oracle.Weights) || c.Oracle.Ratio != 1 || len(c.Policies) != 3 {
+			t.Errorf("%s held back: %d vectors, oracle %v (seed 1's %v, ratio %v), %d policies", c.Engine, c.Vectors, c.Oracle.Weights, o.Calibrations[i].Oracle.Weights, c.Oracle.Ratio, len(c.Policies))
+		}
+	}
+	missing := held
+	missing.HeldBack = &OracleFile{Scorers: o.Scorers, Calibrations: o.Calibrations[:1]}
+	if _, err := RunOracle(context.Background(), missing); err == nil || !strings.Contains(err.Error(), "no column for calibration l4-24gb-llama-3.1-8b") {
+		t.Errorf("held-back run without the l4 column: %v", err)
+	}
+	other := held
+	other.HeldBack = &OracleFile{Scorers: []string{"prefix"}, Calibrations: o.Calibrations}
+	if _, err := RunOracle(context.Background(), other); err == nil || !strings.Contains(err.Error(), "scorers") {
+		t.Errorf("held-back run with other scorers: %v", err)
 	}
 	back, err := ParseOracleFile(j1.Bytes())
 	if err != nil || len(back.Calibrations) != 2 {

@@ -30,6 +30,7 @@ func newSimOracleCmd() *cobra.Command {
 		duration  time.Duration
 		out       string
 		commit    string
+		heldBack  string
 	)
 	cmd := &cobra.Command{
 		Use:   "oracle [--engines a,b] [--policies a,b] [--seeds K] [--budget N] --out DIR",
@@ -46,6 +47,11 @@ It writes DIR/oracle.json (per calibration and policy: score, score ÷ the
 oracle's, worst, mean, and per cell TTFT p99, E2E p99, tok/s, goodput, misses)
 and DIR/oracle.md (the policy × calibration table of score ÷ oracle, the
 oracles, adaptive against every other policy cell by cell).
+
+--held-back DIR runs the held-back check instead of a search: each
+calibration scores the oracle vector an earlier run (DIR/oracle.json, on
+other seeds) chose, beside the policies, against per-cell bests over those
+alone. Run the search on seeds 1–3 and the held-back check on seeds 4–6.
 
 The default suite is ` + strings.Join(sim.OracleSuite, ", ") + `;
 "--scenario all" runs every shipped scenario. Calibrations: ` + strings.Join(sim.EngineNames(), ", ") + `
@@ -90,6 +96,12 @@ docs/benchmarks.md.`,
 			if err != nil {
 				return err
 			}
+			var held *sim.OracleFile
+			if heldBack != "" {
+				if held, err = readOracleFlag("held-back", heldBack); err != nil {
+					return err
+				}
+			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
@@ -100,7 +112,7 @@ docs/benchmarks.md.`,
 			defer stop()
 			stderr, start := cmd.ErrOrStderr(), time.Now()
 			o, err := sim.RunOracle(ctx, sim.OracleConfig{Scenarios: scenarios, Duration: duration, Engines: engines, Policies: pols,
-				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel,
+				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel, HeldBack: held,
 				Progress: func(p sim.OracleProgress) { oracleProgress(stderr, start, p) }})
 			if err != nil {
 				return err
@@ -130,6 +142,7 @@ docs/benchmarks.md.`,
 	fl.DurationVar(&duration, "duration", 0, "play each scenario in this simulated time instead")
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.StringVar(&commit, "commit", "", "commit the results are stamped with (default: git describe --always --dirty, else unknown)")
+	fl.StringVar(&heldBack, "held-back", "", "score the oracle vectors of this earlier run (its directory or oracle.json) instead of searching")
 	return cmd
 }
 
@@ -149,6 +162,22 @@ func oracleProgress(w io.Writer, start time.Time, p sim.OracleProgress) {
 		el.Round(time.Second), eta.Round(time.Second))
 }
 
+// readOracleFlag reads the oracle.json a flag names (its directory or the
+// file itself).
+func readOracleFlag(flag, p string) (*sim.OracleFile, error) {
+	if p == "" {
+		return nil, fmt.Errorf("--%s: required", flag)
+	}
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		p = filepath.Join(p, "oracle.json")
+	}
+	o, err := sim.ReadOracleFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	return o, nil
+}
+
 // gitDescribe names the working tree's commit, or "unknown".
 func gitDescribe() string {
 	b, err := exec.Command("git", "describe", "--always", "--dirty").Output()
@@ -164,31 +193,19 @@ func newSimOracleDocCmd() *cobra.Command {
 		Use:   "doc --oracle DIR|FILE --check DIR|FILE [--doc docs/benchmarks.md]",
 		Short: "Rewrite docs/benchmarks.md's oracle section from two oracle runs",
 		Long: `doc rewrites the section of --doc between its oracle markers from the
-oracle.json of --oracle (seeds 1–3) and of --check (the same run on seeds 4–6):
+oracle.json of --oracle (seeds 1–3) and of --check (seeds 4–6: the same run,
+or its held-back check, sim oracle --held-back):
 the policy × calibration table of score ÷ oracle, and, for adaptive against
 every other policy, where it scores lower and the cells where it is worse by
 more than 2 %. The section depends only on the two files and this command line,
 so running it again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			read := func(flag, p string) (*sim.OracleFile, error) {
-				if p == "" {
-					return nil, fmt.Errorf("--%s: required", flag)
-				}
-				if st, err := os.Stat(p); err == nil && st.IsDir() {
-					p = filepath.Join(p, "oracle.json")
-				}
-				o, err := sim.ReadOracleFile(p)
-				if err != nil {
-					return nil, fmt.Errorf("--%s: %w", flag, err)
-				}
-				return o, nil
-			}
-			m, err := read("oracle", oracleIn)
+			m, err := readOracleFlag("oracle", oracleIn)
 			if err != nil {
 				return err
 			}
-			c, err := read("check", check)
+			c, err := readOracleFlag("check", check)
 			if err != nil {
 				return err
 			}

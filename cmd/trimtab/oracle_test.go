@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,16 +58,39 @@ func TestSimOracle(t *testing.T) {
 		}
 	}
 
+	// The held-back check on seed 2: seed 1's oracle vectors and the three
+	// policies, one vector and three policies per calibration.
+	held := t.TempDir()
+	log, err = runRoot(t, "sim", "oracle", "--scenario", "small-pool-burst", "--duration", "30s", "--seed", "2", "--seeds", "1",
+		"--engines", engines, "--policies", "adaptive,guard-only,llmd-token-load", "--commit", "test", "--parallel", "2", "--held-back", out, "--out", held)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if !strings.Contains(log, "calibration 2/2 l4-24gb-llama-3.1-8b: policy llmd-token-load, step 4/4;") {
+		t.Errorf("held-back progress lines:\n%s", log)
+	}
+	h, err := sim.ReadOracleFile(filepath.Join(held, "oracle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.HeldBack != o.Command || h.Calibrations[1].Vectors != 1 || !slices.Equal(h.Calibrations[1].Oracle.Weights, o.Calibrations[1].Oracle.Weights) {
+		t.Errorf("held-back run: held back %q (want %q), %d vectors, oracle %v (want %v)", h.HeldBack, o.Command, h.Calibrations[1].Vectors,
+			h.Calibrations[1].Oracle.Weights, o.Calibrations[1].Oracle.Weights)
+	}
+	if _, err := runRoot(t, "sim", "oracle", "--held-back", filepath.Join(out, "missing"), "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--held-back") {
+		t.Errorf("a missing --held-back run: %v", err)
+	}
+
 	doc := filepath.Join(t.TempDir(), "benchmarks.md")
 	if err := os.WriteFile(doc, []byte("# B\n\n"+sim.OracleDocBegin+"\nold\n"+sim.OracleDocEnd+"\n\n## Method\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"sim", "oracle", "doc", "--oracle", out, "--check", filepath.Join(out, "oracle.json"), "--doc", doc}
+	args := []string{"sim", "oracle", "doc", "--oracle", out, "--check", filepath.Join(held, "oracle.json"), "--doc", doc}
 	if log, err := runRoot(t, args...); err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
 	first, _ := os.ReadFile(doc)
-	if bytes.Contains(first, []byte("\nold\n")) || !bytes.Contains(first, []byte("| adaptive |")) || !bytes.HasSuffix(first, []byte(sim.OracleDocEnd+"\n\n## Method\n")) {
+	if bytes.Contains(first, []byte("\nold\n")) || !bytes.Contains(first, []byte("| adaptive |")) || !bytes.Contains(first, []byte("**The check is held back**")) || !bytes.HasSuffix(first, []byte(sim.OracleDocEnd+"\n\n## Method\n")) {
 		t.Errorf("document after doc:\n%s", first)
 	}
 	if log, err := runRoot(t, args...); err != nil {
