@@ -32,7 +32,9 @@
 // shaped as a burst). Prompt bytes are synthesised deterministically from
 // segment keys, four bytes per token, so shared segments are shared
 // leading bytes for the router's prefix hashing and shared KV blocks for
-// the engine's prefix cache.
+// the engine's prefix cache. The held-out scenarios (sim/scenarios/held-out,
+// not embedded and not in --scenario all) are workloads for checking a
+// profile on traffic it was not tuned on; they load by path.
 //
 // # Flow control, classes and streams
 //
