@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Error kinds counted in RunSummary.Errors. An HTTP status error is
@@ -46,7 +46,7 @@ type Request struct {
 	// PromptKnown: the server reported usage (prompt_tokens);
 	// CachedKnown: it reported cached_tokens.
 	PromptKnown, CachedKnown bool
-	// Session is the agent session (sim.AgentTurn.Session; 0 outside
+	// Session is the agent session (scenario.AgentTurn.Session; 0 outside
 	// agentic workloads); Continuation: a turn after its first.
 	Session      uint64
 	Continuation bool
@@ -85,7 +85,7 @@ type completionBody struct {
 // as words (promptWords), or an agent turn in its API's shape
 // (agentRequest, continuing response prev), and reads it to the end,
 // timing it on clk from start. timeout bounds the whole request.
-func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration) Request {
+func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *scenario.Rendered, prev string, timeout time.Duration) Request {
 	path, read := "/v1/completions", readStream
 	var body []byte
 	if r.Agent != nil {
@@ -98,7 +98,7 @@ func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, mod
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := clk.Now()
-	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0}
+	res := Request{IntendedTokens: len(r.Prompt) / scenario.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0}
 	if r.Agent != nil {
 		res.Session = r.Agent.Session
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // CompareSim runs sc (as bench played it, with the fleet's size and
@@ -17,7 +18,7 @@ import (
 // through the simulator: every policy at every level, Repeat seeds
 // from Seed, each policy built from its profile (a baseline as the
 // simulator builds it).
-func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep, error) {
+func CompareSim(ctx context.Context, cfg *Config, sc *scenario.Scenario) (*sim.Sweep, error) {
 	s := *sc
 	if n := len(cfg.Targets); n > 0 && n != s.Servers {
 		s.Servers, s.Classes = n, nil

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // RunResult is one run: the scenario at one level under one policy, one
@@ -41,7 +41,7 @@ type RunResult struct {
 	// counts (Stats); SLO is the service level goodput counts against
 	// (the scenario's).
 	Timeout time.Duration
-	SLO     sim.SLO
+	SLO     scenario.SLO
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
 	// HerdPicks is the router's herd picks over the run (its
@@ -61,13 +61,13 @@ type PhaseSpan struct {
 
 // player plays one run.
 type player struct {
-	sc     *sim.Scenario
+	sc     *scenario.Scenario
 	level  float64
 	url    string
 	hc     *http.Client
 	clk    clock.WithTicker
 	start  time.Time
-	render *sim.Renderer
+	render *scenario.Renderer
 
 	chains chains // Responses sessions' last response ids
 
@@ -105,14 +105,14 @@ func (p *player) levelOf(i int) float64 {
 }
 
 // fire sends one rendered request scheduled at sched and records it.
-func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered) {
+func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *scenario.Rendered) {
 	sent := p.now()
 	var prev string
 	if r.Agent != nil && r.Agent.Turn > 0 {
 		prev = p.chains.get(r.Agent.Session)
 	}
 	res := send(ctx, p.hc, p.clk, p.url, p.sc.Model, r, prev, p.sc.Timeout)
-	if r.Agent != nil && r.Agent.API == sim.AgentAPIResponses {
+	if r.Agent != nil && r.Agent.API == scenario.AgentAPIResponses {
 		p.chains.set(r.Agent.Session, res.ResponseID) // "" after a failure: the next turn resends the conversation
 	}
 	res.Phase, res.Scheduled, res.Sent = phase, sched, sent
@@ -126,7 +126,7 @@ func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *si
 // request in flight (each bounded by the scenario's timeout).
 func (p *player) play(ctx context.Context) []Request {
 	switch p.sc.Load.Mode {
-	case sim.ModeClosed:
+	case scenario.ModeClosed:
 		p.closed(ctx)
 	default:
 		p.open(ctx)
@@ -196,7 +196,7 @@ func (p *player) client(ctx context.Context, c int) {
 // open runs Poisson arrivals at each phase's rate, or a trace's arrivals
 // at the level's speed-up; every arrival is its own goroutine.
 func (p *player) open(ctx context.Context) {
-	trace := p.sc.Load.Mode == sim.ModeTrace
+	trace := p.sc.Load.Mode == scenario.ModeTrace
 	var at time.Duration
 	for i := 0; i < len(p.sc.Phases); {
 		end := p.sc.PhaseStart(i) + p.sc.Phases[i].Duration

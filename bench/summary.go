@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Stats summarises a set of requests. Latencies are in milliseconds; NaN
@@ -43,7 +44,7 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // Summarise computes Stats over reqs: tokens per second and goodput over
 // window, misses counted at timeout, goodput judged against slo.
-func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats {
+func Summarise(reqs []Request, window, timeout time.Duration, slo scenario.SLO) Stats {
 	s := Stats{Errors: map[string]int{}, ByEndpoint: map[string]int{}}
 	var lat sim.Latencies
 	var itl []float64

@@ -9,13 +9,14 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // ProfilePolicy turns a trimtab profile into a policy: its scorers,
 // picker and filters in a real scheduler, plus the control loop serve
 // runs (control.Loop) when adaptive.enabled.
 func ProfilePolicy(name, desc string, f *configs.File) Policy {
-	return Policy{Name: name, Description: desc, Profile: func() (*configs.File, error) { return f, nil }, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return Policy{Name: name, Description: desc, Profile: func() (*configs.File, error) { return f, nil }, Build: func(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		fc := *f
 		fc.Scheduler.Seed = seed
 		s, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
@@ -50,7 +51,7 @@ func LoadProfilePolicy(path string) (Policy, error) {
 
 // buildAdaptiveOff is the "adaptive-off" policy: configs/adaptive.yaml
 // with the loop off.
-func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildAdaptiveOff(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		return nil, nil, fmt.Errorf("adaptive-off policy: %w", err)
@@ -59,8 +60,8 @@ func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control
 }
 
 // buildShipped builds policy name from the shipped profile profile.
-func buildShipped(name, profile string) func(uint64, *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	return func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildShipped(name, profile string) func(uint64, *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return func(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		f, err := configs.LoadShipped(profile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s policy: %w", name, err)
@@ -72,7 +73,7 @@ func buildShipped(name, profile string) func(uint64, *Scenario) (*scheduler.Sche
 // buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
 // profile (default scorers plus pending-prefill, adaptive on, package
 // defaults for the loop).
-func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildAdaptive(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		return nil, nil, fmt.Errorf("adaptive policy: %w", err)

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func TestSLOMet(t *testing.T) {
 	ms := time.Millisecond
-	slo := DefaultSLO() // TTFT ≤ 2 s, TPOT ≤ 100 ms
+	slo := scenario.DefaultSLO() // TTFT ≤ 2 s, TPOT ≤ 100 ms
 	tests := []struct {
 		name      string
 		ttft, e2e time.Duration
@@ -38,7 +40,7 @@ func TestSLOMet(t *testing.T) {
 func TestLatenciesCountMisses(t *testing.T) {
 	ms := time.Millisecond
 	var l Latencies
-	slo := DefaultSLO()
+	slo := scenario.DefaultSLO()
 	// TTFT 100, 200, …, 800 ms; E2E = TTFT + 1 s over 11 tokens (decode
 	// 1000 ms ≤ 10·100 ms: within SLO), except the 800 ms one, which
 	// decodes 11 tokens in 2 s (2000 > 1000: outside SLO).
@@ -97,14 +99,14 @@ func TestScenarioSLO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.SLO != DefaultSLO() {
-		t.Errorf("default SLO %+v, want %+v", sc.SLO, DefaultSLO())
+	if sc.SLO != scenario.DefaultSLO() {
+		t.Errorf("default SLO %+v, want %+v", sc.SLO, scenario.DefaultSLO())
 	}
 	sc, err = ParseScenario([]byte(base+"slo: {ttft: 500ms}\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (SLO{TTFT: 500 * time.Millisecond, TPOT: 100 * time.Millisecond}); sc.SLO != want {
+	if want := (scenario.SLO{TTFT: 500 * time.Millisecond, TPOT: 100 * time.Millisecond}); sc.SLO != want {
 		t.Errorf("SLO with ttft set %+v, want %+v (tpot keeps its default)", sc.SLO, want)
 	}
 	for _, tt := range []struct{ yaml, want string }{

@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // LoadScenarios loads every named scenario (a file or a shipped name; the
 // single name "all" is every shipped one). A duration > 0 replays each in
 // that simulated time instead (Scenario.Scaled).
-func LoadScenarios(names []string, duration time.Duration) ([]*Scenario, error) {
+func LoadScenarios(names []string, duration time.Duration) ([]*scenario.Scenario, error) {
 	if len(names) == 1 && names[0] == "all" {
 		names = Shipped()
 	}
-	out := make([]*Scenario, 0, len(names))
+	out := make([]*scenario.Scenario, 0, len(names))
 	for _, n := range names {
 		sc, err := LoadScenario(n)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Policy is one routing policy: it builds a real scheduler (and, when
@@ -20,7 +21,7 @@ type Policy struct {
 	// Build returns a fresh scheduler seeded with seed, and its control
 	// loop, or nil for a static policy (whose loop would never change the
 	// weights).
-	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error)
+	Build func(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error)
 	// Profile returns the trimtab profile the policy is, for running it
 	// through a real `trimtab serve` (trimtab bench); nil for the
 	// simulator-only baselines that are not profiles (round-robin,
@@ -57,7 +58,7 @@ const (
 
 func profilePolicy(name, desc, yaml string) Policy {
 	profile := func() (*configs.File, error) { return configs.Parse([]byte(yaml)) }
-	return Policy{Name: name, Description: desc, Profile: profile, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return Policy{Name: name, Description: desc, Profile: profile, Build: func(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		f, err := profile()
 		if err != nil {
 			return nil, nil, err
@@ -172,7 +173,7 @@ func guardOnlyProfile() (*configs.File, error) {
 	return loopOff(f, true), nil
 }
 
-func buildGuardOnly(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildGuardOnly(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := guardOnlyProfile()
 	if err != nil {
 		return nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // PolicyAdaptiveFlow is configs/adaptive.yaml with flow control on: the
@@ -36,7 +37,7 @@ func adaptiveFlowProfile() (*configs.File, error) {
 	return &c, nil
 }
 
-func buildAdaptiveFlow(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildAdaptiveFlow(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := adaptiveFlowProfile()
 	if err != nil {
 		return nil, nil, err

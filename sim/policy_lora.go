@@ -6,6 +6,7 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // PolicyAdaptiveLoRA is configs/adaptive.yaml with a lora scorer: requests
@@ -32,7 +33,7 @@ func adaptiveLoRAProfile() (*configs.File, error) {
 	return &c, nil
 }
 
-func buildAdaptiveLoRA(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildAdaptiveLoRA(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := adaptiveLoRAProfile()
 	if err != nil {
 		return nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // PolicyAdaptiveSession is configs/adaptive.yaml with a session scorer at
@@ -40,7 +41,7 @@ func adaptiveSessionProfile() (*configs.File, error) {
 	return &c, nil
 }
 
-func buildAdaptiveSession(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildAdaptiveSession(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	f, err := adaptiveSessionProfile()
 	if err != nil {
 		return nil, nil, err

@@ -7,18 +7,6 @@ import (
 	"strings"
 )
 
-// LevelUnit names what a load level means for the scenario's mode.
-func (s *Scenario) LevelUnit() string {
-	switch s.Load.Mode {
-	case ModeOpen:
-		return "req/s"
-	case ModeTrace:
-		return "× trace speed"
-	default:
-		return "concurrency"
-	}
-}
-
 // HeadlineIndex returns the index of the headline level.
 func (sw *Sweep) HeadlineIndex() int {
 	for i, l := range sw.Levels {

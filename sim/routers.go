@@ -8,6 +8,7 @@ import (
 	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Several router replicas in front of one pool (Scenario.Routers): each has
@@ -110,7 +111,7 @@ func (r *runner) route(slot int) *router {
 	if n == 1 {
 		return r.routers[0]
 	}
-	if r.sc.Routers.Spread == SpreadClientHash {
+	if r.sc.Routers.Spread == scenario.SpreadClientHash {
 		return r.routers[int(mix64(uint64(slot)+1)%uint64(n))]
 	}
 	r.rr++

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // SummaryFile is the machine-readable result of a sim (or bench) command:
@@ -119,7 +121,7 @@ type SLOSummary struct {
 }
 
 // SummaryOf returns slo for a run summary.
-func SummaryOf(slo SLO) *SLOSummary {
+func SummaryOf(slo scenario.SLO) *SLOSummary {
 	return &SLOSummary{TTFTMS: msec(slo.TTFT), TPOTMS: msec(slo.TPOT)}
 }
 

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // SweepConfig is a whole experiment: every policy at every level of a
 // scenario, over Seeds consecutive seeds starting at Seed.
 type SweepConfig struct {
-	Scenario  *Scenario
+	Scenario  *scenario.Scenario
 	Policies  []Policy
 	Seed      uint64
 	Seeds     int
@@ -24,7 +26,7 @@ type SweepConfig struct {
 
 // Sweep is the results of a SweepConfig, in (level, policy, seed) order.
 type Sweep struct {
-	Scenario *Scenario
+	Scenario *scenario.Scenario
 	Policies []string
 	Levels   []float64
 	Seeds    []uint64

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestTune runs a small search over two short scenarios and checks what
@@ -27,7 +28,7 @@ func TestTune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var scs []*Scenario
+	var scs []*scenario.Scenario
 	for _, n := range []string{"small-pool-burst", "shared-prefix"} {
 		sc := loadShipped(t, n, 30*time.Second)
 		sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
@@ -214,7 +215,7 @@ func TestTuneLoop(t *testing.T) {
 	if len(base) != 6 || base[5].Name != PolicyTunedStatic {
 		t.Fatalf("baselines %v: want adaptive-off, four built-ins and tuned-static", base)
 	}
-	res, err := Tune(context.Background(), TuneConfig{Scenarios: []*Scenario{sc}, Profile: f, Loop: true, Seed: 1, Seeds: 1, Budget: 5, Parallel: 2}, base)
+	res, err := Tune(context.Background(), TuneConfig{Scenarios: []*scenario.Scenario{sc}, Profile: f, Loop: true, Seed: 1, Seeds: 1, Budget: 5, Parallel: 2}, base)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,10 +25,13 @@ const module = "github.com/trimtab/trimtab"
 //   - replica (sync between router replicas) → scheduler, scorers;
 //   - configs → the packages whose Config types it embeds (scheduler,
 //     scorers, fleet, control, proxy/settings, replica, flow);
+//   - sim/engine (the engine model) is a leaf; sim/scenario (the scenario
+//     schema, workloads and renderer) → scheduler, sim/engine;
 //   - sim → scheduler, scorers, fleet, configurator, control, configs,
-//     flow: the packages above except proxy;
+//     flow: the packages above except proxy, and sim/engine, sim/scenario;
 //   - internal (status page, dashboards, load generator) → scheduler;
-//   - bench (the real-time bench machinery) → sim, configs, internal;
+//   - bench (the real-time bench machinery) → sim, sim/scenario, configs,
+//     internal;
 //   - cmd → anything; nothing imports cmd or proxy.
 var allowed = map[string][]string{
 	"scheduler":      {},
@@ -44,10 +47,12 @@ var allowed = map[string][]string{
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers"},
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
-	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow"},
+	"sim/engine":     {},
+	"sim/scenario":   {"scheduler", "sim/engine"},
+	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow", "sim/engine", "sim/scenario"},
 	"internal":       {"scheduler"},
-	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
+	"bench":          {"sim", "sim/scenario", "configs", "internal"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "sim/scenario", "bench", "internal", "telemetry", "flow"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -130,6 +135,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
 		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
+		{"sim/scenario", "sim"}, {"sim/engine", "sim"}, {"sim/engine", "sim/scenario"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])
