@@ -43,10 +43,10 @@
 // (/debug/history). A request that failed in any way (an HTTP error, a
 // refused or reset connection, a stream cut before [DONE], the client's
 // timeout) is a miss: it counts in the TTFT and E2E percentiles at the
-// scenario's timeout through sim.Latencies, as in the simulator, and the
+// scenario's timeout through report.Latencies, as in the simulator, and the
 // summaries report the misses beside the percentiles and goodput (the
 // requests completed within the scenario's SLO per second of the
-// window). Results come out as sim.RunSummary (the schema of
+// window). Results come out as report.RunSummary (the schema of
 // `trimtab sim`'s summary.json, plus cached_token_ratio and errors),
 // markdown tables and plots, and compare.md: adaptive against its fair
 // baselines repeat by repeat (ComparePaired).

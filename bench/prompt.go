@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -54,7 +54,7 @@ func checkPrompts(reqs []Request) PromptCheck {
 	slices.Sort(pc.OffEndpoints)
 	pc.Ratio = math.NaN()
 	if len(ratios) > 0 {
-		pc.Ratio = sim.MedianOf(ratios)
+		pc.Ratio = report.MedianOf(ratios)
 	}
 	return pc
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -40,7 +41,7 @@ func TestAdapterDrawZipf(t *testing.T) {
 }
 
 // loraRun runs the shipped lora-skew scenario under policy for 60 s.
-func loraRun(t *testing.T, policy string, seed uint64) RunSummary {
+func loraRun(t *testing.T, policy string, seed uint64) report.RunSummary {
 	t.Helper()
 	sc, err := ShippedScenario("lora-skew")
 	if err != nil {

@@ -3,12 +3,13 @@ package sim
 import (
 	"testing"
 
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // agenticRun runs the shipped agentic-surge scenario under
 // adaptive-session with the given session keys and agent API.
-func agenticRun(t *testing.T, keys, api string, seed uint64) RunSummary {
+func agenticRun(t *testing.T, keys, api string, seed uint64) report.RunSummary {
 	t.Helper()
 	sc, err := ShippedScenario("agentic-surge")
 	if err != nil {

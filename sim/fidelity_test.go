@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -164,7 +165,7 @@ func TestTraceSliceSameAtEverySpeed(t *testing.T) {
 func TestSummarySchema(t *testing.T) {
 	sc := loadShipped(t, "small-pool-burst", 30*time.Second)
 	r := runOne(t, sc, PolicyAdaptive, 16)
-	b, err := json.Marshal(SummaryFile{Runs: []RunSummary{r.Summary()}})
+	b, err := json.Marshal(report.SummaryFile{Runs: []report.RunSummary{r.Summary()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -350,7 +351,7 @@ type ClassResult struct {
 	// Measured counts the class's requests in the measurement window, and
 	// Latencies their latencies, misses included (see Result).
 	Measured int
-	Latencies
+	report.Latencies
 	// Goodput is the measured requests within the SLO per second of the
 	// window.
 	Goodput float64

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -33,7 +34,7 @@ type Result struct {
 	// milliseconds, sorted, the misses (MeasuredFailed + MeasuredTimedOut)
 	// included at the client timeout, and how many completed within the
 	// scenario's SLO.
-	Latencies
+	report.Latencies
 	// Goodput is the measured requests that completed within the SLO per
 	// second of the window.
 	Goodput float64
@@ -102,7 +103,7 @@ type PhaseResult struct {
 	// Measured requests that arrived in the phase and inside the window.
 	Measured int
 	// Latencies of those requests, misses included (see Result).
-	Latencies
+	report.Latencies
 	// Goodput is those that completed within the SLO per second of the
 	// phase's part of the window.
 	Goodput float64
@@ -141,16 +142,6 @@ type Timeline struct {
 	Mode    []string
 	Weights [][]float64
 	Scorers []string
-}
-
-// Percentile returns the p-th percentile (0…100) of sorted values by
-// nearest rank; NaN for no values.
-func Percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[min(max(k, 0), len(sorted)-1)]
 }
 
 // phaseAcc accumulates one phase while the run goes.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -47,7 +48,7 @@ func TestReplicaSyncRecoversTheLoss(t *testing.T) {
 	single, off, on := run(1, false), run(3, false), run(3, true)
 	t.Logf("prefix hit: 1 router %.4f, 3 without sync %.4f, 3 with sync %.4f; TTFT p99 %.1f, %.1f, %.1f ms",
 		single.PrefixHitRate, off.PrefixHitRate, on.PrefixHitRate,
-		Percentile(single.TTFT, 99), Percentile(off.TTFT, 99), Percentile(on.TTFT, 99))
+		report.Percentile(single.TTFT, 99), report.Percentile(off.TTFT, 99), report.Percentile(on.TTFT, 99))
 	if off.PrefixHitRate > single.PrefixHitRate-0.01 {
 		t.Errorf("3 routers without sync hit %.4f, one router %.4f: want a loss of at least 1 point", off.PrefixHitRate, single.PrefixHitRate)
 	}

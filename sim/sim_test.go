@@ -13,6 +13,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -120,8 +121,8 @@ func TestConservation(t *testing.T) {
 				}
 				// More misses than 1 % of the requests put E2E p99 at the
 				// timeout: a collapsing policy cannot read fast.
-				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && Percentile(r.E2E, 99) != to {
-					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, Percentile(r.E2E, 99), to)
+				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && report.Percentile(r.E2E, 99) != to {
+					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, report.Percentile(r.E2E, 99), to)
 				}
 				if r.Good > r.Measured-r.Misses {
 					t.Errorf("%s: %d within SLO, but only %d of %d measured completed", p.Name, r.Good, r.Measured-r.Misses, r.Measured)
@@ -213,7 +214,7 @@ func TestAdaptiveReactsToHerd(t *testing.T) {
 	if ad.Freezes != 0 {
 		t.Errorf("watchdog tripped %d times", ad.Freezes)
 	}
-	a, o := Percentile(ad.Phases[1].E2E, 99), Percentile(off.Phases[1].E2E, 99)
+	a, o := report.Percentile(ad.Phases[1].E2E, 99), report.Percentile(off.Phases[1].E2E, 99)
 	if !(a < o) {
 		t.Errorf("burst E2E p99: adaptive %.1f ms, adaptive-off %.1f ms; want adaptive lower", a, o)
 	}
@@ -330,7 +331,7 @@ func TestPercentile(t *testing.T) {
 		{0, 1},   // rank 0 → clamped to the first
 	}
 	for _, tt := range tests {
-		if got := Percentile(v, tt.p); got != tt.want {
+		if got := report.Percentile(v, tt.p); got != tt.want {
 			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
 		}
 	}

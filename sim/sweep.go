@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -144,16 +145,16 @@ func Summarise(runs []*Result) Summary {
 	s.TTFTP99Min = math.Inf(1)
 	var p50s []float64
 	for _, r := range runs {
-		p99 := nz(Percentile(r.TTFT, 99))
-		p50 := nz(Percentile(r.TTFT, 50))
+		p99 := nz(report.Percentile(r.TTFT, 99))
+		p50 := nz(report.Percentile(r.TTFT, 50))
 		p50s = append(p50s, p50)
 		s.TTFTP50 += p50 / n
-		s.TTFTP90 += nz(Percentile(r.TTFT, 90)) / n
+		s.TTFTP90 += nz(report.Percentile(r.TTFT, 90)) / n
 		s.TTFTP99 += p99 / n
 		s.TTFTP99Min = min(s.TTFTP99Min, p99)
 		s.TTFTP99Max = max(s.TTFTP99Max, p99)
-		s.E2EP50 += nz(Percentile(r.E2E, 50)) / n
-		s.E2EP99 += nz(Percentile(r.E2E, 99)) / n
+		s.E2EP50 += nz(report.Percentile(r.E2E, 50)) / n
+		s.E2EP99 += nz(report.Percentile(r.E2E, 99)) / n
 		s.OutputTokensPerSec += r.OutputTokensPerSec / n
 		s.PrefixHitRate += r.PrefixHitRate / n
 		s.LoadMax += r.LoadMax / n

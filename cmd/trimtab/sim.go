@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -90,7 +91,7 @@ recorded by trimtab serve at /debug/trace, say) once at its own pace on
 			// Ctrl-C stops starting new runs; the runs in progress finish.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var summary sim.SummaryFile
+			var summary report.SummaryFile
 			for _, sc := range scs {
 				if len(levels) > 0 {
 					sc.Load.Levels = levels
@@ -127,7 +128,7 @@ recorded by trimtab serve at /debug/trace, say) once at its own pace on
 					fmt.Fprintln(stderr, "  "+v.Line(sc.LevelUnit()))
 				}
 			}
-			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs, sim.Mean)
+			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs, report.Mean)
 			for _, l := range lines {
 				fmt.Fprintln(stderr, l)
 			}

@@ -27,11 +27,13 @@ const module = "github.com/trimtab/trimtab"
 //     scorers, fleet, control, proxy/settings, replica, flow);
 //   - sim/engine (the engine model) is a leaf; sim/scenario (the scenario
 //     schema, workloads and renderer) → scheduler, sim/engine;
+//   - sim/report (summaries, statistics, comparisons) → sim/scenario;
 //   - sim → scheduler, scorers, fleet, configurator, control, configs,
-//     flow: the packages above except proxy, and sim/engine, sim/scenario;
+//     flow: the packages above except proxy, and sim/engine, sim/scenario,
+//     sim/report;
 //   - internal (status page, dashboards, load generator) → scheduler;
-//   - bench (the real-time bench machinery) → sim, sim/scenario, configs,
-//     internal;
+//   - bench (the real-time bench machinery) → sim, sim/scenario,
+//     sim/report, configs, internal;
 //   - cmd → anything; nothing imports cmd or proxy.
 var allowed = map[string][]string{
 	"scheduler":      {},
@@ -49,10 +51,11 @@ var allowed = map[string][]string{
 	"configs":        {"scheduler", "scorers", "fleet", "control", "proxy/settings", "replica", "flow"},
 	"sim/engine":     {},
 	"sim/scenario":   {"scheduler", "sim/engine"},
-	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow", "sim/engine", "sim/scenario"},
+	"sim/report":     {"sim/scenario"},
+	"sim":            {"scheduler", "scorers", "fleet", "configurator", "control", "configs", "flow", "sim/engine", "sim/scenario", "sim/report"},
 	"internal":       {"scheduler"},
-	"bench":          {"sim", "sim/scenario", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "sim/scenario", "bench", "internal", "telemetry", "flow"},
+	"bench":          {"sim", "sim/scenario", "sim/report", "configs", "internal"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "sim/scenario", "sim/report", "bench", "internal", "telemetry", "flow"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -135,7 +138,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"proxy/settings", "scheduler"}, {"configs", "cmd"},
 		{"replica", "proxy"}, {"scheduler", "replica"}, {"scorers", "replica"}, {"sim", "replica"},
 		{"scheduler", "flow"}, {"flow", "proxy"}, {"flow", "scorers"}, {"flow", "sim"},
-		{"sim/scenario", "sim"}, {"sim/engine", "sim"}, {"sim/engine", "sim/scenario"},
+		{"sim/scenario", "sim"}, {"sim/engine", "sim"}, {"sim/engine", "sim/scenario"}, {"sim/report", "sim"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])

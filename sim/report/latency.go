@@ -1,4 +1,4 @@
-package sim
+package report
 
 import (
 	"math"
@@ -71,3 +71,13 @@ func (l *Latencies) Goodput(window time.Duration) float64 {
 }
 
 func msec(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// Percentile returns the p-th percentile (0…100) of sorted values by
+// nearest rank; NaN for no values.
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
