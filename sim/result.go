@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math"
 	"time"
 
 	"github.com/trimtab/trimtab/fleet"
@@ -142,39 +141,6 @@ type Timeline struct {
 	Mode    []string
 	Weights [][]float64
 	Scorers []string
-}
-
-// phaseAcc accumulates one phase while the run goes.
-type phaseAcc struct {
-	genStart int64 // generation tokens when the phase's window part began
-	winStart time.Duration
-	onset    []float64 // per pod Σ load over the onset samples
-	alive    []bool    // per pod: up during the whole onset window
-	onsetN   int
-}
-
-func (r *runner) finishPhases() {
-	for i := range r.res.Phases {
-		p := &r.res.Phases[i]
-		p.Sort()
-		p.Goodput = math.NaN()
-		from, to := max(p.Start, r.warm), min(p.End, r.end)
-		if to > from {
-			p.Goodput = p.Latencies.Goodput(to - from)
-		}
-		a := &r.phases[i]
-		var sum, capSum, top float64
-		for j, v := range a.onset {
-			if a.alive[j] {
-				sum += v
-				capSum += r.caps[j]
-				top = max(top, v/r.caps[j])
-			}
-		}
-		if sum > 0 && capSum > 0 {
-			p.OnsetBusiestRatio = top / (sum / capSum)
-		}
-	}
 }
 
 // phaseTokens closes phase i's token count at the current time (the phase

@@ -109,14 +109,7 @@ type runner struct {
 	openN    int
 	rate     float64
 
-	res       Result
-	phases    []phaseAcc
-	markGen   []int64 // generation tokens at warm-up, per server
-	markHits  []int64
-	markQuery []int64
-	markLoads []int64
-	loadSum   []float64
-	loadN     int
+	measure // the measurement state (measure.go)
 
 	// Flow control (sim/flow.go): the policy's flow section, the
 	// dispatcher's poll, whether a wake or a poll is scheduled, decisions
@@ -269,11 +262,7 @@ func (r *runner) addServer(c float64) error {
 		CacheBlocks:    ecfg.NumBlocks,
 		ScrapedAt:      Epoch.Add(r.now),
 	})
-	r.markGen = append(r.markGen, 0)
-	r.markHits = append(r.markHits, 0)
-	r.markQuery = append(r.markQuery, 0)
-	r.markLoads = append(r.markLoads, 0)
-	r.loadSum = append(r.loadSum, 0)
+	r.pods = append(r.pods, podWindow{})
 	if tl := r.res.Timeline; tl != nil {
 		tl.PodLoad = append(tl.PodLoad, make([]float64, len(tl.T)))
 	}
