@@ -46,8 +46,8 @@ func (rep *Report) WriteImages(dir string) error { return report.WriteImages(dir
 
 var (
 	shade   = color.NRGBA{255, 160, 60, 70}
-	dotOK   = color.RGBA{31, 119, 180, 255}
-	dotFail = color.RGBA{214, 39, 40, 255}
+	dotOK   = report.Color(0) // blue
+	dotFail = report.Color(3) // red
 )
 
 // drawTTFT plots every request's TTFT (failed requests at 0, red) against

@@ -13,16 +13,6 @@ import (
 	"github.com/trimtab/trimtab/sim/report"
 )
 
-// palette has ten distinguishable colours (Tableau 10), so up to ten
-// policies never share one.
-var palette = []color.RGBA{
-	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
-	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
-	{188, 189, 34, 255}, {23, 190, 207, 255},
-}
-
-func policyColor(i int) color.Color { return palette[i%len(palette)] }
-
 // Images lists the sweep's figures: TTFT p99 against load per policy;
 // each adaptive policy's signal, mode and weights over time; per-pod load
 // over time for static 3:2:2 and each adaptive policy (headline level,
@@ -88,9 +78,9 @@ func (sw *Sweep) drawTTFT(path string) error {
 		if err != nil {
 			return err
 		}
-		line.Color = policyColor(pi)
+		line.Color = report.Color(pi)
 		line.Dashes = plotutil.Dashes(pi)
-		pts.Color = policyColor(pi)
+		pts.Color = report.Color(pi)
 		pts.Shape = plotutil.Shape(pi)
 		if name == PolicyAdaptive {
 			line.Width = vg.Points(2.5)
@@ -121,7 +111,7 @@ func (sw *Sweep) drawControl(path string, r *Result) error {
 		if err != nil {
 			return err
 		}
-		l.Color = policyColor(i)
+		l.Color = report.Color(i)
 		l.Width = width
 		if dashed {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}

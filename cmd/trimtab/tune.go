@@ -128,7 +128,7 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 }
 
 // traceFlags say how a trace file given with --trace is replayed as a
-// scenario of its own (sim.TraceScenario).
+// scenario of its own (scenario.FromTrace).
 type traceFlags struct {
 	servers, outputTokens int
 }

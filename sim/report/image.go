@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"image/color"
 	"os"
 	"path/filepath"
 )
@@ -28,3 +29,15 @@ func WriteImages(dir string, imgs []Image) error {
 	}
 	return nil
 }
+
+// palette has ten distinguishable colours (Tableau 10).
+var palette = []color.RGBA{
+	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
+	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+	{188, 189, 34, 255}, {23, 190, 207, 255},
+}
+
+// Color returns the report palette's colour i (modulo ten, Tableau 10's
+// order): the colour of the i-th policy of a figure, so up to ten
+// policies never share one.
+func Color(i int) color.Color { return palette[i%len(palette)] }
