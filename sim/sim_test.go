@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"os"
@@ -250,45 +249,6 @@ func TestTraceReplay(t *testing.T) {
 	}
 }
 
-func TestParseTraceErrors(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length must be ≥ 1"},
-		{`{"timestamp": 0, "input_length": 1, "output_length": -1, "hash_ids": []}`, "output_length ≥ 0"},
-		{`{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": []}` + "\n" + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": []}`, "timestamp 4 before 5"},
-		{`not json`, "trace line 1"},
-		{``, "no entries"},
-	}
-	for _, tt := range tests {
-		_, err := scenario.ParseTrace(bufio.NewScanner(strings.NewReader(tt.in)), 0)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("ParseTrace(%q) = %v, want an error containing %q", tt.in, err, tt.want)
-		}
-	}
-}
-
-func FuzzParseTrace(f *testing.F) {
-	data, err := os.ReadFile(filepath.Join("testdata", "mooncake_sample.jsonl"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(string(data))
-	f.Add(`{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]}`)
-	f.Add("\n\n{}\n")
-	f.Fuzz(func(t *testing.T, in string) {
-		es, err := scenario.ParseTrace(bufio.NewScanner(strings.NewReader(in)), 100)
-		if err != nil {
-			return
-		}
-		var last int64
-		for _, e := range es {
-			if e.InputLength < 1 || e.OutputLength < 0 || e.Timestamp < last {
-				t.Fatalf("accepted a bad entry %+v", e)
-			}
-			last = e.Timestamp
-		}
-	})
-}
-
 func TestShippedScenariosValid(t *testing.T) {
 	names := Shipped()
 	if len(names) < 5 {
@@ -318,21 +278,6 @@ func TestScenarioErrors(t *testing.T) {
 		_, err := ParseScenario([]byte(tt.yaml), "")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseScenario(%q) = %v, want an error containing %q", tt.yaml, err, tt.want)
-		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	tests := []struct{ p, want float64 }{
-		{50, 5},  // rank ⌈0.5 × 10⌉ = 5
-		{90, 9},  // rank 9
-		{99, 10}, // rank ⌈9.9⌉ = 10
-		{0, 1},   // rank 0 → clamped to the first
-	}
-	for _, tt := range tests {
-		if got := report.Percentile(v, tt.p); got != tt.want {
-			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
 		}
 	}
 }

@@ -67,3 +67,18 @@ func TestLatenciesCountMisses(t *testing.T) {
 		t.Errorf("miss with first token past the timeout: TTFT %v, E2E %v ms; want 60000, 60000", c.TTFT[0], c.E2E[0])
 	}
 }
+
+func TestPercentile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	tests := []struct{ p, want float64 }{
+		{50, 5},  // rank ⌈0.5 × 10⌉ = 5
+		{90, 9},  // rank 9
+		{99, 10}, // rank ⌈9.9⌉ = 10
+		{0, 1},   // rank 0 → clamped to the first
+	}
+	for _, tt := range tests {
+		if got := Percentile(v, tt.p); got != tt.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+}

@@ -1,6 +1,10 @@
 package scenario
 
 import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -33,4 +37,43 @@ func TestTraceSynthesis(t *testing.T) {
 	if common < 4096 || common > 4096+8 {
 		t.Errorf("shared %d bytes, want 4096", common)
 	}
+}
+
+func TestParseTraceErrors(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length must be ≥ 1"},
+		{`{"timestamp": 0, "input_length": 1, "output_length": -1, "hash_ids": []}`, "output_length ≥ 0"},
+		{`{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": []}` + "\n" + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": []}`, "timestamp 4 before 5"},
+		{`not json`, "trace line 1"},
+		{``, "no entries"},
+	}
+	for _, tt := range tests {
+		_, err := ParseTrace(bufio.NewScanner(strings.NewReader(tt.in)), 0)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseTrace(%q) = %v, want an error containing %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseTrace(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "mooncake_sample.jsonl"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(data))
+	f.Add(`{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]}`)
+	f.Add("\n\n{}\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		es, err := ParseTrace(bufio.NewScanner(strings.NewReader(in)), 100)
+		if err != nil {
+			return
+		}
+		var last int64
+		for _, e := range es {
+			if e.InputLength < 1 || e.OutputLength < 0 || e.Timestamp < last {
+				t.Fatalf("accepted a bad entry %+v", e)
+			}
+			last = e.Timestamp
+		}
+	})
 }
