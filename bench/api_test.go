@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -19,7 +18,7 @@ import (
 // tasks of 40, tool calls of 8 and results of 60 tokens, 4 turns.
 func agentScenario(t *testing.T, api, keys string) *scenario.Scenario {
 	t.Helper()
-	sc, err := sim.ParseScenario([]byte(fmt.Sprintf(`
+	sc, err := scenario.Parse([]byte(fmt.Sprintf(`
 name: agents
 duration: 4s
 warmup: 400ms

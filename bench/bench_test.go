@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/sim"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -26,7 +25,7 @@ func testScenario(t *testing.T, servers int, d time.Duration) *scenario.Scenario
 func testScenarioW(t *testing.T, servers int, d time.Duration, workload string) *scenario.Scenario {
 	t.Helper()
 	h := d / 3
-	sc, err := sim.ParseScenario([]byte(fmt.Sprintf(`
+	sc, err := scenario.Parse([]byte(fmt.Sprintf(`
 name: test
 duration: %v
 warmup: %v
@@ -80,7 +79,7 @@ func TestSaltingPreventsCarryOver(t *testing.T) {
 		t.Skip("two real-time bench runs: skipped under -short")
 	}
 	cached := func(salt func() uint64) [2][]int {
-		sc, err := sim.ParseScenario([]byte(`
+		sc, err := scenario.Parse([]byte(`
 name: salt
 duration: 2s
 warmup: 200ms

@@ -37,7 +37,7 @@ const demoCalmRate = 4
 // (±50 %), answers 150. A request times out after 20s.
 func DemoScenario(servers int, d time.Duration, rate float64) (*scenario.Scenario, error) {
 	q := d / 4
-	return sim.ParseScenario([]byte(fmt.Sprintf(`
+	return scenario.Parse([]byte(fmt.Sprintf(`
 name: demo
 description: Calm, an open-loop surge on a hot prompt the pool already holds, calm again (trimtab demo).
 duration: %v

@@ -32,7 +32,7 @@ func runDirect(t *testing.T, sc *scenario.Scenario) (*Report, report.RunSummary)
 // find their conversation cached, and no request leaves later than the
 // scheduled arrival by more than a second.
 func TestOpenLoopChat(t *testing.T) {
-	sc, err := sim.ParseScenario([]byte(`
+	sc, err := scenario.Parse([]byte(`
 name: open-chat
 duration: 2s
 warmup: 200ms
