@@ -3,7 +3,8 @@
 // PhaseSummary, ClassSummary in a SummaryFile), nearest-rank percentiles,
 // latencies that count misses at the client timeout (Latencies), and the
 // comparison of two policies over many runs (Compare, with the noise
-// between seeds or repeats).
+// between seeds or repeats), and the figures' plumbing (Image,
+// WriteImages, the palette Color) and the atomic file writer (WriteFile).
 //
 // The package imports no simulator code; sim and bench each turn their own
 // results into RunSummary values. Nothing here starts goroutines; a
