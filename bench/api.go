@@ -11,11 +11,11 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Agent turns (workload kind agentic) go out in their API's own shape,
-// streamed, as the simulator models them (sim.AgentTurn):
+// streamed, as the simulator models them (scenario.AgentTurn):
 //   - Messages (POST /v1/messages): system and tools from the scaffold, then
 //     the task as the first user message and every earlier turn as an
 //     assistant tool_use and a user tool_result, resent each turn.
@@ -39,7 +39,7 @@ const (
 // system prompt, the tool description, the task, and the earlier turns'
 // tool calls and results (calls[k], results[k]). Parts missing from a cut
 // prompt are empty.
-func agentParts(words []byte, a *sim.AgentTurn) (system, tool, task string, calls, results []string) {
+func agentParts(words []byte, a *scenario.AgentTurn) (system, tool, task string, calls, results []string) {
 	part := func(i int) string {
 		off := 0
 		for j := 0; j < i && j < len(a.Parts); j++ {
@@ -108,10 +108,10 @@ type messagesBody struct {
 
 // agentRequest returns the path and body of agent turn r (r.Agent set),
 // continuing response prev ("" unknown) when the API is Responses.
-func agentRequest(model string, r *sim.Rendered, prev string) (string, []byte) {
+func agentRequest(model string, r *scenario.Rendered, prev string) (string, []byte) {
 	a := r.Agent
 	system, tool, task, calls, results := agentParts(promptWords(make([]byte, 0, len(r.Prompt)), r.Prompt), a)
-	if a.API == sim.AgentAPIResponses {
+	if a.API == scenario.AgentAPIResponses {
 		b := responsesBody{Model: model, Instructions: system, MaxOutputTokens: r.OutputTokens, Stream: true,
 			Tools: []responsesTool{{Type: "function", Name: "run", Description: tool, Parameters: cmdSchema}}}
 		output := func(k int) map[string]string {

@@ -11,14 +11,14 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // agentScenario is a small agentic scenario: one scaffold of 600 tokens,
 // tasks of 40, tool calls of 8 and results of 60 tokens, 4 turns.
-func agentScenario(t *testing.T, api, keys string) *sim.Scenario {
+func agentScenario(t *testing.T, api, keys string) *scenario.Scenario {
 	t.Helper()
-	sc, err := sim.ParseScenario([]byte(fmt.Sprintf(`
+	sc, err := scenario.Parse([]byte(fmt.Sprintf(`
 name: agents
 duration: 4s
 warmup: 400ms
@@ -45,19 +45,19 @@ func TestAgentRequestShapes(t *testing.T) {
 		path      string
 		items     int // input items (Responses) or messages (Messages)
 	}{
-		{sim.AgentAPIResponses, "", 0, pathResponses, 1},         // the task
-		{sim.AgentAPIResponses, "resp_a-7", 2, pathResponses, 1}, // turn 1's result
-		{sim.AgentAPIResponses, "", 2, pathResponses, 5},         // task + 2 × (call, result)
-		{sim.AgentAPIMessages, "", 0, pathMessages, 1},           // the task
-		{sim.AgentAPIMessages, "resp_a-7", 2, pathMessages, 5},   // task + 2 × (tool_use, tool_result)
+		{scenario.AgentAPIResponses, "", 0, pathResponses, 1},         // the task
+		{scenario.AgentAPIResponses, "resp_a-7", 2, pathResponses, 1}, // turn 1's result
+		{scenario.AgentAPIResponses, "", 2, pathResponses, 5},         // task + 2 × (call, result)
+		{scenario.AgentAPIMessages, "", 0, pathMessages, 1},           // the task
+		{scenario.AgentAPIMessages, "resp_a-7", 2, pathMessages, 5},   // task + 2 × (tool_use, tool_result)
 	}
 	for _, tt := range tests {
 		sc := agentScenario(t, tt.api, "lineage")
-		rd, err := sim.NewRenderer(sc, 1, 3, "")
+		rd, err := scenario.NewRenderer(sc, 1, 3, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r sim.Rendered
+		var r scenario.Rendered
 		for range tt.turn + 1 {
 			r = rd.Next(0, 0)
 		}
@@ -81,14 +81,14 @@ func TestAgentRequestShapes(t *testing.T) {
 			t.Errorf("%s turn %d prev %q: %s, %d items, stream %v, system %d + tool %d bytes; want %s, %d items, 2,400 bytes of scaffold",
 				tt.api, tt.turn, tt.prev, path, items, b.Stream, len(sys), len(b.Tools[0].Description), tt.path, tt.items)
 		}
-		if want := tt.prev; tt.api == sim.AgentAPIMessages || tt.turn == 0 {
+		if want := tt.prev; tt.api == scenario.AgentAPIMessages || tt.turn == 0 {
 			if b.PreviousResponseID != "" {
 				t.Errorf("%s turn %d: previous_response_id %q", tt.api, tt.turn, b.PreviousResponseID)
 			}
 		} else if b.PreviousResponseID != want {
 			t.Errorf("%s turn %d: previous_response_id %q, want %q", tt.api, tt.turn, b.PreviousResponseID, want)
 		}
-		if tt.api == sim.AgentAPIMessages && tt.items == 5 {
+		if tt.api == scenario.AgentAPIMessages && tt.items == 5 {
 			if b.Messages[1]["role"] != "assistant" || !strings.Contains(string(body), `"type":"tool_result"`) {
 				t.Errorf("messages %v", b.Messages)
 			}
@@ -106,10 +106,10 @@ func TestAgentRequestShapes(t *testing.T) {
 // output, so it hits the cache up to the first turn's output: ≥ the first
 // prompt − 15.
 func TestAgentSessionOnAFakeServer(t *testing.T) {
-	for _, api := range []string{sim.AgentAPIResponses, sim.AgentAPIMessages} {
+	for _, api := range []string{scenario.AgentAPIResponses, scenario.AgentAPIMessages} {
 		sc := agentScenario(t, api, "header")
 		tg := serveFleet(t, sc, 1)
-		rd, err := sim.NewRenderer(sc, 1, 9, "")
+		rd, err := scenario.NewRenderer(sc, 1, 9, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,11 +124,11 @@ func TestAgentSessionOnAFakeServer(t *testing.T) {
 			if res.Err != "" || !res.PromptKnown || !res.CachedKnown || res.Tokens != 8 || res.TTFT <= 0 || res.Continuation != (turn > 0) {
 				t.Fatalf("%s turn %d: %+v", api, turn, res)
 			}
-			if (api == sim.AgentAPIResponses) != strings.HasPrefix(res.ResponseID, "resp_pod-0-") {
+			if (api == scenario.AgentAPIResponses) != strings.HasPrefix(res.ResponseID, "resp_pod-0-") {
 				t.Errorf("%s turn %d: response id %q", api, turn, res.ResponseID)
 			}
 			hit := prev.PromptTokens - 15
-			if turn == 2 && api == sim.AgentAPIResponses {
+			if turn == 2 && api == scenario.AgentAPIResponses {
 				hit = first.PromptTokens - 15
 			}
 			if turn == 0 {
@@ -148,7 +148,7 @@ func TestAgentBenchSummary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two real-time bench runs: skipped under -short")
 	}
-	for _, api := range []string{sim.AgentAPIResponses, sim.AgentAPIMessages} {
+	for _, api := range []string{scenario.AgentAPIResponses, scenario.AgentAPIMessages} {
 		sc := agentScenario(t, api, "header")
 		tg := serveFleet(t, sc, 1)
 		cfg := Config{Scenario: sc, TimeScale: 0.5, Repeat: 1, Seed: 1, Targets: tg,

@@ -11,11 +11,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Report is a whole bench: every run in the order it ran.
 type Report struct {
-	Scenario *sim.Scenario // as played (time-scaled)
+	Scenario *scenario.Scenario // as played (time-scaled)
 	Config   Config
 	Runs     []*RunResult
 	// Sim is the simulator's sweep of the same scenario (CompareSim).
@@ -82,10 +83,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 	return rep, nil
 }
 
-func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol Policy, level float64, k int, live Live) (*RunResult, error) {
+func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *scenario.Scenario, pol Policy, level float64, k int, live Live) (*RunResult, error) {
 	seed := cfg.Seed + uint64(k)
 	salt := deps.Salt()
-	render, err := sim.NewRenderer(sc, seed, salt, cfg.TracePath)
+	render, err := scenario.NewRenderer(sc, seed, salt, cfg.TracePath)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +116,7 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	// A trace at speed-up level plays its trace time in 1/level of it:
 	// the renderer keeps trace time, the run's clock is rt's.
 	rt := sc
-	if sc.Load.Mode == sim.ModeTrace {
+	if sc.Load.Mode == scenario.ModeTrace {
 		rt = sc.Scaled(time.Duration(float64(sc.Duration) / level))
 	}
 	run := &RunResult{Policy: pol.Name, Level: level, Repeat: k + 1, Seed: seed, Salt: salt, Warm: rt.Warmup, End: rt.Duration,
@@ -131,7 +132,7 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *sim.Scenario, pol 
 	var streamClass []int
 	run.Classes, p.phaseClass, streamClass = rt.RequestClasses()
 	for k := range rt.Streams {
-		sr, err := sim.NewStreamRenderer(rt, k, seed, salt)
+		sr, err := scenario.NewStreamRenderer(rt, k, seed, salt)
 		if err != nil {
 			return nil, err
 		}

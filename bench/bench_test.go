@@ -13,19 +13,19 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // testScenario is a short closed-loop scenario on servers servers: a calm
 // phase of 2 clients, then 6 clients with a hot system prompt.
-func testScenario(t *testing.T, servers int, d time.Duration) *sim.Scenario {
+func testScenario(t *testing.T, servers int, d time.Duration) *scenario.Scenario {
 	return testScenarioW(t, servers, d, "{kind: shared-prefix, groups: 4, prompts_per_group: 8, system_tokens: 600, question_tokens: 40, output_tokens: 12}")
 }
 
-func testScenarioW(t *testing.T, servers int, d time.Duration, workload string) *sim.Scenario {
+func testScenarioW(t *testing.T, servers int, d time.Duration, workload string) *scenario.Scenario {
 	t.Helper()
 	h := d / 3
-	sc, err := sim.ParseScenario([]byte(fmt.Sprintf(`
+	sc, err := scenario.Parse([]byte(fmt.Sprintf(`
 name: test
 duration: %v
 warmup: %v
@@ -44,7 +44,7 @@ phases:
 }
 
 // serveFleet starts n fakeservers (sped up 20 times) that stop with the test.
-func serveFleet(t *testing.T, sc *sim.Scenario, n int) []Target {
+func serveFleet(t *testing.T, sc *scenario.Scenario, n int) []Target {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g, gctx := errgroup.WithContext(ctx)
@@ -79,7 +79,7 @@ func TestSaltingPreventsCarryOver(t *testing.T) {
 		t.Skip("two real-time bench runs: skipped under -short")
 	}
 	cached := func(salt func() uint64) [2][]int {
-		sc, err := sim.ParseScenario([]byte(`
+		sc, err := scenario.Parse([]byte(`
 name: salt
 duration: 2s
 warmup: 200ms

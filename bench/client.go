@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Error kinds counted in RunSummary.Errors. An HTTP status error is
@@ -46,7 +46,7 @@ type Request struct {
 	// PromptKnown: the server reported usage (prompt_tokens);
 	// CachedKnown: it reported cached_tokens.
 	PromptKnown, CachedKnown bool
-	// Session is the agent session (sim.AgentTurn.Session; 0 outside
+	// Session is the agent session (scenario.AgentTurn.Session; 0 outside
 	// agentic workloads); Continuation: a turn after its first.
 	Session      uint64
 	Continuation bool
@@ -96,13 +96,13 @@ type completionBody struct {
 // as words (promptWords), or an agent turn in its API's shape
 // (agentRequest, continuing response prev), and reads it to the end,
 // timing it on clk from start. timeout bounds the whole request.
-func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration) Request {
+func send(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *scenario.Rendered, prev string, timeout time.Duration) Request {
 	return sendAs(ctx, hc, clk, url, model, r, prev, timeout, nil)
 }
 
 // sendAs is send for a request of class cls, which carries the class's
-// headers (sim.ClassHeaders: band, tenant's API key, TTL; nil: none).
-func sendAs(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *sim.Rendered, prev string, timeout time.Duration, cls *sim.RequestClass) Request {
+// headers (scenario.ClassHeaders: band, tenant's API key, TTL; nil: none).
+func sendAs(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, model string, r *scenario.Rendered, prev string, timeout time.Duration, cls *scenario.RequestClass) Request {
 	path, read := "/v1/completions", readStream
 	var body []byte
 	if r.Agent != nil {
@@ -115,7 +115,7 @@ func sendAs(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, m
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := clk.Now()
-	res := Request{IntendedTokens: len(r.Prompt) / sim.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0, Class: -1, Timeout: timeout}
+	res := Request{IntendedTokens: len(r.Prompt) / scenario.BytesPerToken, Continuation: r.Agent != nil && r.Agent.Turn > 0, Class: -1, Timeout: timeout}
 	if r.Agent != nil {
 		res.Session = r.Agent.Session
 	}
@@ -139,7 +139,7 @@ func sendAs(ctx context.Context, hc *http.Client, clk clock.PassiveClock, url, m
 	if r.SessionID != "" {
 		req.Header.Set("x-session-id", r.SessionID)
 	}
-	for _, h := range sim.ClassHeaders {
+	for _, h := range scenario.ClassHeaders {
 		if v := cls.Header(h); v != "" {
 			req.Header.Set(h, v)
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // CompareSim runs sc (as bench played it, with the fleet's size and
@@ -17,7 +19,7 @@ import (
 // through the simulator: every policy at every level, Repeat seeds
 // from Seed, each policy built from its profile (a baseline as the
 // simulator builds it).
-func CompareSim(ctx context.Context, cfg *Config, sc *sim.Scenario) (*sim.Sweep, error) {
+func CompareSim(ctx context.Context, cfg *Config, sc *scenario.Scenario) (*sim.Sweep, error) {
 	s := *sc
 	if n := len(cfg.Targets); n > 0 && n != s.Servers {
 		s.Servers, s.Classes = n, nil
@@ -97,7 +99,7 @@ func orderVerdict(simRank, realRank []rankRow) string {
 }
 
 // ranking orders policies by the median over runs of f (lower first).
-func ranking(sums []sim.RunSummary, policies []string, level float64, f func(*sim.RunSummary) float64) []rankRow {
+func ranking(sums []report.RunSummary, policies []string, level float64, f func(*report.RunSummary) float64) []rankRow {
 	var out []rankRow
 	for _, p := range policies {
 		rs := group(sums, p, level)
@@ -137,13 +139,13 @@ func (rep *Report) WriteRankings(w io.Writer) error {
 	for _, level := range rep.Config.Levels {
 		metrics := []struct {
 			name string
-			f    func(*sim.RunSummary) float64
-		}{{"overall", func(s *sim.RunSummary) float64 { return val(s.TTFTP99) }}}
+			f    func(*report.RunSummary) float64
+		}{{"overall", func(s *report.RunSummary) float64 { return val(s.TTFTP99) }}}
 		for i, ph := range rep.Scenario.Phases {
 			metrics = append(metrics, struct {
 				name string
-				f    func(*sim.RunSummary) float64
-			}{"phase " + ph.Name, func(s *sim.RunSummary) float64 {
+				f    func(*report.RunSummary) float64
+			}{"phase " + ph.Name, func(s *report.RunSummary) float64 {
 				if i < len(s.Phases) {
 					return val(s.Phases[i].TTFTP99)
 				}

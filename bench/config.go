@@ -12,6 +12,7 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Target is one model server behind the router.
@@ -47,7 +48,7 @@ type RouterSpec struct {
 	// routes with the scheduler Baseline.Build(Seed, Scenario) makes.
 	Baseline *sim.Policy
 	Seed     uint64
-	Scenario *sim.Scenario
+	Scenario *scenario.Scenario
 }
 
 // StartRouterFunc starts a router running spec in front of targets;
@@ -73,7 +74,7 @@ type Policy struct {
 type Config struct {
 	// Scenario is played in wall-clock time, its durations multiplied by
 	// TimeScale.
-	Scenario *sim.Scenario
+	Scenario *scenario.Scenario
 	// TimeScale scales scenario time (0.1 plays ten minutes in one); > 0.
 	TimeScale float64
 	// Policies are run in this order in the first repeat; repeat k (from

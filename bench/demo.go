@@ -15,6 +15,7 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // DefaultDemoRate is the demo burst's arrival rate in requests per
@@ -34,9 +35,9 @@ const demoCalmRate = 4
 // few pods and the burst surges onto a prefix the pool already holds:
 // sim's hot-prefix-burst-open, shortened. Questions are 150 tokens
 // (±50 %), answers 150. A request times out after 20s.
-func DemoScenario(servers int, d time.Duration, rate float64) (*sim.Scenario, error) {
+func DemoScenario(servers int, d time.Duration, rate float64) (*scenario.Scenario, error) {
 	q := d / 4
-	return sim.ParseScenario([]byte(fmt.Sprintf(`
+	return scenario.Parse([]byte(fmt.Sprintf(`
 name: demo
 description: Calm, an open-loop surge on a hot prompt the pool already holds, calm again (trimtab demo).
 duration: %v

@@ -3,7 +3,7 @@
 // routing policy, and measures what clients see: `trimtab bench` and
 // `trimtab demo`.
 //
-// The requests come from the simulator's own generators (sim.Renderer),
+// The requests come from the simulator's own generators (scenario.Renderer),
 // so a scenario renders the same workload in both tools; bench sends each
 // prompt as words (a three-letter syllable and a space per token), so a
 // tokenizer that splits on white space sees the intended size, and warns
@@ -15,7 +15,7 @@
 // starting one policy further on (a b c, b c a, c a b …), and reported
 // as medians with their spread.
 //
-// Agent sessions (workload kind agentic, sim.AgentTurn) go out in their
+// Agent sessions (workload kind agentic, scenario.AgentTurn) go out in their
 // API's own shape, streamed: Messages (POST /v1/messages: system, tools,
 // the task and every earlier tool_use and tool_result, resent each turn)
 // or Responses (POST /v1/responses: instructions, tools and input items;
@@ -55,10 +55,10 @@
 // (/debug/history). A request that failed in any way (an HTTP error, a
 // refused or reset connection, a stream cut before [DONE], the client's
 // timeout) is a miss: it counts in the TTFT and E2E percentiles at the
-// scenario's timeout through sim.Latencies, as in the simulator, and the
+// scenario's timeout through report.Latencies, as in the simulator, and the
 // summaries report the misses beside the percentiles and goodput (the
 // requests completed within the scenario's SLO per second of the
-// window). Results come out as sim.RunSummary (the schema of
+// window). Results come out as report.RunSummary (the schema of
 // `trimtab sim`'s summary.json, plus cached_token_ratio and errors),
 // markdown tables and plots, and compare.md: adaptive against its fair
 // baselines repeat by repeat (ComparePaired).

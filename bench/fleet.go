@@ -7,20 +7,20 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/trimtab/trimtab/sim"
 	"github.com/trimtab/trimtab/sim/fakeserver"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // StartFleet starts n simulated vLLM servers (sim/fakeserver) on
 // 127.0.0.1:0 with sc's engine model, sped up speed times; server i has
 // the scenario's capacity i when n equals its server count, else 1, and
-// runs the engine the simulator gives it (sim.Scenario.ServerEngine: in
+// runs the engine the simulator gives it (scenario.Scenario.ServerEngine: in
 // a mixed pool its engine class's KV cache and step costs) and declares
 // that capacity. The servers share one Responses store (bounded, the
 // fakeserver defaults), so a previous_response_id continuation is
 // prefilled with its whole conversation whichever server it reaches. The
 // servers run in g until ctx ends.
-func StartFleet(ctx context.Context, g *errgroup.Group, sc *sim.Scenario, n int, speed float64) ([]Target, error) {
+func StartFleet(ctx context.Context, g *errgroup.Group, sc *scenario.Scenario, n int, speed float64) ([]Target, error) {
 	if n < 1 || n > 256 {
 		return nil, fmt.Errorf("fleet: %d servers, want 1…256", n)
 	}

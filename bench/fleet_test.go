@@ -14,21 +14,22 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // mixedScenario is a two-server scenario under the shipped mixed pool:
 // server 0 an A100-40GB (the base engine), server 1 an H100-80GB.
-func mixedScenario(t *testing.T) *sim.Scenario {
+func mixedScenario(t *testing.T) *scenario.Scenario {
 	t.Helper()
 	sc := testScenario(t, 2, time.Second)
-	if err := sim.ApplyEngine([]*sim.Scenario{sc}, "mixed-a100-h100-llama-3.1-8b"); err != nil {
+	if err := sim.ApplyEngine([]*scenario.Scenario{sc}, "mixed-a100-h100-llama-3.1-8b"); err != nil {
 		t.Fatal(err)
 	}
 	return sc
 }
 
 // TestFleetRunsEachClassEngine: under the mixed calibration each fake
-// server runs its class's engine (sim.Scenario.ServerEngine), not the
+// server runs its class's engine (scenario.Scenario.ServerEngine), not the
 // base engine. Observable three ways: the capacity the target declares
 // (the H100 class's 3), the KV cache the server reports in
 // vllm:cache_config_info (the A100 default's 9,000 blocks, the H100's
@@ -72,12 +73,12 @@ func TestFleetRunsEachClassEngine(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for rep := range 3 {
-				prompt := make([]byte, tokens*sim.BytesPerToken)
+				prompt := make([]byte, tokens*scenario.BytesPerToken)
 				for j := range prompt {
 					prompt[j] = byte(j*7 + rep*131 + i*17)
 				}
 				r := send(ctx, http.DefaultClient, clock.RealClock{}, "http://"+tg[i].Address, sc.Model,
-					&sim.Rendered{Prompt: prompt, OutputTokens: 1}, "", 30*time.Second)
+					&scenario.Rendered{Prompt: prompt, OutputTokens: 1}, "", 30*time.Second)
 				if r.Err != "" || r.PromptTokens != tokens || r.CachedTokens != 0 {
 					t.Errorf("pod-%d: %s, prompt tokens %d, cached %d; want a %d-token prefill", i, r.Err, r.PromptTokens, r.CachedTokens, tokens)
 					sendFailed.Store(true)

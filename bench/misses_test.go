@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // collapsing is an upstream that fails a known share of its requests,
@@ -71,7 +71,7 @@ func TestMissesCountAtTheTimeout(t *testing.T) {
 	const timeout = 2 * time.Second
 	sc := testScenario(t, 1, 2*time.Second)
 	sc.Warmup, sc.Timeout = 0, timeout
-	sc.SLO = sim.SLO{TTFT: 1500 * time.Millisecond, TPOT: time.Second} // every completion meets it
+	sc.SLO = scenario.SLO{TTFT: 1500 * time.Millisecond, TPOT: time.Second} // every completion meets it
 	cfg := Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, RouterURL: "http://" + ln.Addr().String(), Policies: []Policy{{Name: "collapsing"}}}
 	rep, err := Run(context.Background(), cfg, Deps{Salt: counter()})
 	if err != nil {

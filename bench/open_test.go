@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // runDirect plays sc straight against one fakeserver (no router).
-func runDirect(t *testing.T, sc *sim.Scenario) (*Report, sim.RunSummary) {
+func runDirect(t *testing.T, sc *scenario.Scenario) (*Report, report.RunSummary) {
 	t.Helper()
 	tg := serveFleet(t, sc, 1)
 	cfg := Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: tg, RouterURL: "http://" + tg[0].Address, Policies: []Policy{{Name: "direct"}}}
@@ -30,7 +32,7 @@ func runDirect(t *testing.T, sc *sim.Scenario) (*Report, sim.RunSummary) {
 // find their conversation cached, and no request leaves later than the
 // scheduled arrival by more than a second.
 func TestOpenLoopChat(t *testing.T) {
-	sc, err := sim.ParseScenario([]byte(`
+	sc, err := scenario.Parse([]byte(`
 name: open-chat
 duration: 2s
 warmup: 200ms

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 // WriteDir writes dir/<scenario>.md, dir/img/bench-real-*.png (unless
@@ -24,16 +24,16 @@ func (rep *Report) WriteDir(dir, command, setup string, noPlots bool) error {
 			return err
 		}
 	}
-	if err := sim.WriteFile(filepath.Join(dir, rep.Scenario.Name+".md"), func(w io.Writer) error {
+	if err := report.WriteFile(filepath.Join(dir, rep.Scenario.Name+".md"), func(w io.Writer) error {
 		return rep.WriteMarkdown(w, img, command, setup)
 	}); err != nil {
 		return err
 	}
-	sf := sim.SummaryFile{Runs: rep.Summaries()}
+	sf := report.SummaryFile{Runs: rep.Summaries()}
 	if err := sf.WriteFile(filepath.Join(dir, "summary.json")); err != nil {
 		return err
 	}
-	return sim.WriteFile(filepath.Join(dir, "timeline-"+rep.Scenario.Name+".json"), rep.writeTimeline)
+	return report.WriteFile(filepath.Join(dir, "timeline-"+rep.Scenario.Name+".json"), rep.writeTimeline)
 }
 
 // timelineRun is one run's router timeline in timeline-<scenario>.json.

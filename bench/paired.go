@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 // The metrics a paired comparison judges, indexes of PairedRow.Metrics.
@@ -72,7 +73,7 @@ type PairedRow struct {
 	// paired repeats, of MeasuredA and MeasuredB measured requests.
 	MissesA, MissesB, MeasuredA, MeasuredB int
 	// CalmEntries, Freezes and MaxOnset are A's control-loop record
-	// (sim.CompareRow).
+	// (report.CompareRow).
 	CalmEntries, Freezes int
 	MaxOnset             float64
 }
@@ -98,21 +99,21 @@ type PairedComparison struct {
 // ComparePaired pairs the runs of policies a and b (summary.json's
 // entries) by scenario, level and seed — bench's repeat k runs every
 // policy with seed Seed+k — and compares each pair. Rows are in
-// sim.Compare's order.
-func ComparePaired(runs []sim.RunSummary, a, b string) PairedComparison {
+// report.Compare's order.
+func ComparePaired(runs []report.RunSummary, a, b string) PairedComparison {
 	type key struct {
 		sc   string
 		l    float64
 		seed uint64
 	}
-	bs := map[key][]*sim.RunSummary{}
+	bs := map[key][]*report.RunSummary{}
 	for i := range runs {
 		if r := &runs[i]; r.Policy == b {
 			k := key{r.Scenario, r.Level, r.Seed}
 			bs[k] = append(bs[k], r)
 		}
 	}
-	metric := func(s *sim.RunSummary, m int) float64 {
+	metric := func(s *report.RunSummary, m int) float64 {
 		switch m {
 		case MetricTTFT:
 			return val(s.TTFTP99)
@@ -122,7 +123,7 @@ func ComparePaired(runs []sim.RunSummary, a, b string) PairedComparison {
 		return s.OutputTokensPerSec
 	}
 	c := PairedComparison{A: a, B: b}
-	for _, base := range sim.Compare(runs, a, b, sim.Median).Rows {
+	for _, base := range report.Compare(runs, a, b, report.Median).Rows {
 		row := PairedRow{Scenario: base.Scenario, Level: base.Level, CalmEntries: base.CalmEntries, Freezes: base.Freezes, MaxOnset: base.MaxOnset}
 		var diffs [numMetrics][]float64
 		row.Metrics[MetricTok].higher = true
@@ -162,7 +163,7 @@ func ComparePaired(runs []sim.RunSummary, a, b string) PairedComparison {
 			continue
 		}
 		for m := range numMetrics {
-			row.Metrics[m].Median = sim.MedianOf(diffs[m])
+			row.Metrics[m].Median = report.MedianOf(diffs[m])
 		}
 		c.Rows = append(c.Rows, row)
 	}
@@ -237,7 +238,7 @@ func (c PairedComparison) WriteMarkdown(w io.Writer, tol float64) error {
 // any of its fair baselines (sim.FairBaselines), compared repeat by
 // repeat (ComparePaired), and returns one verdict line per baseline
 // compared; nothing is written when there is none.
-func WriteComparisons(path, command string, runs []sim.RunSummary) ([]string, error) {
+func WriteComparisons(path, command string, runs []report.RunSummary) ([]string, error) {
 	var body strings.Builder
 	var lines []string
 	for _, p := range sim.FairBaselines() {
@@ -265,7 +266,7 @@ func WriteComparisons(path, command string, runs []sim.RunSummary) ([]string, er
 	if body.Len() == 0 {
 		return nil, nil
 	}
-	return lines, sim.WriteFile(path, func(w io.Writer) error {
+	return lines, report.WriteFile(path, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", command, body.String())
 		return err
 	})

@@ -8,17 +8,18 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 // runsOf builds summaries of policies a and b at scenario s, level 1,
 // repeat r with seed r: TTFT p99, E2E p99 and tok/s per repeat.
-func runsOf(a, b [][3]float64) []sim.RunSummary {
-	var out []sim.RunSummary
+func runsOf(a, b [][3]float64) []report.RunSummary {
+	var out []report.RunSummary
 	add := func(pol string, vs [][3]float64) {
 		for r, v := range vs {
 			ttft, e2e := v[0], v[1]
-			out = append(out, sim.RunSummary{Scenario: "s", Level: 1, Policy: pol, Seed: uint64(r + 1),
-				TTFTP99: &ttft, E2EP99: &e2e, OutputTokensPerSec: v[2], Phases: []sim.PhaseSummary{}})
+			out = append(out, report.RunSummary{Scenario: "s", Level: 1, Policy: pol, Seed: uint64(r + 1),
+				TTFTP99: &ttft, E2EP99: &e2e, OutputTokensPerSec: v[2], Phases: []report.PhaseSummary{}})
 		}
 	}
 	add("a", a)
@@ -163,7 +164,7 @@ func TestWriteComparisons(t *testing.T) {
 		}
 	}
 	// The min–max judgement this replaces called the row noise.
-	if w := sim.Compare(runs, sim.PolicyAdaptive, sim.PolicyAdaptiveOff, sim.Median).Worse(0.02); len(w) != 0 {
+	if w := report.Compare(runs, sim.PolicyAdaptive, sim.PolicyAdaptiveOff, report.Median).Worse(0.02); len(w) != 0 {
 		t.Errorf("sim's min–max comparison now flags the row: %+v", w)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // RunResult is one run: the scenario at one level under one policy, one
@@ -41,7 +41,7 @@ type RunResult struct {
 	// counts (Stats); SLO is the service level goodput counts against
 	// (the scenario's).
 	Timeout time.Duration
-	SLO     sim.SLO
+	SLO     scenario.SLO
 	// AdminErr is why the timeline is missing, if it is.
 	AdminErr string
 	// HerdPicks is the router's herd picks over the run (its
@@ -52,7 +52,7 @@ type RunResult struct {
 	// the intended ones.
 	PromptCheck PromptCheck
 	// Classes are the scenario's request classes
-	// (sim.Scenario.RequestClasses; nil without any), which
+	// (scenario.Scenario.RequestClasses; nil without any), which
 	// Request.Class indexes.
 	Classes []string
 }
@@ -65,13 +65,13 @@ type PhaseSpan struct {
 
 // player plays one run.
 type player struct {
-	sc     *sim.Scenario
+	sc     *scenario.Scenario
 	level  float64
 	url    string
 	hc     *http.Client
 	clk    clock.WithTicker
 	start  time.Time
-	render *sim.Renderer
+	render *scenario.Renderer
 
 	chains chains // Responses sessions' last response ids
 
@@ -115,8 +115,8 @@ func (p *player) levelOf(i int) float64 {
 
 // fire sends one rendered request of the scenario's load, scheduled at
 // sched, and records it.
-func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered) {
-	var cls *sim.RequestClass
+func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *scenario.Rendered) {
+	var cls *scenario.RequestClass
 	class := -1
 	if p.phaseClass != nil {
 		class, cls = p.phaseClass[phase], p.sc.Phases[phase].Work().Class
@@ -126,14 +126,14 @@ func (p *player) fire(ctx context.Context, phase int, sched time.Duration, r *si
 
 // fireAs sends one rendered request of class (cls its headers) with
 // client timeout timeout, scheduled at sched, and records it.
-func (p *player) fireAs(ctx context.Context, phase int, sched time.Duration, r *sim.Rendered, class int, cls *sim.RequestClass, timeout time.Duration) {
+func (p *player) fireAs(ctx context.Context, phase int, sched time.Duration, r *scenario.Rendered, class int, cls *scenario.RequestClass, timeout time.Duration) {
 	sent := p.now()
 	var prev string
 	if r.Agent != nil && r.Agent.Turn > 0 {
 		prev = p.chains.get(r.Agent.Session)
 	}
 	res := sendAs(ctx, p.hc, p.clk, p.url, p.sc.Model, r, prev, timeout, cls)
-	if r.Agent != nil && r.Agent.API == sim.AgentAPIResponses {
+	if r.Agent != nil && r.Agent.API == scenario.AgentAPIResponses {
 		p.chains.set(r.Agent.Session, res.ResponseID) // "" after a failure: the next turn resends the conversation
 	}
 	res.Phase, res.Scheduled, res.Sent, res.Class = phase, sched, sent, class
@@ -151,7 +151,7 @@ func (p *player) play(ctx context.Context) []Request {
 		go p.stream(ctx, s)
 	}
 	switch p.sc.Load.Mode {
-	case sim.ModeClosed:
+	case scenario.ModeClosed:
 		p.closed(ctx)
 	default:
 		p.open(ctx)
@@ -221,7 +221,7 @@ func (p *player) client(ctx context.Context, c int) {
 // open runs Poisson arrivals at each phase's rate, or a trace's arrivals
 // at the level's speed-up; every arrival is its own goroutine.
 func (p *player) open(ctx context.Context) {
-	trace := p.sc.Load.Mode == sim.ModeTrace
+	trace := p.sc.Load.Mode == scenario.ModeTrace
 	var at time.Duration
 	for i := 0; i < len(p.sc.Phases); {
 		end := p.sc.PhaseStart(i) + p.sc.Phases[i].Duration
@@ -274,16 +274,16 @@ func (p *player) snapshot() ([]Request, int) {
 
 // streamPlay is one of the scenario's streams in a run.
 type streamPlay struct {
-	st     *sim.Stream
+	st     *scenario.Stream
 	class  int
-	render *sim.StreamRenderer // guarded by player.mu, as issued
+	render *scenario.StreamRenderer // guarded by player.mu, as issued
 	issued int
 }
 
 // next draws the stream's next request, its phase and (open loop) the gap
 // to the one after it; false once the stream has issued its requests or
 // the run stops issuing.
-func (p *player) next(s *streamPlay) (r sim.Rendered, phase int, gap time.Duration, ok bool) {
+func (p *player) next(s *streamPlay) (r scenario.Rendered, phase int, gap time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.now() >= p.sc.Duration || s.st.Requests > 0 && s.issued >= s.st.Requests {
@@ -306,7 +306,7 @@ func (p *player) stream(ctx context.Context, s *streamPlay) {
 	if !p.sleepUntil(ctx, s.st.Start) {
 		return
 	}
-	fire := func(phase int, sched time.Duration, r *sim.Rendered) {
+	fire := func(phase int, sched time.Duration, r *scenario.Rendered) {
 		p.fireAs(ctx, phase, sched, r, s.class, &s.st.RequestClass, s.st.Timeout)
 	}
 	if s.st.Rate > 0 {

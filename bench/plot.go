@@ -4,34 +4,29 @@ import (
 	"fmt"
 	"image/color"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-)
 
-// Image is one figure of the report.
-type Image struct {
-	Title string
-	File  string // base name
-	run   *RunResult
-}
+	"github.com/trimtab/trimtab/sim/report"
+)
 
 // Images lists one TTFT-over-time figure per (level, policy), from the
 // first repeat.
-func (rep *Report) Images() []Image {
-	var out []Image
+func (rep *Report) Images() []report.Image {
+	var out []report.Image
 	for _, r := range rep.Runs {
 		if r.Repeat != 1 {
 			continue
 		}
-		out = append(out, Image{
-			Title: fmt.Sprintf("%s: %s at %s %g, TTFT over time", rep.Scenario.Name, r.Policy, rep.Scenario.LevelUnit(), r.Level),
+		title := fmt.Sprintf("%s: %s at %s %g, TTFT over time", rep.Scenario.Name, r.Policy, rep.Scenario.LevelUnit(), r.Level)
+		out = append(out, report.Image{
+			Title: title,
 			File:  fmt.Sprintf("bench-real-%s-%s-%g-ttft.png", rep.Scenario.Name, sanitize(r.Policy), r.Level),
-			run:   r,
+			Draw:  func(path string) error { return drawTTFT(path, title, r) },
 		})
 	}
 	return out
@@ -47,19 +42,12 @@ func sanitize(s string) string {
 }
 
 // WriteImages draws every figure into dir.
-func (rep *Report) WriteImages(dir string) error {
-	for _, img := range rep.Images() {
-		if err := drawTTFT(filepath.Join(dir, img.File), img.Title, img.run); err != nil {
-			return fmt.Errorf("%s: %w", img.File, err)
-		}
-	}
-	return nil
-}
+func (rep *Report) WriteImages(dir string) error { return report.WriteImages(dir, rep.Images()) }
 
 var (
 	shade   = color.NRGBA{255, 160, 60, 70}
-	dotOK   = color.RGBA{31, 119, 180, 255}
-	dotFail = color.RGBA{214, 39, 40, 255}
+	dotOK   = report.Color(0) // blue
+	dotFail = report.Color(3) // red
 )
 
 // drawTTFT plots every request's TTFT (failed requests at 0, red) against

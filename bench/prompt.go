@@ -5,7 +5,8 @@ import (
 	"math"
 	"slices"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // PromptCheck compares the prompt sizes a run's servers reported
@@ -53,7 +54,7 @@ func checkPrompts(reqs []Request) PromptCheck {
 	slices.Sort(pc.OffEndpoints)
 	pc.Ratio = math.NaN()
 	if len(ratios) > 0 {
-		pc.Ratio = sim.MedianOf(ratios)
+		pc.Ratio = report.MedianOf(ratios)
 	}
 	return pc
 }
@@ -70,8 +71,8 @@ func (pc PromptCheck) Warning() string {
 }
 
 // promptWords writes four bytes a token: this fails to compile unless
-// sim.BytesPerToken is 4.
-const _ = uint(sim.BytesPerToken-4) + uint(4-sim.BytesPerToken)
+// scenario.BytesPerToken is 4.
+const _ = uint(scenario.BytesPerToken-4) + uint(4-scenario.BytesPerToken)
 
 // Syllables for promptWords: 16 consonants and 4 vowels.
 const (
@@ -79,7 +80,7 @@ const (
 	wordVowels     = "aeio"
 )
 
-// promptWords appends prompt (a sim.Rendered prompt: sim.BytesPerToken
+// promptWords appends prompt (a scenario.Rendered prompt: scenario.BytesPerToken
 // letters 'a'…'p' per token) rendered as words to dst: each token's four
 // bytes become a three-letter syllable (consonant, vowel, consonant) and
 // a space. A tokenizer that splits on white space then counts one token

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // wordServer is an OpenAI-compatible upstream whose tokenizer splits on
@@ -82,7 +82,7 @@ func TestPromptsAreWords(t *testing.T) {
 	for i, p := range prompts {
 		// The test scenario's prompts are 600 or 1,200 system tokens and
 		// a 40-token question: 640 or 1,240 tokens, 2,560 or 4,960 bytes.
-		want := len(p) / sim.BytesPerToken
+		want := len(p) / scenario.BytesPerToken
 		if got := len(strings.Fields(p)); got < want*8/10 || got > want*12/10 || want < 600 {
 			t.Fatalf("prompt %d: %d words in %d bytes, want %d ± 20 %%", i, got, len(p), want)
 		}
@@ -113,7 +113,7 @@ func TestPromptTokenWarning(t *testing.T) {
 	pc := rep.Runs[0].PromptCheck
 	// Every successful request reported 1 token for ≥ 640 intended: off,
 	// and the median ratio is at most 1/640.
-	ok := len(rep.Runs[0].Requests) - Summarise(rep.Runs[0].Requests, 0, 0, sim.SLO{}).Failed
+	ok := len(rep.Runs[0].Requests) - Summarise(rep.Runs[0].Requests, 0, 0, scenario.SLO{}).Failed
 	if pc.Reported != ok || pc.Off != ok || pc.Ratio > 1.0/640 {
 		t.Errorf("prompt check %+v, want %d reported and off, ratio ≤ 1/640", pc, ok)
 	}
@@ -137,7 +137,7 @@ func TestPromptTokenWarning(t *testing.T) {
 // word with chance 1/1024, so the fixed seeds here see none).
 func TestPromptWordsKeepSharing(t *testing.T) {
 	sc := testScenario(t, 1, time.Second)
-	r, err := sim.NewRenderer(sc, 3, 0x5eed, "")
+	r, err := scenario.NewRenderer(sc, 3, 0x5eed, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestPromptWordsKeepSharing(t *testing.T) {
 		for n < len(a) && n < len(b) && a[n] == b[n] {
 			n++
 		}
-		return n / sim.BytesPerToken
+		return n / scenario.BytesPerToken
 	}
 	long := 0
 	for i := range raw {

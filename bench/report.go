@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 // spread is the median of vs with its min and max, NaNs left out.
@@ -19,7 +19,7 @@ func spreadOf(vs []float64) spread {
 	if len(vs) == 0 {
 		return spread{math.NaN(), math.NaN(), math.NaN()}
 	}
-	return spread{sim.MedianOf(vs), slices.Min(vs), slices.Max(vs)}
+	return spread{report.MedianOf(vs), slices.Min(vs), slices.Max(vs)}
 }
 
 func (s spread) ms() string {
@@ -50,8 +50,8 @@ func val(p *float64) float64 {
 }
 
 // group returns the summaries of (policy, level), in repeat order.
-func group(sums []sim.RunSummary, policy string, level float64) []sim.RunSummary {
-	var out []sim.RunSummary
+func group(sums []report.RunSummary, policy string, level float64) []report.RunSummary {
+	var out []report.RunSummary
 	for _, s := range sums {
 		if s.Policy == policy && s.Level == level {
 			out = append(out, s)
@@ -60,7 +60,7 @@ func group(sums []sim.RunSummary, policy string, level float64) []sim.RunSummary
 	return out
 }
 
-func col(rs []sim.RunSummary, f func(*sim.RunSummary) float64) spread {
+func col(rs []report.RunSummary, f func(*report.RunSummary) float64) spread {
 	vs := make([]float64, len(rs))
 	for i := range rs {
 		vs[i] = f(&rs[i])
@@ -95,20 +95,20 @@ func (rep *Report) WriteTables(w io.Writer) error {
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s / %s | %s of %s%s | %s | %s | %s | %s | %s | %s |\n", pol.Name,
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP50) }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP90) }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.TTFTP99) }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP50) }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.E2EP99) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.TTFTP50) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.TTFTP90) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.TTFTP99) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.E2EP50) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.E2EP99) }).ms(),
 				spreadOf(itl50).ms(), spreadOf(itl99).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return float64(s.Misses) }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return float64(s.Measured) }).ms(), kindList(kinds),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.Goodput) }).ratio(),
-				col(rs, func(s *sim.RunSummary) float64 { return s.OutputTokensPerSec }).ms(),
-				col(rs, func(s *sim.RunSummary) float64 { return val(s.CachedTokenRatio) }).ratio(),
-				col(rs, func(s *sim.RunSummary) float64 { return s.PrefixHitRatio }).ratio(),
-				col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
-				col(rs, func(s *sim.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
+				col(rs, func(s *report.RunSummary) float64 { return float64(s.Misses) }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return float64(s.Measured) }).ms(), kindList(kinds),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.Goodput) }).ratio(),
+				col(rs, func(s *report.RunSummary) float64 { return s.OutputTokensPerSec }).ms(),
+				col(rs, func(s *report.RunSummary) float64 { return val(s.CachedTokenRatio) }).ratio(),
+				col(rs, func(s *report.RunSummary) float64 { return s.PrefixHitRatio }).ratio(),
+				col(rs, func(s *report.RunSummary) float64 { return s.BusiestPodShare }).ratio()+" / "+spreadOf(served).ratio(),
+				col(rs, func(s *report.RunSummary) float64 { return float64(s.WeightChanges) }).ms())
 		}
 		writeAgentTable(&b, rep.Config.Policies, sums, level)
 		fmt.Fprintf(&b, "\n### %s %g: per phase\n\n", rep.Scenario.LevelUnit(), level)
@@ -123,19 +123,19 @@ func (rep *Report) WriteTables(w io.Writer) error {
 				for _, r := range rs {
 					entries += r.Phases[pi].RebalanceEntries
 				}
-				p := func(f func(*sim.PhaseSummary) float64) spread {
-					return col(rs, func(s *sim.RunSummary) float64 { return f(&s.Phases[pi]) })
+				p := func(f func(*report.PhaseSummary) float64) spread {
+					return col(rs, func(s *report.RunSummary) float64 { return f(&s.Phases[pi]) })
 				}
 				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph.Name, pol.Name,
-					p(func(s *sim.PhaseSummary) float64 { return float64(s.Measured) }).ms(),
-					p(func(s *sim.PhaseSummary) float64 { return float64(s.Misses) }).ms(),
-					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP50) }).ms(),
-					p(func(s *sim.PhaseSummary) float64 { return val(s.TTFTP99) }).ms(),
-					p(func(s *sim.PhaseSummary) float64 { return val(s.E2EP99) }).ms(),
-					p(func(s *sim.PhaseSummary) float64 { return val(s.Goodput) }).ratio(),
-					p(func(s *sim.PhaseSummary) float64 { return s.OutputTokensPerSec }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return float64(s.Measured) }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return float64(s.Misses) }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return val(s.TTFTP50) }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return val(s.TTFTP99) }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return val(s.E2EP99) }).ms(),
+					p(func(s *report.PhaseSummary) float64 { return val(s.Goodput) }).ratio(),
+					p(func(s *report.PhaseSummary) float64 { return s.OutputTokensPerSec }).ms(),
 					entries,
-					p(func(s *sim.PhaseSummary) float64 { return s.OnsetBusiestRatio }).ratio())
+					p(func(s *report.PhaseSummary) float64 { return s.OnsetBusiestRatio }).ratio())
 			}
 		}
 		b.WriteString("\n")
@@ -254,7 +254,7 @@ func servedShare(st Stats) float64 {
 
 // writeAgentTable writes, for agentic runs, each policy's continuation
 // hit ratio, herd picks and busiest pod ratio (medians with min–max).
-func writeAgentTable(b *strings.Builder, pols []Policy, sums []sim.RunSummary, level float64) {
+func writeAgentTable(b *strings.Builder, pols []Policy, sums []report.RunSummary, level float64) {
 	head := false
 	for _, pol := range pols {
 		rs := group(sums, pol.Name, level)
@@ -266,8 +266,8 @@ func writeAgentTable(b *strings.Builder, pols []Policy, sums []sim.RunSummary, l
 			head = true
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", pol.Name,
-			col(rs, func(s *sim.RunSummary) float64 { return val(s.ContinuationHitRatio) }).ratio(),
-			col(rs, func(s *sim.RunSummary) float64 { return float64(s.HerdPicks) }).ms(),
-			col(rs, func(s *sim.RunSummary) float64 { return s.BusiestPodRatio }).ratio())
+			col(rs, func(s *report.RunSummary) float64 { return val(s.ContinuationHitRatio) }).ratio(),
+			col(rs, func(s *report.RunSummary) float64 { return float64(s.HerdPicks) }).ms(),
+			col(rs, func(s *report.RunSummary) float64 { return s.BusiestPodRatio }).ratio())
 	}
 }

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Stats summarises a set of requests. Latencies are in milliseconds; NaN
 // when there are none. TTFT and E2E count every request: one that failed
 // (any error kind: an HTTP error, a refused or reset connection, a stream
 // cut before [DONE], the client's time-out, the bench stopped) is a miss
-// and counts at the client timeout (sim.Latencies.Miss), its TTFT at its
+// and counts at the client timeout (report.Latencies.Miss), its TTFT at its
 // first token when one came earlier, so a policy whose requests fail
 // cannot read fast. ITL is over the successful requests.
 type Stats struct {
@@ -43,9 +45,9 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // Summarise computes Stats over reqs: tokens per second and goodput over
 // window, misses counted at timeout, goodput judged against slo.
-func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats {
+func Summarise(reqs []Request, window, timeout time.Duration, slo scenario.SLO) Stats {
 	s := Stats{Errors: map[string]int{}, ByEndpoint: map[string]int{}}
-	var lat sim.Latencies
+	var lat report.Latencies
 	var itl []float64
 	for i := range reqs {
 		r := &reqs[i]
@@ -73,9 +75,9 @@ func Summarise(reqs []Request, window, timeout time.Duration, slo sim.SLO) Stats
 	}
 	lat.Sort()
 	sort.Float64s(itl)
-	s.TTFTP50, s.TTFTP90, s.TTFTP99 = sim.Percentile(lat.TTFT, 50), sim.Percentile(lat.TTFT, 90), sim.Percentile(lat.TTFT, 99)
-	s.E2EP50, s.E2EP99 = sim.Percentile(lat.E2E, 50), sim.Percentile(lat.E2E, 99)
-	s.ITLP50, s.ITLP99 = sim.Percentile(itl, 50), sim.Percentile(itl, 99)
+	s.TTFTP50, s.TTFTP90, s.TTFTP99 = report.Percentile(lat.TTFT, 50), report.Percentile(lat.TTFT, 90), report.Percentile(lat.TTFT, 99)
+	s.E2EP50, s.E2EP99 = report.Percentile(lat.E2E, 50), report.Percentile(lat.E2E, 99)
+	s.ITLP50, s.ITLP99 = report.Percentile(itl, 50), report.Percentile(itl, 99)
 	s.Good, s.Goodput = lat.Good, math.NaN()
 	s.TokPerSec = math.NaN()
 	if window > 0 {
@@ -194,22 +196,22 @@ func (r *RunResult) entries(from, to time.Duration) (calmExits, freezes int) {
 // the router's metrics. Its percentiles count the
 // misses at the run's timeout (Stats) and misses counts them; goodput is
 // over the measurement window against the run's SLO, as in sim.
-func (r *RunResult) Summary(scenario string) sim.RunSummary {
+func (r *RunResult) Summary(scenario string) report.RunSummary {
 	win := r.End - r.Warm
 	st := r.stats(r.measured(-1), win)
 	share, ratio := r.busiest(r.Warm, r.End)
 	_, fz := r.entries(0, r.End+time.Hour)
-	s := sim.RunSummary{
+	s := report.RunSummary{
 		Scenario: scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed,
 		TTFTP50: ptr(st.TTFTP50), TTFTP90: ptr(st.TTFTP90), TTFTP99: ptr(st.TTFTP99),
 		E2EP50: ptr(st.E2EP50), E2EP99: ptr(st.E2EP99),
 		OutputTokensPerSec: nz(st.TokPerSec), PrefixHitRatio: r.prefixHit(),
 		Failed: st.Failed - st.Errors[ErrTimeout], TimedOut: st.Errors[ErrTimeout], Misses: st.Failed,
-		Goodput: ptr(st.Goodput), SLO: sim.SummaryOf(r.SLO),
+		Goodput: ptr(st.Goodput), SLO: report.SummaryOf(r.SLO),
 		BusiestPodShare: share, BusiestPodRatio: ratio,
 		Measured: st.Requests, WeightChanges: r.WeightVersions, WatchdogFreezes: fz,
 		CachedTokenRatio: ptr(st.CachedRatio()), Errors: st.Errors,
-		Phases: []sim.PhaseSummary{}, ContinuationHitRatio: ptr(st.ContinuationHitRatio()), HerdPicks: r.HerdPicks,
+		Phases: []report.PhaseSummary{}, ContinuationHitRatio: ptr(st.ContinuationHitRatio()), HerdPicks: r.HerdPicks,
 	}
 	for i, ph := range r.Phases {
 		from, to := max(ph.Start, r.Warm), min(ph.End, r.End)
@@ -217,7 +219,7 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 		in, _ := r.entries(from, to)
 		warm, _ := r.entries(ph.Start, min(ph.End, r.Warm))
 		_, onset := r.busiest(ph.Start, ph.Start+sim.OnsetWindow)
-		s.Phases = append(s.Phases, sim.PhaseSummary{
+		s.Phases = append(s.Phases, report.PhaseSummary{
 			Name: ph.Name, RebalanceEntries: in, WarmupRebalanceEntries: warm,
 			TTFTP50: ptr(pst.TTFTP50), TTFTP99: ptr(pst.TTFTP99), E2EP99: ptr(pst.E2EP99),
 			OutputTokensPerSec: nz(pst.TokPerSec), Measured: pst.Requests, OnsetBusiestRatio: onset,
@@ -229,16 +231,16 @@ func (r *RunResult) Summary(scenario string) sim.RunSummary {
 }
 
 // classes returns each request class's summary, as the simulator's
-// (sim.ClassSummary): latencies and goodput (over win, against the run's
+// (report.ClassSummary): latencies and goodput (over win, against the run's
 // SLO) of its measured requests, a miss counting at its own timeout; the
 // counts over all of its requests — dropped when the router's flow
 // control refused it (X-Trimtab-Drop-Reason), timed out at the client's
 // timeout, failed otherwise. Nil when the scenario names no class.
-func (r *RunResult) classes(win time.Duration) []sim.ClassSummary {
-	var out []sim.ClassSummary
+func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
+	var out []report.ClassSummary
 	for i, name := range r.Classes {
-		c := sim.ClassSummary{Name: name}
-		var lat sim.Latencies
+		c := report.ClassSummary{Name: name}
+		var lat report.Latencies
 		for j := range r.Requests {
 			q := &r.Requests[j]
 			if q.Class != i {
@@ -266,8 +268,8 @@ func (r *RunResult) classes(win time.Duration) []sim.ClassSummary {
 			}
 		}
 		lat.Sort()
-		c.TTFTP50, c.TTFTP99 = ptr(sim.Percentile(lat.TTFT, 50)), ptr(sim.Percentile(lat.TTFT, 99))
-		c.E2EP99 = ptr(sim.Percentile(lat.E2E, 99))
+		c.TTFTP50, c.TTFTP99 = ptr(report.Percentile(lat.TTFT, 50)), ptr(report.Percentile(lat.TTFT, 99))
+		c.E2EP99 = ptr(report.Percentile(lat.E2E, 99))
 		if win > 0 {
 			c.Goodput = ptr(lat.Goodput(win))
 		}
@@ -284,8 +286,8 @@ func nz(v float64) float64 {
 }
 
 // Summaries returns every run's summary, in the order they ran.
-func (rep *Report) Summaries() []sim.RunSummary {
-	out := make([]sim.RunSummary, 0, len(rep.Runs))
+func (rep *Report) Summaries() []report.RunSummary {
+	out := make([]report.RunSummary, 0, len(rep.Runs))
 	for _, r := range rep.Runs {
 		out = append(out, r.Summary(rep.Scenario.Name))
 	}
@@ -303,5 +305,5 @@ func (r *RunResult) Lateness() (p50, p99, worst time.Duration) {
 		return 0, 0, 0
 	}
 	slices.Sort(ds)
-	return time.Duration(sim.Percentile(ds, 50)), time.Duration(sim.Percentile(ds, 99)), time.Duration(ds[len(ds)-1])
+	return time.Duration(report.Percentile(ds, 50)), time.Duration(report.Percentile(ds, 99)), time.Duration(ds[len(ds)-1])
 }

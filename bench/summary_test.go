@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func TestSpread(t *testing.T) {
@@ -33,7 +33,7 @@ func TestSpread(t *testing.T) {
 func TestRunSummaryCounts(t *testing.T) {
 	ms := time.Millisecond
 	r := &RunResult{Policy: "p", Level: 4, Warm: 100 * ms, End: 2100 * ms,
-		Timeout: time.Second, SLO: sim.SLO{TTFT: 20 * ms, TPOT: 5 * ms},
+		Timeout: time.Second, SLO: scenario.SLO{TTFT: 20 * ms, TPOT: 5 * ms},
 		Phases: []PhaseSpan{{"calm", 0, time.Second}, {"burst", time.Second, 2100 * ms}},
 		ModeChanges: []ModeChange{
 			{T: 50 * ms, From: "calm", To: "rebalance"},   // before the window: warm-up entry of calm

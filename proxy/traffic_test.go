@@ -16,7 +16,7 @@ import (
 
 	"github.com/trimtab/trimtab/proxy/settings"
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // words returns n bytes of lower-case text drawn from seed, distinct for
@@ -112,9 +112,9 @@ func TestTraceDownloadThroughProxy(t *testing.T) {
 		}
 	}
 	sc := bufio.NewScanner(strings.NewReader(body))
-	entries, err := sim.ParseTrace(sc, 0)
+	entries, err := scenario.ParseTrace(sc, 0)
 	if err != nil {
-		t.Fatalf("sim.ParseTrace: %v\n%s", err, body)
+		t.Fatalf("scenario.ParseTrace: %v\n%s", err, body)
 	}
 	if len(entries) != 3 {
 		t.Fatalf("%d entries, want 3:\n%s", len(entries), body)
@@ -251,7 +251,7 @@ func TestTraceHashesSeparateTenants(t *testing.T) {
 	if _, err := r.WriteTrace(&buf); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := sim.ParseTrace(bufio.NewScanner(&buf), 0)
+	entries, err := scenario.ParseTrace(bufio.NewScanner(&buf), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

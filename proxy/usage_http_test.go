@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/sim"
 	"github.com/trimtab/trimtab/sim/fakeserver"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // startFakeServer runs a fake vLLM server serving model "m", 1000× faster
@@ -425,7 +425,7 @@ func TestTraceOutputLengthFromUsage(t *testing.T) {
 	if _, err := traffic.WriteTrace(&buf); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := sim.ParseTrace(bufio.NewScanner(&buf), 0)
+	entries, err := scenario.ParseTrace(bufio.NewScanner(&buf), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-)
 
-// maxAdapters bounds workload.adapters.
-const maxAdapters = 4096
+	"github.com/trimtab/trimtab/sim/scenario"
+)
 
 // adapterDraw picks a request's LoRA adapter with Zipf popularity.
 type adapterDraw struct {
@@ -18,7 +17,7 @@ type adapterDraw struct {
 }
 
 // newAdapterDraw returns the draw of w, or nil when w has no adapters.
-func newAdapterDraw(w *Workload, seed uint64) *adapterDraw {
+func newAdapterDraw(w *scenario.Workload, seed uint64) *adapterDraw {
 	if w.Adapters <= 0 {
 		return nil
 	}
@@ -28,7 +27,7 @@ func newAdapterDraw(w *Workload, seed uint64) *adapterDraw {
 		sum += math.Pow(float64(k), -w.AdapterZipf)
 		d.cdf = append(d.cdf, sum)
 		d.names = append(d.names, "lora-"+strconv.Itoa(k))
-		d.salts = append(d.salts, mixKey(seed, 41, uint64(k)))
+		d.salts = append(d.salts, scenario.MixKey(seed, 41, uint64(k)))
 	}
 	for i := range d.cdf {
 		d.cdf[i] /= sum

@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestAdapterDrawZipf: with exponent 1 over 32 adapters, adapter k is
 // drawn with probability (1/k) / H(32), H(32) = 4.0585: adapter 1 25 %,
 // adapter 2 12.3 %, adapter 32 0.77 %.
 func TestAdapterDrawZipf(t *testing.T) {
-	d := newAdapterDraw(&Workload{Adapters: 32, AdapterZipf: 1}, 1)
+	d := newAdapterDraw(&scenario.Workload{Adapters: 32, AdapterZipf: 1}, 1)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 200000
 	count := make([]int, 32)
@@ -33,13 +35,13 @@ func TestAdapterDrawZipf(t *testing.T) {
 	if d.names[0] != "lora-1" || d.names[31] != "lora-32" {
 		t.Errorf("names %q … %q", d.names[0], d.names[31])
 	}
-	if newAdapterDraw(&Workload{}, 1) != nil {
+	if newAdapterDraw(&scenario.Workload{}, 1) != nil {
 		t.Error("a workload without adapters has a draw")
 	}
 }
 
 // loraRun runs the shipped lora-skew scenario under policy for 60 s.
-func loraRun(t *testing.T, policy string, seed uint64) RunSummary {
+func loraRun(t *testing.T, policy string, seed uint64) report.RunSummary {
 	t.Helper()
 	sc, err := ShippedScenario("lora-skew")
 	if err != nil {
@@ -85,7 +87,7 @@ func TestApplyEngineKeepsAdapterSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ApplyEngine([]*Scenario{sc}, "h100-80gb-llama-3.1-8b"); err != nil {
+	if err := ApplyEngine([]*scenario.Scenario{sc}, "h100-80gb-llama-3.1-8b"); err != nil {
 		t.Fatal(err)
 	}
 	if c := sc.EngineConfig(); c.MaxLoRAs != 4 || c.MaxCPULoRAs != 8 || c.NumBlocks == engine.DefaultConfig().NumBlocks {

@@ -9,13 +9,27 @@ import (
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // ProfilePolicy turns a trimtab profile into a policy: its scorers,
 // picker and filters in a real scheduler, plus the control loop serve
 // runs (control.Loop) when adaptive.enabled.
 func ProfilePolicy(name, desc string, f *configs.File) Policy {
-	return Policy{Name: name, Description: desc, Profile: func() (*configs.File, error) { return f, nil }, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	return profiled(name, desc, func() (*configs.File, error) { return f, nil })
+}
+
+// profiled returns the policy that is the profile profile returns: its
+// Profile is profile, and its Build builds that profile's scheduler,
+// seeded with the run's seed, and, when the profile has adaptive.enabled,
+// its control loop. Every policy that is a profile is built this way, so
+// what the simulator runs is what bench serves.
+func profiled(name, desc string, profile func() (*configs.File, error)) Policy {
+	return Policy{Name: name, Description: desc, Profile: profile, Build: func(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+		f, err := profile()
+		if err != nil {
+			return nil, nil, err
+		}
 		fc := *f
 		fc.Scheduler.Seed = seed
 		s, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
@@ -48,45 +62,13 @@ func LoadProfilePolicy(path string) (Policy, error) {
 	return ProfilePolicy(name, mode+" profile "+path, f), nil
 }
 
-// buildAdaptiveOff is the "adaptive-off" policy: configs/adaptive.yaml
-// with the loop off.
-func buildAdaptiveOff(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := configs.LoadShipped("adaptive")
-	if err != nil {
-		return nil, nil, fmt.Errorf("adaptive-off policy: %w", err)
-	}
-	return ProfilePolicy(PolicyAdaptiveOff, "", loopOff(f, false)).Build(seed, sc)
-}
-
-// buildShipped builds policy name from the shipped profile profile.
-func buildShipped(name, profile string) func(uint64, *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	return func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-		f, err := configs.LoadShipped(profile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s policy: %w", name, err)
-		}
-		return ProfilePolicy(name, "", f).Build(seed, sc)
-	}
-}
-
-// buildAdaptive is the "adaptive" policy: the shipped configs/adaptive.yaml
-// profile (default scorers plus pending-prefill, adaptive on, package
-// defaults for the loop).
-func buildAdaptive(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := configs.LoadShipped("adaptive")
-	if err != nil {
-		return nil, nil, fmt.Errorf("adaptive policy: %w", err)
-	}
-	return ProfilePolicy(PolicyAdaptive, "", f).Build(seed, sc)
-}
-
 // shippedProfile returns a Policy.Profile reading a shipped profile; with
 // off the control loop and the guard are switched off (adaptive-off).
 func shippedProfile(name string, off bool) func() (*configs.File, error) {
 	return func() (*configs.File, error) {
 		f, err := configs.LoadShipped(name)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("shipped profile %s: %w", name, err)
 		}
 		if off {
 			f = loopOff(f, false)

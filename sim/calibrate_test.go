@@ -8,11 +8,12 @@ import (
 
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // overrides spells cfg as a scenario's engine section.
-func overrides(cfg engine.Config) EngineOverrides {
-	return EngineOverrides{
+func overrides(cfg engine.Config) scenario.EngineOverrides {
+	return scenario.EngineOverrides{
 		BlockSize: cfg.BlockSize, NumBlocks: cfg.NumBlocks, MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens,
 		StepFixed: cfg.StepFixed, StepPerPrefillToken: cfg.StepPerPrefillToken, StepPerDecodeSeq: cfg.StepPerDecodeSeq,
 		StepPerContextToken: cfg.StepPerContextToken, PrefillAttention1k: cfg.PrefillAttentionPer1k, DisablePrefixCache: !cfg.PrefixCaching,

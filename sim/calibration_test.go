@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestShippedEngines: every shipped calibration loads and validates, at
@@ -27,7 +28,7 @@ func TestShippedEngines(t *testing.T) {
 		if name != n {
 			t.Errorf("LoadEngine(%q) named it %q", n, name)
 		}
-		sc := &Scenario{Engine: e, Servers: 4}
+		sc := &scenario.Scenario{Engine: e, Servers: 4}
 		for i := range 4 {
 			cfg, declared := sc.ServerEngine(i, 1)
 			if err := cfg.Validate(); err != nil || !(declared > 0) {
@@ -84,7 +85,7 @@ func TestMixedPoolClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &Scenario{Engine: e}
+	sc := &scenario.Scenario{Engine: e}
 	for i, want := range []int{0, 1, 0, 1, 0, 1} {
 		if got := e.ClassOf(i); got != want {
 			t.Errorf("server %d: class %d, want %d", i, got, want)
@@ -105,7 +106,7 @@ func TestMixedPoolClasses(t *testing.T) {
 		t.Errorf("H100 at scenario capacity 2: %d blocks, step %v, capacity %v; want 58410, 2.8765ms, 6", h2.NumBlocks, h2.StepFixed, c2)
 	}
 	// Three classes of ½, ¼, ¼: A B C A A B C A …
-	three := EngineOverrides{Classes: []EngineClass{{Name: "a", Share: 0.5}, {Name: "b", Share: 0.25}, {Name: "c", Share: 0.25}}}
+	three := scenario.EngineOverrides{Classes: []scenario.EngineClass{{Name: "a", Share: 0.5}, {Name: "b", Share: 0.25}, {Name: "c", Share: 0.25}}}
 	count := [3]int{}
 	for i := range 8 {
 		count[three.ClassOf(i)]++

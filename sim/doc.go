@@ -21,18 +21,13 @@
 //
 // # Scenarios
 //
-// A scenario (sim/scenarios/*.yaml, embedded; see Scenario for every key)
-// names the fleet (servers, engine overrides, scrape interval, client
-// timeout), the workload (shared-prefix groups with an optional hot
-// prefix, multi-turn chat sessions with session ids, unique uniform
-// prompts, or a Mooncake-format JSONL trace replayed with prompts
-// synthesised from its block hash ids; TraceScenario builds a scenario
-// around a trace file alone, such as one trimtab serve recorded) and the load (closed-loop
-// concurrencies, open-loop Poisson rates or trace speed-ups, optionally
-// shaped as a burst). Prompt bytes are synthesised deterministically from
-// segment keys, four bytes per token, so shared segments are shared
-// leading bytes for the router's prefix hashing and shared KV blocks for
-// the engine's prefix cache.
+// A scenario (sim/scenarios/*.yaml, embedded; the schema, parsing and
+// workload generators are package sim/scenario) names the fleet, the
+// workload and the load; LoadScenario and ShippedScenario read one and
+// check that its policies are built-in ones. The held-out scenarios
+// (sim/scenarios/held-out, not embedded and not in --scenario all) are
+// workloads for checking a profile on traffic it was not tuned on; they
+// load by path.
 //
 // # Flow control, classes and streams
 //

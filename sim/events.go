@@ -1,15 +1,18 @@
 package sim
 
-import "github.com/trimtab/trimtab/scheduler"
+import (
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/scenario"
+)
 
 // fleetEvent applies scenario event i.
 func (r *runner) fleetEvent(i int) {
 	ev := r.sc.Events[i]
 	switch ev.Kind {
-	case EventPodLoss:
+	case scenario.EventPodLoss:
 		r.podLoss(ev.Pod)
 		r.h.push(event{at: r.now + r.at(ev.DiscoveryDelay), kind: evDrop, idx: int32(ev.Pod)})
-	case EventPodJoin:
+	case scenario.EventPodJoin:
 		for range ev.Pods {
 			if err := r.addServer(ev.Capacity); err != nil {
 				panic(err) // the scenario's engine config validated at parse time

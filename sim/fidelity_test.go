@@ -7,9 +7,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
-func loadShipped(t *testing.T, name string, d time.Duration) *Scenario {
+func loadShipped(t *testing.T, name string, d time.Duration) *scenario.Scenario {
 	t.Helper()
 	sc, err := LoadScenario(name)
 	if err != nil {
@@ -21,7 +24,7 @@ func loadShipped(t *testing.T, name string, d time.Duration) *Scenario {
 	return sc
 }
 
-func runOne(t *testing.T, sc *Scenario, policy string, level float64) *Result {
+func runOne(t *testing.T, sc *scenario.Scenario, policy string, level float64) *Result {
 	t.Helper()
 	pols, err := Policies([]string{policy})
 	if err != nil {
@@ -113,7 +116,7 @@ func TestHeterogeneous(t *testing.T) {
 func TestClientTenancy(t *testing.T) {
 	sc := loadShipped(t, "rotating-hot-prefix", 0)
 	w := sc.Phases[1].Work()
-	g, err := newGenerator(sc, w, 1, "")
+	g, err := scenario.NewGenerator(sc, w, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,16 +124,16 @@ func TestClientTenancy(t *testing.T) {
 	const clients = 100
 	first := map[int]uint64{}
 	hot := 0
-	var r reqSpec
+	var r scenario.Request
 	for round := 0; round < 5; round++ {
 		for c := 0; c < clients; c++ {
-			g.next(rng, c, &r)
-			if k, ok := first[c]; ok && k != r.segs[0].key {
+			g.Next(rng, c, &r)
+			if k, ok := first[c]; ok && k != r.Segs[0].Key {
 				t.Fatalf("client %d changed tenant between requests", c)
 			}
 			if round == 0 {
-				first[c] = r.segs[0].key
-				if r.segs[0].tokens == w.HotSystemTokens {
+				first[c] = r.Segs[0].Key
+				if r.Segs[0].Tokens == w.HotSystemTokens {
 					hot++
 				}
 			}
@@ -162,7 +165,7 @@ func TestTraceSliceSameAtEverySpeed(t *testing.T) {
 func TestSummarySchema(t *testing.T) {
 	sc := loadShipped(t, "small-pool-burst", 30*time.Second)
 	r := runOne(t, sc, PolicyAdaptive, 16)
-	b, err := json.Marshal(SummaryFile{Runs: []RunSummary{r.Summary()}})
+	b, err := json.Marshal(report.SummaryFile{Runs: []report.RunSummary{r.Summary()}})
 	if err != nil {
 		t.Fatal(err)
 	}

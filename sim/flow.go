@@ -11,6 +11,8 @@ import (
 
 	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Flow control in a run. When the policy's profile has flow.enabled, each
@@ -45,13 +47,13 @@ type flowDecision struct {
 // classRun is one class of the run: its results and, per router, the
 // class flow control gives its requests.
 type classRun struct {
-	spec *RequestClass
+	spec *scenario.RequestClass
 	res  ClassResult
 }
 
 // streamRun is one stream's state.
 type streamRun struct {
-	gen    generator
+	gen    scenario.Generator
 	rng    *rand.Rand
 	issued int
 	slot   int
@@ -104,7 +106,7 @@ func (r *runner) buildFlow(sched *scheduler.Scheduler) (*flow.Controller, error)
 // with every router's flow controller.
 func (r *runner) setupClasses() {
 	sc := r.sc
-	index := func(c *RequestClass) int {
+	index := func(c *scenario.RequestClass) int {
 		name := c.ClassName()
 		for i := range r.classes {
 			if r.classes[i].res.Name == name {
@@ -116,7 +118,7 @@ func (r *runner) setupClasses() {
 	}
 	named := sc.Workload.Class != nil || len(sc.Streams) > 0
 	for i := range sc.Phases {
-		if sc.Phases[i].work.Class != nil {
+		if sc.Phases[i].Work().Class != nil {
 			named = true
 		}
 	}
@@ -124,11 +126,11 @@ func (r *runner) setupClasses() {
 		return
 	}
 	for i := range sc.Phases {
-		r.phaseClass = append(r.phaseClass, index(sc.Phases[i].work.Class))
+		r.phaseClass = append(r.phaseClass, index(sc.Phases[i].Work().Class))
 	}
 	for k := range sc.Streams {
 		st := &sc.Streams[k]
-		g, err := newGenerator(sc, &st.Workload, r.cfg.Seed^uint64(k+1)*0x2545f4914f6cdd1d, "")
+		g, err := scenario.NewGenerator(sc, &st.Workload, r.cfg.Seed^uint64(k+1)*0x2545f4914f6cdd1d, "")
 		if err != nil {
 			panic(err) // kinds validated at parse time
 		}
@@ -148,7 +150,7 @@ func (r *runner) setupClasses() {
 		}
 		cls := rt.flow.Classifier()
 		for i := range r.classes {
-			rt.flowClass = append(rt.flowClass, cls.Classify(r.sc.Model, r.classes[i].spec.header))
+			rt.flowClass = append(rt.flowClass, cls.Classify(r.sc.Model, r.classes[i].spec.Header))
 		}
 	}
 }
@@ -188,8 +190,8 @@ func (r *runner) streamSpec(q *simReq, k int) int {
 	s := &r.streams[k]
 	q.stream, q.client, q.timeout = k+1, -1, r.sc.Streams[k].Timeout
 	slot := s.slot
-	s.slot = (s.slot + 1) % openChatSlots
-	s.gen.next(s.rng, slot, &q.spec)
+	s.slot = (s.slot + 1) % scenario.OpenChatSlots
+	s.gen.Next(s.rng, slot, &q.spec)
 	return slot
 }
 
@@ -349,7 +351,7 @@ type ClassResult struct {
 	// Measured counts the class's requests in the measurement window, and
 	// Latencies their latencies, misses included (see Result).
 	Measured int
-	Latencies
+	report.Latencies
 	// Goodput is the measured requests within the SLO per second of the
 	// window.
 	Goodput float64

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"github.com/trimtab/trimtab/sim/scenario"
 	"slices"
 	"testing"
 )
@@ -19,12 +20,12 @@ func TestStreamRenderer(t *testing.T) {
 	if got := sc.Streams[0].Header("x-trimtab-priority") + " " + sc.Streams[0].Header("authorization") + " " + sc.Streams[0].Header("x-llm-d-inference-ttl"); got != "sheddable Bearer job-1 600" {
 		t.Errorf("batch-1's headers %q, want sheddable, Bearer job-1, 600", got)
 	}
-	draw := func(k int) []Rendered {
-		r, err := NewStreamRenderer(sc, k, 1, 0)
+	draw := func(k int) []scenario.Rendered {
+		r, err := scenario.NewStreamRenderer(sc, k, 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []Rendered
+		var out []scenario.Rendered
 		for range 20 {
 			out = append(out, r.Next())
 		}
@@ -32,7 +33,7 @@ func TestStreamRenderer(t *testing.T) {
 	}
 	a, b, c := draw(0), draw(0), draw(1)
 	for i := range a {
-		if n, o := len(a[i].Prompt)/BytesPerToken, a[i].OutputTokens; n < 819 || n > 1229 || o < 204 || o > 308 {
+		if n, o := len(a[i].Prompt)/scenario.BytesPerToken, a[i].OutputTokens; n < 819 || n > 1229 || o < 204 || o > 308 {
 			t.Fatalf("request %d: %d prompt tokens, %d output; want 819…1229 and 204…308", i, n, o)
 		}
 		if !bytes.Equal(a[i].Prompt, b[i].Prompt) || bytes.Equal(a[i].Prompt, c[i].Prompt) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func mustPolicy(t *testing.T, name string) Policy {
@@ -16,7 +18,7 @@ func mustPolicy(t *testing.T, name string) Policy {
 	return p
 }
 
-func shippedScaled(t *testing.T, name string, d time.Duration) *Scenario {
+func shippedScaled(t *testing.T, name string, d time.Duration) *scenario.Scenario {
 	t.Helper()
 	sc, err := ShippedScenario(name)
 	if err != nil {

@@ -6,15 +6,17 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // render returns the prompt bytes of the next request of g.
-func render(g generator, c int) []byte {
-	var r reqSpec
-	g.next(rand.New(rand.NewPCG(1, 2)), c, &r)
+func render(g scenario.Generator, c int) []byte {
+	var r scenario.Request
+	g.Next(rand.New(rand.NewPCG(1, 2)), c, &r)
 	var b []byte
-	for _, s := range r.segs {
-		b = appendSegment(b, s)
+	for _, s := range r.Segs {
+		b = scenario.AppendSegment(b, s)
 	}
 	return b
 }
@@ -30,7 +32,7 @@ func TestSharedPrefixLadderShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRates := []float64{4, 8, 16, 24, 32, 48, 64, 96}
-	if len(sc.Phases) != len(wantRates) || sc.Timeout != time.Minute || sc.Load.Mode != ModeOpen || sc.Load.Arrivals != ArrivalsConstant {
+	if len(sc.Phases) != len(wantRates) || sc.Timeout != time.Minute || sc.Load.Mode != scenario.ModeOpen || sc.Load.Arrivals != scenario.ArrivalsConstant {
 		t.Fatalf("%d phases, timeout %v, mode %s, arrivals %s; want 8 steps, 1m, open, constant", len(sc.Phases), sc.Timeout, sc.Load.Mode, sc.Load.Arrivals)
 	}
 	for i, ph := range sc.Phases {
@@ -43,18 +45,18 @@ func TestSharedPrefixLadderShape(t *testing.T) {
 		}
 	}
 	w := sc.Phases[0].Work()
-	g, err := newGenerator(sc, w, 1, "")
+	g, err := scenario.NewGenerator(sc, w, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := 2048 * BytesPerToken
+	prefix := 2048 * scenario.BytesPerToken
 	var prompts [][]byte
 	for range 512*8 + 1 {
 		prompts = append(prompts, render(g, -1))
 	}
 	for k, p := range prompts[:16] {
-		if len(p) != (2048+256)*BytesPerToken {
-			t.Fatalf("prompt %d: %d bytes, want (2048 + 256) tokens × %d", k, len(p), BytesPerToken)
+		if len(p) != (2048+256)*scenario.BytesPerToken {
+			t.Fatalf("prompt %d: %d bytes, want (2048 + 256) tokens × %d", k, len(p), scenario.BytesPerToken)
 		}
 	}
 	// Requests 0–7 are group 0's eight questions: the same 2,048-token
@@ -64,7 +66,7 @@ func TestSharedPrefixLadderShape(t *testing.T) {
 			t.Errorf("request %d: want group 0's prefix and its own question", k)
 		}
 	}
-	if bytes.Equal(prompts[8][:BytesPerToken*16], prompts[0][:BytesPerToken*16]) {
+	if bytes.Equal(prompts[8][:scenario.BytesPerToken*16], prompts[0][:scenario.BytesPerToken*16]) {
 		t.Error("request 8 shares group 0's first block: want group 1's prefix")
 	}
 	// 512 × 8 = 4,096 distinct prompts, then the cycle repeats them.
@@ -75,12 +77,12 @@ func TestSharedPrefixLadderShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := newGenerator(ctl, ctl.Phases[0].Work(), 1, "")
+	cg, err := scenario.NewGenerator(ctl, ctl.Phases[0].Work(), 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := render(cg, -1), render(cg, -1)
-	if bytes.Equal(a[:BytesPerToken*16], b[:BytesPerToken*16]) {
+	if bytes.Equal(a[:scenario.BytesPerToken*16], b[:scenario.BytesPerToken*16]) {
 		t.Error("control: two prompts share their first block; want nothing shared")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // The two baselines that are not weighted sums are sim-local scorers that
@@ -33,7 +34,7 @@ func (r *roundRobin) Picked(*scheduler.CycleState, *scheduler.Request, *schedule
 	r.next.Add(1)
 }
 
-func buildRoundRobin(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildRoundRobin(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	cfg := scheduler.DefaultConfig()
 	cfg.Seed = seed
 	s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "round-robin", Type: "round-robin", Scorer: &roundRobin{}, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
@@ -120,7 +121,7 @@ func (s *sglangSwitch) PoolChanged(eps []*scheduler.Endpoint) {
 	}
 }
 
-func buildSGLang(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildSGLang(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	p, err := newPrefixScorer("prefix")
 	if err != nil {
 		return nil, nil, err
@@ -261,7 +262,7 @@ func (s *smgLeastLoad) PoolChanged(eps []*scheduler.Endpoint) {
 	}
 }
 
-func buildSMGLeastLoad(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildSMGLeastLoad(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	p, err := newPrefixScorer("prefix")
 	if err != nil {
 		return nil, nil, err
@@ -340,7 +341,7 @@ func (d *dynamoKVCost) Done(req *scheduler.Request, ep *scheduler.Endpoint, _ sc
 	d.mu.Unlock()
 }
 
-func buildDynamoKVCost(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+func buildDynamoKVCost(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 	p, err := newPrefixScorer("prefix")
 	if err != nil {
 		return nil, nil, err

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"math"
-
 	"github.com/trimtab/trimtab/configurator"
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -88,7 +86,7 @@ func (r *runner) sample() {
 			load = float64(st.Waiting + st.Running)
 		}
 		if inWindow {
-			r.loadSum[i] += load
+			r.pods[i].loadSum += load
 		}
 		if tl != nil && r.now <= r.end {
 			tl.PodLoad[i] = append(tl.PodLoad[i], load)
@@ -114,16 +112,11 @@ func (r *runner) sample() {
 
 func (r *runner) mark(end bool) {
 	for i, e := range r.servers {
-		st := e.Stats()
-		if !end {
-			r.markGen[i], r.markHits[i], r.markQuery[i] = st.GenerationTokens, st.PrefixHits, st.PrefixQueries
-			r.markLoads[i] = st.AdapterLoads
-			continue
+		if end {
+			r.pods[i].close(e.Stats())
+		} else {
+			r.pods[i].open(e.Stats())
 		}
-		r.markLoads[i] = st.AdapterLoads - r.markLoads[i]
-		r.markGen[i] = st.GenerationTokens - r.markGen[i]
-		r.markHits[i] = st.PrefixHits - r.markHits[i]
-		r.markQuery[i] = st.PrefixQueries - r.markQuery[i]
 	}
 	if !end {
 		// The current phase's share of the window starts now.
@@ -131,22 +124,7 @@ func (r *runner) mark(end bool) {
 		return
 	}
 	r.phaseTokens(r.phase)
-	var gen, hits, query, loads int64
-	for i := range r.servers {
-		loads += r.markLoads[i]
-		gen += r.markGen[i]
-		hits += r.markHits[i]
-		query += r.markQuery[i]
-	}
-	if win := (r.end - r.warm).Seconds(); win > 0 {
-		r.res.OutputTokensPerSec = float64(gen) / win
-	}
-	if query > 0 {
-		r.res.PrefixHitRate = float64(hits) / float64(query)
-	}
-	if r.sc.EngineConfig().MaxLoRAs > 0 {
-		r.res.AdapterLoads = &loads
-	}
+	r.closeWindow(r.end-r.warm, r.sc.EngineConfig().MaxLoRAs > 0)
 	r.res.HerdPicks = 0
 	for _, rt := range r.routers {
 		for _, e := range rt.sched.Pool().Pointers() {
@@ -156,33 +134,9 @@ func (r *runner) mark(end bool) {
 }
 
 func (r *runner) finish() {
-	r.res.Sort()
-	r.res.Goodput = math.NaN()
-	if win := r.end - r.warm; win > 0 {
-		r.res.Goodput = r.res.Latencies.Goodput(win)
-	}
-	if r.loadN > 0 {
-		r.res.LoadMin = math.Inf(1)
-		var sum, capSum, top, topRatio float64
-		for i, s := range r.loadSum {
-			avg := s / float64(r.loadN)
-			r.res.PodLoad = append(r.res.PodLoad, avg)
-			r.res.LoadMax = max(r.res.LoadMax, avg)
-			r.res.LoadMin = min(r.res.LoadMin, avg)
-			sum += avg
-			top = max(top, avg)
-			if !r.dead[i] {
-				capSum += r.caps[i]
-				topRatio = max(topRatio, avg/r.caps[i])
-			}
-		}
-		if sum > 0 {
-			r.res.BusiestShare = top / sum
-			r.res.BusiestRatio = topRatio / (sum / capSum)
-		}
-	}
+	r.finishWindow(r.end-r.warm, r.caps, r.dead)
 	for _, e := range r.servers {
 		r.res.Preemptions += e.Stats().Preemptions
 	}
-	r.finishPhases()
+	r.finishPhases(r.caps, r.warm, r.end)
 }

@@ -3,22 +3,23 @@ package sim
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // LoadScenarios loads every named scenario (a file or a shipped name; the
 // single name "all" is every shipped one). A duration > 0 replays each in
 // that simulated time instead (Scenario.Scaled).
-func LoadScenarios(names []string, duration time.Duration) ([]*Scenario, error) {
+func LoadScenarios(names []string, duration time.Duration) ([]*scenario.Scenario, error) {
 	if len(names) == 1 && names[0] == "all" {
 		names = Shipped()
 	}
-	out := make([]*Scenario, 0, len(names))
+	out := make([]*scenario.Scenario, 0, len(names))
 	for _, n := range names {
 		sc, err := LoadScenario(n)
 		if err != nil {
@@ -44,22 +45,17 @@ func (sw *Sweep) WriteReport(dir string, plots bool, command string) (string, er
 		}
 	}
 	path := filepath.Join(dir, sw.Scenario.Name+".md")
-	return path, WriteFile(path, func(w io.Writer) error { return sw.WriteMarkdown(w, imgs, command) })
+	return path, report.WriteFile(path, func(w io.Writer) error { return sw.WriteMarkdown(w, imgs, command) })
 }
-
-// WriteFile writes the summary to path as Write does, atomically (a
-// reader never sees half a file), so it can be rewritten after every
-// scenario.
-func (f *SummaryFile) WriteFile(path string) error { return WriteFile(path, f.Write) }
 
 // WriteFiles writes a tuning's report, dir/tune.md, and dir/tuned.yaml,
 // the profile f at the best vector with comment on top. command is the
 // command line the report says made it.
 func (r *TuneResult) WriteFiles(dir string, f *configs.File, comment, command string) error {
-	if err := WriteFile(filepath.Join(dir, "tune.md"), func(w io.Writer) error { return r.WriteMarkdown(w, command) }); err != nil {
+	if err := report.WriteFile(filepath.Join(dir, "tune.md"), func(w io.Writer) error { return r.WriteMarkdown(w, command) }); err != nil {
 		return err
 	}
-	return WriteFile(filepath.Join(dir, "tuned.yaml"), func(w io.Writer) error { return r.WriteProfile(w, f, comment) })
+	return report.WriteFile(filepath.Join(dir, "tuned.yaml"), func(w io.Writer) error { return r.WriteProfile(w, f, comment) })
 }
 
 // fairBaselines are the comparisons WriteComparisons makes: adaptive
@@ -100,18 +96,18 @@ func FairBaselines() []FairBaseline {
 // baseline compared; nothing is written when there is none. agg combines
 // each policy's runs at one (scenario, level): Mean for the simulator's
 // seeds, Median for bench's repeats.
-func WriteComparisons(path, command string, runs []RunSummary, agg Aggregate) ([]string, error) {
+func WriteComparisons(path, command string, runs []report.RunSummary, agg report.Aggregate) ([]string, error) {
 	var body strings.Builder
 	var lines []string
 	for _, p := range fairBaselines {
-		c := Compare(runs, PolicyAdaptive, p.policy, agg)
+		c := report.Compare(runs, PolicyAdaptive, p.policy, agg)
 		if len(c.Rows) == 0 {
 			continue
 		}
 		worse, wins := c.Worse(p.tol), c.Wins(p.ttft, p.tok)
 		calm, fz := c.Loop()
 		fmt.Fprintf(&body, "## %s\n\nA ÷ B − 1 on %s; ⚠ marks a row worse than %.0f %%", p.heading, agg, 100*p.tol)
-		if agg == Median {
+		if agg == report.Median {
 			body.WriteString(" beyond noise; ≈ marks a difference the repeats' min–max ranges cover (they overlap), counted neither as worse nor as a win")
 		}
 		body.WriteString(".\n\n")
@@ -126,29 +122,10 @@ func WriteComparisons(path, command string, runs []RunSummary, agg Aggregate) ([
 	if body.Len() == 0 {
 		return nil, nil
 	}
-	return lines, WriteFile(path, func(w io.Writer) error {
+	return lines, report.WriteFile(path, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "# Adaptive against its fair baselines\n\n`%s`\n\n%s", command, body.String())
 		return err
 	})
-}
-
-// WriteFile writes path with fn through a temporary file renamed into
-// place, so a reader sees the old file or the whole new one.
-func WriteFile(path string, fn func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	werr := fn(f)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return werr
-	}
-	return os.Rename(tmp, path)
 }
 
 // Line formats the verdict as one line, the load level in unit

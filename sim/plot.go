@@ -3,43 +3,26 @@ package sim
 import (
 	"fmt"
 	"image/color"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/trimtab/trimtab/sim/report"
 )
-
-// palette has ten distinguishable colours (Tableau 10), so up to ten
-// policies never share one.
-var palette = []color.RGBA{
-	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
-	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
-	{188, 189, 34, 255}, {23, 190, 207, 255},
-}
-
-func policyColor(i int) color.Color { return palette[i%len(palette)] }
-
-// Image is one figure of a sweep's report.
-type Image struct {
-	Title string
-	File  string // base name, "bench-<scenario>-….png"
-	draw  func(path string) error
-}
 
 // Images lists the sweep's figures: TTFT p99 against load per policy;
 // each adaptive policy's signal, mode and weights over time; per-pod load
 // over time for static 3:2:2 and each adaptive policy (headline level,
 // first seed).
-func (sw *Sweep) Images() []Image {
+func (sw *Sweep) Images() []report.Image {
 	name := sw.Scenario.Name
-	imgs := []Image{{
+	imgs := []report.Image{{
 		Title: fmt.Sprintf("%s: TTFT p99 against %s", name, sw.Scenario.LevelUnit()),
 		File:  "bench-" + name + "-ttft-p99.png",
-		draw:  sw.drawTTFT,
+		Draw:  sw.drawTTFT,
 	}}
 	h := sw.HeadlineIndex()
 	unit, level := sw.Scenario.LevelUnit(), fmtLevel(sw.Levels[h])
@@ -48,10 +31,10 @@ func (sw *Sweep) Images() []Image {
 			continue
 		}
 		r := sw.Runs[h][pi][0]
-		imgs = append(imgs, Image{
+		imgs = append(imgs, report.Image{
 			Title: fmt.Sprintf("%s: %s signal, mode and weights at %s %s", name, pol, unit, level),
 			File:  "bench-" + name + "-" + pol + ".png",
-			draw:  func(path string) error { return sw.drawControl(path, r) },
+			Draw:  func(path string) error { return sw.drawControl(path, r) },
 		})
 	}
 	for pi, pol := range sw.Policies {
@@ -59,27 +42,17 @@ func (sw *Sweep) Images() []Image {
 			continue
 		}
 		r := sw.Runs[h][pi][0]
-		imgs = append(imgs, Image{
+		imgs = append(imgs, report.Image{
 			Title: fmt.Sprintf("%s: per-pod load (running + waiting) under %s at %s %s", name, pol, unit, level),
 			File:  "bench-" + name + "-load-" + pol + ".png",
-			draw:  func(path string) error { return sw.drawLoad(path, r) },
+			Draw:  func(path string) error { return sw.drawLoad(path, r) },
 		})
 	}
 	return imgs
 }
 
 // WriteImages draws every figure into dir.
-func (sw *Sweep) WriteImages(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, img := range sw.Images() {
-		if err := img.draw(filepath.Join(dir, img.File)); err != nil {
-			return fmt.Errorf("%s: %w", img.File, err)
-		}
-	}
-	return nil
-}
+func (sw *Sweep) WriteImages(dir string) error { return report.WriteImages(dir, sw.Images()) }
 
 func (sw *Sweep) drawTTFT(path string) error {
 	p := plot.New()
@@ -105,9 +78,9 @@ func (sw *Sweep) drawTTFT(path string) error {
 		if err != nil {
 			return err
 		}
-		line.Color = policyColor(pi)
+		line.Color = report.Color(pi)
 		line.Dashes = plotutil.Dashes(pi)
-		pts.Color = policyColor(pi)
+		pts.Color = report.Color(pi)
 		pts.Shape = plotutil.Shape(pi)
 		if name == PolicyAdaptive {
 			line.Width = vg.Points(2.5)
@@ -138,7 +111,7 @@ func (sw *Sweep) drawControl(path string, r *Result) error {
 		if err != nil {
 			return err
 		}
-		l.Color = policyColor(i)
+		l.Color = report.Color(i)
 		l.Width = width
 		if dashed {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}

@@ -7,8 +7,8 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
-	"github.com/trimtab/trimtab/scorers"
 	"github.com/trimtab/trimtab/scorers/prefix"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Policy is one routing policy: it builds a real scheduler (and, when
@@ -20,12 +20,13 @@ type Policy struct {
 	Description string
 	// Build returns a fresh scheduler seeded with seed, and its control
 	// loop, or nil for a static policy (whose loop would never change the
-	// weights).
-	Build func(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error)
+	// weights). For a policy that is a profile it is derived from Profile
+	// (the profile's scheduler, and its loop when adaptive.enabled).
+	Build func(seed uint64, sc *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error)
 	// Profile returns the trimtab profile the policy is, for running it
 	// through a real `trimtab serve` (trimtab bench); nil for the
 	// simulator-only baselines that are not profiles (round-robin,
-	// sglang-switch).
+	// sglang-switch, smg-least-load, dynamo-kv-cost).
 	Profile func() (*configs.File, error)
 }
 
@@ -57,16 +58,7 @@ const (
 )
 
 func profilePolicy(name, desc, yaml string) Policy {
-	profile := func() (*configs.File, error) { return configs.Parse([]byte(yaml)) }
-	return Policy{Name: name, Description: desc, Profile: profile, Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-		f, err := profile()
-		if err != nil {
-			return nil, nil, err
-		}
-		f.Scheduler.Seed = seed
-		s, err := f.BuildScheduler(scorers.InTree(), scheduler.Deps{})
-		return s, nil, err
-	}}
+	return profiled(name, desc, func() (*configs.File, error) { return configs.Parse([]byte(yaml)) })
 }
 
 // The field's prefix-aware policies (prefix-only, static-3-2-2,
@@ -99,13 +91,13 @@ scorers:
     weight: 2
 `),
 		{Name: PolicySGLang, Description: "SGLang cache-aware switch: least-loaded when max−min > 64 and max > 1.5·min, else longest prefix if match > 0.3, else least-loaded", Build: buildSGLang},
-		{Name: PolicyLLMDTokenLoad, Description: "llm-d optimized-baseline: prefix-affinity filter (τ 0.80, gate 286,720 tokens) + token-load, learning at the pick (configs/llmd-token-load.yaml)", Build: buildShipped(PolicyLLMDTokenLoad, PolicyLLMDTokenLoad), Profile: shippedProfile(PolicyLLMDTokenLoad, false)},
+		profiled(PolicyLLMDTokenLoad, "llm-d optimized-baseline: prefix-affinity filter (τ 0.80, gate 286,720 tokens) + token-load, learning at the pick (configs/llmd-token-load.yaml)", shippedProfile(PolicyLLMDTokenLoad, false)),
 		{Name: PolicySMGLeastLoad, Description: "SMG cache-aware with least_load misses and spills: expected wait (queued + dispatched tokens)/2000 tok/s + 0.15 s·k/(1−k)", Build: buildSMGLeastLoad},
 		{Name: PolicyDynamoKVCost, Description: "Dynamo KV router: argmin of uncached prefill blocks + active decode blocks (overlap weight 1, temperature 0)", Build: buildDynamoKVCost},
-		{Name: PolicyAdaptive, Description: "trimtab: configs/adaptive.yaml, the control loop on", Build: buildAdaptive, Profile: shippedProfile("adaptive", false)},
-		{Name: PolicyAdaptiveOff, Description: "configs/adaptive.yaml with the loop and the guard off: the same scorers at the profile weights", Build: buildAdaptiveOff, Profile: shippedProfile("adaptive", true)},
-		{Name: PolicyGuardOnly, Description: "configs/adaptive.yaml with adaptive.enabled false: the calm weights under the load guard, no loop", Build: buildGuardOnly, Profile: guardOnlyProfile},
-		{Name: PolicyTunedStatic, Description: "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", Build: buildShipped(PolicyTunedStatic, PolicyTunedStatic), Profile: shippedProfile(PolicyTunedStatic, false)},
+		profiled(PolicyAdaptive, "trimtab: configs/adaptive.yaml, the control loop on", shippedProfile("adaptive", false)),
+		profiled(PolicyAdaptiveOff, "configs/adaptive.yaml with the loop and the guard off: the same scorers at the profile weights", shippedProfile("adaptive", true)),
+		profiled(PolicyGuardOnly, "configs/adaptive.yaml with adaptive.enabled false: the calm weights under the load guard, no loop", guardOnlyProfile),
+		profiled(PolicyTunedStatic, "configs/tuned-static.yaml: the best single static vector for the suite (trimtab sim tune)", shippedProfile(PolicyTunedStatic, false)),
 	}
 }
 
@@ -171,14 +163,6 @@ func guardOnlyProfile() (*configs.File, error) {
 		return nil, fmt.Errorf("guard-only policy: configs/adaptive.yaml has no scheduler.guard")
 	}
 	return loopOff(f, true), nil
-}
-
-func buildGuardOnly(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := guardOnlyProfile()
-	if err != nil {
-		return nil, nil, err
-	}
-	return ProfilePolicy(PolicyGuardOnly, "", f).Build(seed, sc)
 }
 
 // newPrefixScorer builds the in-tree prefix scorer with its defaults but

@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/flow"
-	"github.com/trimtab/trimtab/scheduler"
 )
 
 // PolicyAdaptiveFlow is configs/adaptive.yaml with flow control on: the
@@ -34,12 +32,4 @@ func adaptiveFlowProfile() (*configs.File, error) {
 	c.Flow.Bands = flow.DefaultConfig().Bands
 	c.Flow.Bands[1].TTL = flow.DefaultConfig().TTL
 	return &c, nil
-}
-
-func buildAdaptiveFlow(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := adaptiveFlowProfile()
-	if err != nil {
-		return nil, nil, err
-	}
-	return ProfilePolicy(PolicyAdaptiveFlow, "", f).Build(seed, sc)
 }

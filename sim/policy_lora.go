@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/control"
-	"github.com/trimtab/trimtab/scheduler"
 )
 
 // PolicyAdaptiveLoRA is configs/adaptive.yaml with a lora scorer: requests
@@ -17,8 +15,7 @@ const PolicyAdaptiveLoRA = "adaptive-lora"
 const loraWeight = 32
 
 func loraPolicy() Policy {
-	return Policy{Name: PolicyAdaptiveLoRA, Description: fmt.Sprintf("configs/adaptive.yaml plus a lora scorer (weight %d): adapter residency tiers, within the guard's bound", loraWeight),
-		Build: buildAdaptiveLoRA, Profile: adaptiveLoRAProfile}
+	return profiled(PolicyAdaptiveLoRA, fmt.Sprintf("configs/adaptive.yaml plus a lora scorer (weight %d): adapter residency tiers, within the guard's bound", loraWeight), adaptiveLoRAProfile)
 }
 
 func adaptiveLoRAProfile() (*configs.File, error) {
@@ -30,12 +27,4 @@ func adaptiveLoRAProfile() (*configs.File, error) {
 	w := float64(loraWeight)
 	c.Scorers = append(append([]configs.ScorerConfig(nil), f.Scorers...), configs.ScorerConfig{Type: "lora", Weight: &w})
 	return &c, nil
-}
-
-func buildAdaptiveLoRA(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := adaptiveLoRAProfile()
-	if err != nil {
-		return nil, nil, err
-	}
-	return ProfilePolicy(PolicyAdaptiveLoRA, "", f).Build(seed, sc)
 }

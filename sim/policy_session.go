@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/trimtab/trimtab/configs"
-	"github.com/trimtab/trimtab/control"
-	"github.com/trimtab/trimtab/scheduler"
 )
 
 // PolicyAdaptiveSession is configs/adaptive.yaml with a session scorer at
@@ -23,9 +21,9 @@ const sessionWeight = 32
 // scenario's policies, --policies), not in the default set.
 func optionalPolicies() []Policy {
 	return []Policy{
-		{Name: PolicyAdaptiveSession, Description: "configs/adaptive.yaml plus a session scorer at the prefix weight (32): new sessions spread by bounded-load hashing, each session's turns stay", Build: buildAdaptiveSession, Profile: adaptiveSessionProfile},
+		profiled(PolicyAdaptiveSession, "configs/adaptive.yaml plus a session scorer at the prefix weight (32): new sessions spread by bounded-load hashing, each session's turns stay", adaptiveSessionProfile),
 		loraPolicy(),
-		{Name: PolicyAdaptiveFlow, Description: "configs/adaptive.yaml with flow control on at its defaults (flow.enabled: true)", Build: buildAdaptiveFlow, Profile: adaptiveFlowProfile},
+		profiled(PolicyAdaptiveFlow, "configs/adaptive.yaml with flow control on at its defaults (flow.enabled: true)", adaptiveFlowProfile),
 	}
 }
 
@@ -38,12 +36,4 @@ func adaptiveSessionProfile() (*configs.File, error) {
 	w := float64(sessionWeight)
 	c.Scorers = append(append([]configs.ScorerConfig(nil), f.Scorers...), configs.ScorerConfig{Type: "session", Weight: &w})
 	return &c, nil
-}
-
-func buildAdaptiveSession(seed uint64, sc *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
-	f, err := adaptiveSessionProfile()
-	if err != nil {
-		return nil, nil, err
-	}
-	return ProfilePolicy(PolicyAdaptiveSession, "", f).Build(seed, sc)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/scorers"
 )
 
 // TestGuardOnlyPolicy: guard-only is the adaptive profile with the loop
@@ -196,5 +197,53 @@ func TestFieldPolicies(t *testing.T) {
 	f, err := ps[0].Profile()
 	if err != nil || !slices.Contains(f.Filters, "prefix-affinity") || f.PrefixAffinity.MaxTokensInFlightPenalty != 286720 {
 		t.Errorf("llmd-token-load profile %v, %v", f, err)
+	}
+}
+
+// TestProfilePoliciesBuildTheirProfile: every built-in policy that is a
+// profile builds exactly that profile — the same scorers at the same
+// weights, the same guard, a loop exactly when adaptive.enabled — so the
+// simulator runs what bench serves through `trimtab serve`.
+func TestProfilePoliciesBuildTheirProfile(t *testing.T) {
+	n := 0
+	for _, p := range append(builtinPolicies(), optionalPolicies()...) {
+		if p.Profile == nil {
+			continue
+		}
+		n++
+		f, err := p.Profile()
+		if err != nil {
+			t.Fatalf("%s profile: %v", p.Name, err)
+		}
+		s, loop, err := p.Build(1, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		fc := *f
+		fc.Scheduler.Seed = 1
+		want, err := fc.BuildScheduler(scorers.InTree(), scheduler.Deps{})
+		if err != nil {
+			t.Fatalf("%s profile build: %v", p.Name, err)
+		}
+		var names, wantNames []string
+		for _, e := range s.Scorers() {
+			names = append(names, e.Name)
+		}
+		for _, e := range want.Scorers() {
+			wantNames = append(wantNames, e.Name)
+		}
+		if !slices.Equal(names, wantNames) || !slices.Equal(s.Weights().Values, want.Weights().Values) || s.Weights().Guard != want.Weights().Guard {
+			t.Errorf("%s: scorers %v weights %v guard %+v; its profile gives %v %v %+v", p.Name,
+				names, s.Weights().Values, s.Weights().Guard, wantNames, want.Weights().Values, want.Weights().Guard)
+		}
+		if (loop != nil) != f.Adaptive.Enabled {
+			t.Errorf("%s: loop %v, profile adaptive.enabled %v", p.Name, loop != nil, f.Adaptive.Enabled)
+		}
+	}
+	// least-queue, prefix-only, static-3-2-2, llmd-token-load, adaptive,
+	// adaptive-off, guard-only, tuned-static, adaptive-session,
+	// adaptive-lora, adaptive-flow: 11 policies are profiles.
+	if n != 11 {
+		t.Errorf("%d policies are profiles, want 11", n)
 	}
 }

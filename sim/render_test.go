@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func commonPrefix(a, b []byte) int {
@@ -20,12 +22,12 @@ func commonPrefix(a, b []byte) int {
 // extend a shared prefix by chance by a few bytes).
 func TestRendererSalt(t *testing.T) {
 	sc := loadShipped(t, "small-pool-burst", 30*time.Second)
-	render := func(salt uint64) []Rendered {
-		r, err := NewRenderer(sc, 3, salt, "")
+	render := func(salt uint64) []scenario.Rendered {
+		r, err := scenario.NewRenderer(sc, 3, salt, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []Rendered
+		var out []scenario.Rendered
 		for i := range 60 {
 			out = append(out, r.Next(1, i%8)) // the burst phase: a hot prefix
 		}
@@ -41,12 +43,12 @@ func TestRendererSalt(t *testing.T) {
 // rather than one replay.
 func TestTraceSeedsSampleBytes(t *testing.T) {
 	sc := loadShipped(t, "mooncake-trace", 0)
-	render := func(seed uint64) []Rendered {
-		r, err := NewRenderer(sc, seed, 0, "")
+	render := func(seed uint64) []scenario.Rendered {
+		r, err := scenario.NewRenderer(sc, seed, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []Rendered
+		var out []scenario.Rendered
 		for range 80 {
 			out = append(out, r.Next(0, -1))
 		}
@@ -62,7 +64,7 @@ func TestTraceSeedsSampleBytes(t *testing.T) {
 // prefixes between any two requests (within 16 bytes: random letters may
 // extend a shared prefix by chance by a few bytes); again must equal b
 // byte for byte, and some pair must share a long prefix.
-func checkSameSharing(t *testing.T, an, bn string, a, b, again []Rendered) {
+func checkSameSharing(t *testing.T, an, bn string, a, b, again []scenario.Rendered) {
 	t.Helper()
 	shared := 0
 	for i := range a {
@@ -98,11 +100,11 @@ func checkSameSharing(t *testing.T, an, bn string, a, b, again []Rendered) {
 // the last. The scaffold is part 0; sessions of one team share it.
 func TestRendererAgentTurns(t *testing.T) {
 	sc := loadShipped(t, "agentic-surge", 0)
-	r, err := NewRenderer(sc, 1, 5, "")
+	r, err := scenario.NewRenderer(sc, 1, 5, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var prev Rendered
+	var prev scenario.Rendered
 	for i := range 13 {
 		q := r.Next(0, 0)
 		a := q.Agent
@@ -114,7 +116,7 @@ func TestRendererAgentTurns(t *testing.T) {
 		for _, n := range a.Parts {
 			sum += n
 		}
-		if a.API != AgentAPIResponses || a.Turn != turn || len(a.Parts) != 2+2*turn || sum != len(q.Prompt) {
+		if a.API != scenario.AgentAPIResponses || a.Turn != turn || len(a.Parts) != 2+2*turn || sum != len(q.Prompt) {
 			t.Fatalf("request %d: api %s turn %d, %d parts summing to %d of %d bytes; want responses, turn %d, %d parts",
 				i, a.API, a.Turn, len(a.Parts), sum, len(q.Prompt), turn, 2+2*turn)
 		}
@@ -141,10 +143,10 @@ func TestRendererAgentTurns(t *testing.T) {
 	}
 }
 
-func renderOne(t *testing.T) Rendered {
+func renderOne(t *testing.T) scenario.Rendered {
 	t.Helper()
 	sc := loadShipped(t, "small-pool-burst", 0)
-	r, err := NewRenderer(sc, 1, 0, "")
+	r, err := scenario.NewRenderer(sc, 1, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

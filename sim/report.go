@@ -5,19 +5,9 @@ import (
 	"io"
 	"math"
 	"strings"
-)
 
-// LevelUnit names what a load level means for the scenario's mode.
-func (s *Scenario) LevelUnit() string {
-	switch s.Load.Mode {
-	case ModeOpen:
-		return "req/s"
-	case ModeTrace:
-		return "× trace speed"
-	default:
-		return "concurrency"
-	}
-}
+	"github.com/trimtab/trimtab/sim/report"
+)
 
 // HeadlineIndex returns the index of the headline level.
 func (sw *Sweep) HeadlineIndex() int {
@@ -201,8 +191,8 @@ func (sw *Sweep) GoldenSummary() string {
 			for _, r := range sw.Runs[l][p] {
 				fmt.Fprintf(&b, "%s level=%v policy=%s seed=%d issued=%d completed=%d failed=%d timedout=%d measured=%d misses=%d good=%d ttft_us=%.0f/%.0f/%.0f e2e_us=%.0f/%.0f tok_s=%.1f hit=%.4f load=%.2f/%.2f preempt=%d weights=%d\n",
 					r.Scenario, r.Level, r.Policy, r.Seed, r.Issued, r.Completed, r.Failed, r.TimedOut, r.Measured, r.Misses, r.Good,
-					1000*nz(Percentile(r.TTFT, 50)), 1000*nz(Percentile(r.TTFT, 90)), 1000*nz(Percentile(r.TTFT, 99)),
-					1000*nz(Percentile(r.E2E, 50)), 1000*nz(Percentile(r.E2E, 99)),
+					1000*nz(report.Percentile(r.TTFT, 50)), 1000*nz(report.Percentile(r.TTFT, 90)), 1000*nz(report.Percentile(r.TTFT, 99)),
+					1000*nz(report.Percentile(r.E2E, 50)), 1000*nz(report.Percentile(r.E2E, 99)),
 					r.OutputTokensPerSec, r.PrefixHitRate, r.LoadMax, r.LoadMin, r.Preemptions, r.WeightChanges)
 			}
 		}

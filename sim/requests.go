@@ -6,6 +6,7 @@ import (
 
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // A request's life in a run: arrival, dispatch through the real scheduler,
@@ -24,8 +25,8 @@ func (r *runner) next(c int) {
 	if m := r.sc.Load.ThinkTime; m > 0 {
 		think = time.Duration(r.arng.ExpFloat64() * float64(m))
 	}
-	if t, ok := r.gens[r.phase].(thinker); ok {
-		think += t.thinkTime(c)
+	if t, ok := r.gens[r.phase].(scenario.Thinker); ok {
+		think += t.ThinkTime(c)
 	}
 	r.h.push(event{at: r.now + think, kind: evArrival, idx: int32(c)})
 }
@@ -62,28 +63,28 @@ func (r *runner) arrive(c int) {
 		slot = r.streamSpec(q, streamClient0-c)
 	case c < 0:
 		// Open loop: arrivals cycle over a pool of sessions / tenants.
-		slot = r.openN % openChatSlots
+		slot = r.openN % scenario.OpenChatSlots
 		r.openN++
 	}
 	if q.stream == 0 {
-		r.gens[r.phase].next(r.wrng, slot, &q.spec)
+		r.gens[r.phase].Next(r.wrng, slot, &q.spec)
 	}
 	q.buf = q.buf[:0]
-	for _, s := range q.spec.segs {
-		q.buf = r.segs.append(q.buf, s)
+	for _, s := range q.spec.Segs {
+		q.buf = r.segs.Append(q.buf, s)
 	}
 	promptBytes := len(q.buf)
-	q.buf = appendSegment(q.buf, q.spec.out)
+	q.buf = scenario.AppendSegment(q.buf, q.spec.Out)
 	q.seq.Reset()
-	q.seq.Hashes = blockHashes(q.seq.Hashes, q.buf, r.sc.EngineConfig().BlockSize)
-	q.seq.PromptTokens = promptBytes / BytesPerToken
-	q.seq.OutputTokens = q.spec.out.tokens
+	q.seq.Hashes = scenario.BlockHashes(q.seq.Hashes, q.buf, r.sc.EngineConfig().BlockSize)
+	q.seq.PromptTokens = promptBytes / scenario.BytesPerToken
+	q.seq.OutputTokens = q.spec.Out.Tokens
 	q.seq.Data = q
 	q.req = scheduler.Request{
 		Model:      r.sc.Model,
 		Prompt:     q.buf[:promptBytes],
-		SessionID:  q.spec.sessionID,
-		SessionKey: q.spec.sessionKey,
+		SessionID:  q.spec.SessionID,
+		SessionKey: q.spec.SessionKey,
 		Arrival:    Epoch.Add(r.now),
 	}
 	if d := r.drawLoRA[r.phase]; d != nil {
@@ -95,10 +96,10 @@ func (r *runner) arrive(c int) {
 		}
 		q.seq.LoRA, q.req.LoRA = d.names[k], d.names[k]
 	}
-	if len(q.spec.routerSegs) > 0 {
+	if len(q.spec.RouterSegs) > 0 {
 		q.rbuf = q.rbuf[:0]
-		for _, s := range q.spec.routerSegs {
-			q.rbuf = r.segs.append(q.rbuf, s)
+		for _, s := range q.spec.RouterSegs {
+			q.rbuf = r.segs.Append(q.rbuf, s)
 		}
 		q.req.Prompt = q.rbuf
 	}
@@ -250,7 +251,7 @@ func (r *runner) onEvent(ev engine.Event) {
 	e2e := r.now - q.arrival
 	if q.measured {
 		slo := r.sc.SLO
-		if q.spec.continuation {
+		if q.spec.Continuation {
 			r.res.ContinuationPromptTokens += int64(q.seq.PromptTokens)
 			r.res.ContinuationCachedTokens += int64(q.seq.CachedTokens)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/trimtab/trimtab/replica/peerload"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers/prefix"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Several router replicas in front of one pool (Scenario.Routers): each has
@@ -111,7 +112,7 @@ func (r *runner) route(slot int) *router {
 	if n == 1 {
 		return r.routers[0]
 	}
-	if r.sc.Routers.Spread == SpreadClientHash {
+	if r.sc.Routers.Spread == scenario.SpreadClientHash {
 		return r.routers[int(mix64(uint64(slot)+1)%uint64(n))]
 	}
 	r.rr++

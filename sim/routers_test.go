@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestOneRouterIsTheSingleRouter: a routers: section with one replica runs
@@ -13,7 +16,7 @@ func TestOneRouterIsTheSingleRouter(t *testing.T) {
 	for _, p := range allPolicies(t) {
 		plain := smallScenario(t)
 		one := smallScenario(t)
-		one.Routers = &Routers{Replicas: 1}
+		one.Routers = &scenario.Routers{Replicas: 1}
 		one.Routers.SetDefaults()
 		a, err := Run(RunConfig{Scenario: plain, Policy: p, Level: 24, Seed: 1})
 		if err != nil {
@@ -37,7 +40,7 @@ func TestReplicaSyncRecoversTheLoss(t *testing.T) {
 		t.Helper()
 		sc := loadShipped(t, "shared-prefix", time.Minute)
 		if n > 1 {
-			sc.Routers = &Routers{Replicas: n, Sync: &sync}
+			sc.Routers = &scenario.Routers{Replicas: n, Sync: &sync}
 			sc.Routers.SetDefaults()
 		}
 		return runOne(t, sc, PolicyAdaptive, 125)
@@ -45,7 +48,7 @@ func TestReplicaSyncRecoversTheLoss(t *testing.T) {
 	single, off, on := run(1, false), run(3, false), run(3, true)
 	t.Logf("prefix hit: 1 router %.4f, 3 without sync %.4f, 3 with sync %.4f; TTFT p99 %.1f, %.1f, %.1f ms",
 		single.PrefixHitRate, off.PrefixHitRate, on.PrefixHitRate,
-		Percentile(single.TTFT, 99), Percentile(off.TTFT, 99), Percentile(on.TTFT, 99))
+		report.Percentile(single.TTFT, 99), report.Percentile(off.TTFT, 99), report.Percentile(on.TTFT, 99))
 	if off.PrefixHitRate > single.PrefixHitRate-0.01 {
 		t.Errorf("3 routers without sync hit %.4f, one router %.4f: want a loss of at least 1 point", off.PrefixHitRate, single.PrefixHitRate)
 	}
@@ -60,9 +63,9 @@ func TestReplicaSyncRecoversTheLoss(t *testing.T) {
 // TestRoutersConserveRequests: with replicas, a pod loss and client-hash
 // spread, every request still completes, fails or times out exactly once.
 func TestRoutersConserveRequests(t *testing.T) {
-	for _, spread := range []string{SpreadRoundRobin, SpreadClientHash} {
+	for _, spread := range []string{scenario.SpreadRoundRobin, scenario.SpreadClientHash} {
 		sc := loadShipped(t, "pod-loss", 30*time.Second)
-		sc.Routers = &Routers{Replicas: 3, Spread: spread}
+		sc.Routers = &scenario.Routers{Replicas: 3, Spread: spread}
 		sc.Routers.SetDefaults()
 		r := runOne(t, sc, PolicyAdaptive, sc.Load.Levels[0])
 		if r.Completed == 0 || r.SyncPicks == 0 {
@@ -96,7 +99,7 @@ func TestRoutersErrors(t *testing.T) {
 		}
 	}
 	sc, err := ParseScenario([]byte(base+"routers: {replicas: 3, sync: off, spread: client-hash}"), "")
-	if err != nil || sc.Routers.SyncOn() || sc.Routers.Spread != SpreadClientHash {
+	if err != nil || sc.Routers.SyncOn() || sc.Routers.Spread != scenario.SpreadClientHash {
 		t.Errorf("sync: off: %v, %+v", err, sc.Routers)
 	}
 }
@@ -116,7 +119,7 @@ scorers:
   - {type: inflight, weight: 1}
 `)
 	sc := smallScenario(t)
-	sc.Routers = &Routers{Replicas: 2}
+	sc.Routers = &scenario.Routers{Replicas: 2}
 	sc.Routers.SetDefaults()
 	r := &runner{cfg: RunConfig{Scenario: sc, Policy: p, Level: 1, Seed: 1}, sc: sc}
 	if err := r.buildRouters(); err != nil {

@@ -12,15 +12,12 @@ import (
 	"github.com/trimtab/trimtab/flow"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Epoch is virtual time zero: the scheduler, scorers, detector and
 // configurator see Epoch + virtual offset as "now".
 var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// openChatSlots is how many chat sessions (and client tenants) an
-// open-loop workload interleaves.
-const openChatSlots = 128
 
 // SampleInterval is how often a run records load and weights.
 const SampleInterval = 250 * time.Millisecond
@@ -32,7 +29,7 @@ const unhealthyAfter = 3
 // RunConfig is one simulation run: a scenario at one load level under one
 // policy with one seed.
 type RunConfig struct {
-	Scenario *Scenario
+	Scenario *scenario.Scenario
 	Policy   Policy
 	Level    float64
 	Seed     uint64
@@ -49,7 +46,7 @@ type simReq struct {
 	req      scheduler.Request
 	seq      engine.Seq
 	dec      *scheduler.Decision
-	spec     reqSpec
+	spec     scenario.Request
 	buf      []byte
 	rbuf     []byte // the router's prompt when it differs (agentic responses)
 	server   int
@@ -75,7 +72,7 @@ type simReq struct {
 
 type runner struct {
 	cfg RunConfig
-	sc  *Scenario
+	sc  *scenario.Scenario
 	// routers are the router replicas (one unless Scenario.Routers says
 	// otherwise); sched and ctl are the first one's, whose weights and
 	// signal the timeline records.
@@ -83,10 +80,10 @@ type runner struct {
 	rr       int // round-robin spread: replicas used so far
 	sched    *scheduler.Scheduler
 	ctl      *control.Loop
-	gens     []generator    // per phase
-	drawLoRA []*adapterDraw // per phase; nil entries: no adapters
-	wrng     *rand.Rand     // workload
-	arng     *rand.Rand     // arrivals
+	gens     []scenario.Generator // per phase
+	drawLoRA []*adapterDraw       // per phase; nil entries: no adapters
+	wrng     *rand.Rand           // workload
+	arng     *rand.Rand           // arrivals
 
 	servers []*engine.Engine
 	caps    []float64
@@ -104,7 +101,7 @@ type runner struct {
 	phase    int
 	free     []*simReq
 	active   []*simReq // requests in an engine
-	segs     segCache
+	segs     scenario.SegCache
 	inflight int
 	clients  int // closed loop: target concurrency now
 	busy     int // closed loop: clients with a request or a pending arrival
@@ -112,14 +109,7 @@ type runner struct {
 	openN    int
 	rate     float64
 
-	res       Result
-	phases    []phaseAcc
-	markGen   []int64 // generation tokens at warm-up, per server
-	markHits  []int64
-	markQuery []int64
-	markLoads []int64
-	loadSum   []float64
-	loadN     int
+	measure // the measurement state (measure.go)
 
 	// Flow control (sim/flow.go): the policy's flow section, the
 	// dispatcher's poll, whether a wake or a poll is scheduled, decisions
@@ -156,7 +146,7 @@ func runWith(r *runner) (*Result, error) {
 	// the first such phase where restarting it would repeat what it
 	// already sent: a trace (arrivals and rendering walk the same
 	// entries), unique prompts, a group-major cycle.
-	continues := sc.Load.Mode == ModeTrace || sc.Workload.Kind == KindUniform || sc.Workload.Order == OrderGroupMajor || sc.Workload.Kind == KindAgentic
+	continues := sc.Load.Mode == scenario.ModeTrace || sc.Workload.Kind == scenario.KindUniform || sc.Workload.Order == scenario.OrderGroupMajor || sc.Workload.Kind == scenario.KindAgentic
 	plain := -1
 	for i := range sc.Phases {
 		zero := sc.Phases[i].Workload.IsZero()
@@ -164,7 +154,7 @@ func runWith(r *runner) (*Result, error) {
 			r.gens = append(r.gens, r.gens[plain])
 			continue
 		}
-		g, err := newGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
+		g, err := scenario.NewGenerator(sc, sc.Phases[i].Work(), cfg.Seed, cfg.TracePath)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +166,7 @@ func runWith(r *runner) (*Result, error) {
 	for i := range sc.Phases {
 		r.drawLoRA = append(r.drawLoRA, newAdapterDraw(sc.Phases[i].Work(), cfg.Seed))
 	}
-	if sc.Load.Mode == ModeTrace {
+	if sc.Load.Mode == scenario.ModeTrace {
 		r.scale = cfg.Level
 	}
 	r.end = r.at(sc.Duration)
@@ -240,7 +230,7 @@ func (r *runner) setup() error {
 		}
 	}
 	r.enterPhase(0)
-	if r.sc.Load.Mode == ModeTrace {
+	if r.sc.Load.Mode == scenario.ModeTrace {
 		r.scheduleTrace()
 	}
 	r.setupClasses()
@@ -272,11 +262,7 @@ func (r *runner) addServer(c float64) error {
 		CacheBlocks:    ecfg.NumBlocks,
 		ScrapedAt:      Epoch.Add(r.now),
 	})
-	r.markGen = append(r.markGen, 0)
-	r.markHits = append(r.markHits, 0)
-	r.markQuery = append(r.markQuery, 0)
-	r.markLoads = append(r.markLoads, 0)
-	r.loadSum = append(r.loadSum, 0)
+	r.pods = append(r.pods, podWindow{})
 	if tl := r.res.Timeline; tl != nil {
 		tl.PodLoad = append(tl.PodLoad, make([]float64, len(tl.T)))
 	}
@@ -293,7 +279,7 @@ func (r *runner) loop() {
 		case evOpen:
 			if ev.gen == r.openGen {
 				r.arrive(-1)
-				if r.sc.Load.Mode == ModeTrace {
+				if r.sc.Load.Mode == scenario.ModeTrace {
 					r.scheduleTrace()
 				} else {
 					r.scheduleOpen()
@@ -374,7 +360,7 @@ func (r *runner) enterPhase(i int) {
 	r.phase = i
 	r.phases[i].genStart, r.phases[i].winStart = r.genTotal(), r.now
 	r.h.push(event{at: r.now, kind: evOnset, idx: int32(i)})
-	if r.sc.Load.Mode == ModeTrace {
+	if r.sc.Load.Mode == scenario.ModeTrace {
 		return
 	}
 	level := r.sc.Phases[i].Level
@@ -382,9 +368,9 @@ func (r *runner) enterPhase(i int) {
 		level = r.cfg.Level
 	}
 	switch r.sc.Load.Mode {
-	case ModeClosed:
+	case scenario.ModeClosed:
 		r.setClients(int(level))
-	case ModeOpen:
+	case scenario.ModeOpen:
 		r.rate = level
 		r.scheduleOpen()
 	}
@@ -403,7 +389,7 @@ func (r *runner) setClients(n int) {
 func (r *runner) scheduleOpen() {
 	r.openGen++
 	gap := time.Duration(float64(time.Second) / r.rate)
-	if r.sc.Load.Arrivals != ArrivalsConstant {
+	if r.sc.Load.Arrivals != scenario.ArrivalsConstant {
 		gap = time.Duration(r.arng.ExpFloat64() / r.rate * float64(time.Second))
 	}
 	if at := r.now + gap; at < r.end {
@@ -412,12 +398,11 @@ func (r *runner) scheduleOpen() {
 }
 
 func (r *runner) scheduleTrace() {
-	tg := r.gens[0].(*traceGen)
-	if tg.remaining() == 0 {
+	next, ok := r.gens[0].(*scenario.TraceGen).PeekArrival()
+	if !ok {
 		return
 	}
-	at := r.at(time.Duration(tg.entries[tg.i].Timestamp) * time.Millisecond)
-	if at < r.end {
+	if at := r.at(next); at < r.end {
 		r.h.push(event{at: max(at, r.now), kind: evOpen, gen: r.openGen})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func TestTraceScenario(t *testing.T) {
@@ -26,24 +28,24 @@ func TestTraceScenario(t *testing.T) {
 `)
 	tests := []struct {
 		path     string
-		cfg      TraceConfig
+		cfg      scenario.TraceConfig
 		name     string
 		duration time.Duration
 		output   int
 	}{
 		// Last arrival 1999 ms → duration 2s; no known output → the default.
-		{recorded, TraceConfig{Servers: 3}, "trace-recorded", 2 * time.Second, DefaultTraceOutputTokens},
-		{recorded, TraceConfig{Servers: 3, OutputTokens: 64}, "trace-recorded", 2 * time.Second, 64},
+		{recorded, scenario.TraceConfig{Servers: 3}, "trace-recorded", 2 * time.Second, scenario.DefaultTraceOutputTokens},
+		{recorded, scenario.TraceConfig{Servers: 3, OutputTokens: 64}, "trace-recorded", 2 * time.Second, 64},
 		// Known outputs 10 and 21: mean (31 + 1) / 2 = 16 rounded; 10 ms.
-		{mixed, TraceConfig{Servers: 1, OutputTokens: 64}, "trace-mixed", 10 * time.Millisecond, 16},
+		{mixed, scenario.TraceConfig{Servers: 1, OutputTokens: 64}, "trace-mixed", 10 * time.Millisecond, 16},
 	}
 	for _, tt := range tests {
-		sc, err := TraceScenario(tt.path, tt.cfg)
+		sc, err := scenario.FromTrace(tt.path, tt.cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.path, err)
 		}
 		if sc.Name != tt.name || sc.Duration != tt.duration || sc.Warmup != tt.duration/20 || sc.Servers != tt.cfg.Servers ||
-			sc.Workload.OutputTokens != tt.output || sc.Load.Mode != ModeTrace || len(sc.Load.Levels) != 1 {
+			sc.Workload.OutputTokens != tt.output || sc.Load.Mode != scenario.ModeTrace || len(sc.Load.Levels) != 1 {
 			t.Errorf("%s %+v: name %q duration %v warmup %v servers %d output %d mode %s levels %v", tt.path, tt.cfg,
 				sc.Name, sc.Duration, sc.Warmup, sc.Servers, sc.Workload.OutputTokens, sc.Load.Mode, sc.Load.Levels)
 		}
@@ -52,12 +54,12 @@ func TestTraceScenario(t *testing.T) {
 			t.Errorf("%s: LoadTrace kept %d entries, %v; want every one", tt.path, len(entries), err)
 		}
 	}
-	for _, cfg := range []TraceConfig{{Servers: 0}, {Servers: 4097}, {Servers: 1, OutputTokens: -1}} {
-		if _, err := TraceScenario(recorded, cfg); err == nil {
+	for _, cfg := range []scenario.TraceConfig{{Servers: 0}, {Servers: 4097}, {Servers: 1, OutputTokens: -1}} {
+		if _, err := scenario.FromTrace(recorded, cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
 	}
-	if _, err := TraceScenario(filepath.Join(dir, "missing.jsonl"), TraceConfig{Servers: 1}); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
+	if _, err := scenario.FromTrace(filepath.Join(dir, "missing.jsonl"), scenario.TraceConfig{Servers: 1}); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -75,14 +77,14 @@ func TestTraceScenarioData(t *testing.T) {
 	data := []byte(`{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [0, 1]}
 {"timestamp": 1999, "input_length": 100, "output_length": 0, "hash_ids": [0]}
 `)
-	sc, err := TraceScenarioData("window", data, TraceConfig{Servers: 2})
+	sc, err := scenario.FromTraceData("window", data, scenario.TraceConfig{Servers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Last arrival 1999 ms → duration 2s, warm-up 2s / 20 = 100ms; no known
 	// output → the default.
 	if sc.Name != "trace-window" || sc.Duration != 2*time.Second || sc.Warmup != 100*time.Millisecond || sc.Servers != 2 ||
-		sc.Workload.OutputTokens != DefaultTraceOutputTokens || sc.Load.Mode != ModeTrace {
+		sc.Workload.OutputTokens != scenario.DefaultTraceOutputTokens || sc.Load.Mode != scenario.ModeTrace {
 		t.Errorf("name %q duration %v warmup %v servers %d output %d mode %s", sc.Name, sc.Duration, sc.Warmup, sc.Servers, sc.Workload.OutputTokens, sc.Load.Mode)
 	}
 	if _, err := os.Stat(sc.Workload.Trace); err == nil {
@@ -103,12 +105,12 @@ func TestTraceScenarioData(t *testing.T) {
 	if res.Issued != 2 || res.Completed != 2 {
 		t.Errorf("the replay issued %d and completed %d requests, want the trace's 2", res.Issued, res.Completed)
 	}
-	for _, bad := range [][]byte{nil, []byte("not json\n"), make([]byte, MaxTraceData+1)} {
-		if _, err := TraceScenarioData("bad", bad, TraceConfig{Servers: 1}); err == nil {
+	for _, bad := range [][]byte{nil, []byte("not json\n"), make([]byte, scenario.MaxTraceData+1)} {
+		if _, err := scenario.FromTraceData("bad", bad, scenario.TraceConfig{Servers: 1}); err == nil {
 			t.Errorf("%d bytes accepted", len(bad))
 		}
 	}
-	if _, err := TraceScenarioData("window", data, TraceConfig{Servers: 0}); err == nil {
+	if _, err := scenario.FromTraceData("window", data, scenario.TraceConfig{Servers: 0}); err == nil {
 		t.Error("servers 0 accepted")
 	}
 }

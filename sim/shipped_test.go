@@ -3,6 +3,7 @@ package sim
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,8 +11,9 @@ import (
 // TestShippedScenariosSelfContained: every shipped scenario loads, and a
 // trace it names lives inside the binary (a relative path without ".."),
 // so `trimtab sim --scenario all` needs nothing outside the repository.
-// The YAML files beside the suite (sim/extra, sim/profiles) load from the
-// repository alone too.
+// The YAML files beside the suite (the held-out scenarios in
+// sim/scenarios/held-out, sim/profiles) load from the repository alone too,
+// and no held-out scenario is shipped.
 func TestShippedScenariosSelfContained(t *testing.T) {
 	t.Chdir(t.TempDir()) // nothing may be read from the working tree
 	for _, name := range Shipped() {
@@ -32,13 +34,16 @@ func TestShippedScenariosSelfContained(t *testing.T) {
 	}
 }
 
-func TestExtraScenariosAndProfilesLoad(t *testing.T) {
-	extra, _ := filepath.Glob("extra/*.yaml")
+func TestHeldOutScenariosAndProfilesLoad(t *testing.T) {
+	extra, _ := filepath.Glob("scenarios/held-out/*.yaml")
 	profiles, _ := filepath.Glob("profiles/*.yaml")
 	if len(extra) == 0 || len(profiles) == 0 {
-		t.Fatalf("no sim/extra or sim/profiles files (%v, %v)", extra, profiles)
+		t.Fatalf("no sim/scenarios/held-out or sim/profiles files (%v, %v)", extra, profiles)
 	}
 	for _, p := range extra {
+		if name := strings.TrimSuffix(filepath.Base(p), ".yaml"); slices.Contains(Shipped(), name) {
+			t.Errorf("%s: held out, but shipped as %q", p, name)
+		}
 		sc, err := LoadScenario(p)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)

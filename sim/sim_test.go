@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"os"
@@ -13,13 +12,15 @@ import (
 
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // smallScenario is a 4-server, 12-second shared-prefix run: big enough to
 // exercise affinity, queueing and the control loop, small enough for -race.
-func smallScenario(t testing.TB) *Scenario {
+func smallScenario(t testing.TB) *scenario.Scenario {
 	t.Helper()
 	sc, err := ParseScenario([]byte(`
 name: small
@@ -63,22 +64,22 @@ func allPolicies(t testing.TB) []Policy {
 func TestConservation(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(*Scenario)
+		mutate func(*scenario.Scenario)
 		// wantTimeouts: the scenario is built to time requests out.
 		wantTimeouts bool
 	}{
-		{"closed loop", func(*Scenario) {}, false},
-		{"open loop", func(s *Scenario) { s.Load.Mode, s.Load.Levels = ModeOpen, []float64{30} }, false},
+		{"closed loop", func(*scenario.Scenario) {}, false},
+		{"open loop", func(s *scenario.Scenario) { s.Load.Mode, s.Load.Levels = scenario.ModeOpen, []float64{30} }, false},
 		// 200 ms timeout under a 48-client burst: many requests give up.
-		{"timeouts", func(s *Scenario) { s.Timeout, s.Load.Levels = 200*time.Millisecond, []float64{48} }, true},
+		{"timeouts", func(s *scenario.Scenario) { s.Timeout, s.Load.Levels = 200*time.Millisecond, []float64{48} }, true},
 		// Prompts longer than the KV cache are rejected by the engine.
-		{"too long", func(s *Scenario) { s.Engine.NumBlocks = 150 }, false},
-		{"chat", func(s *Scenario) {
-			s.Workload = Workload{Kind: KindChat, Groups: 2, SystemTokens: 500, Turns: 3, QuestionTokens: 50, OutputTokens: 40}
+		{"too long", func(s *scenario.Scenario) { s.Engine.NumBlocks = 150 }, false},
+		{"chat", func(s *scenario.Scenario) {
+			s.Workload = scenario.Workload{Kind: scenario.KindChat, Groups: 2, SystemTokens: 500, Turns: 3, QuestionTokens: 50, OutputTokens: 40}
 		}, false},
-		{"uniform open", func(s *Scenario) {
-			s.Workload = Workload{Kind: KindUniform, QuestionTokens: 300, OutputTokens: 40, Jitter: 0.5}
-			s.Load = Load{Mode: ModeOpen, Levels: []float64{20}}
+		{"uniform open", func(s *scenario.Scenario) {
+			s.Workload = scenario.Workload{Kind: scenario.KindUniform, QuestionTokens: 300, OutputTokens: 40, Jitter: 0.5}
+			s.Load = scenario.Load{Mode: scenario.ModeOpen, Levels: []float64{20}}
 		}, false},
 	}
 	for _, tt := range tests {
@@ -119,8 +120,8 @@ func TestConservation(t *testing.T) {
 				}
 				// More misses than 1 % of the requests put E2E p99 at the
 				// timeout: a collapsing policy cannot read fast.
-				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && Percentile(r.E2E, 99) != to {
-					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, Percentile(r.E2E, 99), to)
+				if to := float64(sc.Timeout) / 1e6; float64(r.Misses) > 0.01*float64(r.Measured) && report.Percentile(r.E2E, 99) != to {
+					t.Errorf("%s: %d of %d missed, E2E p99 %v ms; want the timeout, %v ms", p.Name, r.Misses, r.Measured, report.Percentile(r.E2E, 99), to)
 				}
 				if r.Good > r.Measured-r.Misses {
 					t.Errorf("%s: %d within SLO, but only %d of %d measured completed", p.Name, r.Good, r.Measured-r.Misses, r.Measured)
@@ -212,7 +213,7 @@ func TestAdaptiveReactsToHerd(t *testing.T) {
 	if ad.Freezes != 0 {
 		t.Errorf("watchdog tripped %d times", ad.Freezes)
 	}
-	a, o := Percentile(ad.Phases[1].E2E, 99), Percentile(off.Phases[1].E2E, 99)
+	a, o := report.Percentile(ad.Phases[1].E2E, 99), report.Percentile(off.Phases[1].E2E, 99)
 	if !(a < o) {
 		t.Errorf("burst E2E p99: adaptive %.1f ms, adaptive-off %.1f ms; want adaptive lower", a, o)
 	}
@@ -248,76 +249,6 @@ func TestTraceReplay(t *testing.T) {
 	}
 }
 
-func TestTraceSynthesis(t *testing.T) {
-	// Two entries sharing their first two ids share exactly 2 × 512 tokens
-	// of prompt bytes and then differ.
-	g := &traceGen{w: &Workload{TraceTokensPerID: 512}, entries: []TraceEntry{
-		{InputLength: 1500, OutputLength: 5, HashIDs: []uint64{7, 8, 9}},
-		{InputLength: 1300, OutputLength: 5, HashIDs: []uint64{7, 8, 10}},
-	}}
-	var a, b reqSpec
-	g.next(nil, 0, &a)
-	g.next(nil, 0, &b)
-	if a.promptTokens() != 1500 || b.promptTokens() != 1300 {
-		t.Fatalf("prompt tokens %d and %d, want 1500 and 1300", a.promptTokens(), b.promptTokens())
-	}
-	var ba, bb []byte
-	for _, s := range a.segs {
-		ba = appendSegment(ba, s)
-	}
-	for _, s := range b.segs {
-		bb = appendSegment(bb, s)
-	}
-	common := 0
-	for common < len(ba) && common < len(bb) && ba[common] == bb[common] {
-		common++
-	}
-	// 2 × 512 tokens × 4 bytes = 4096 shared bytes (the third blocks
-	// differ from their first byte with overwhelming probability).
-	if common < 4096 || common > 4096+8 {
-		t.Errorf("shared %d bytes, want 4096", common)
-	}
-}
-
-func TestParseTraceErrors(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, "input_length must be ≥ 1"},
-		{`{"timestamp": 0, "input_length": 1, "output_length": -1, "hash_ids": []}`, "output_length ≥ 0"},
-		{`{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": []}` + "\n" + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": []}`, "timestamp 4 before 5"},
-		{`not json`, "trace line 1"},
-		{``, "no entries"},
-	}
-	for _, tt := range tests {
-		_, err := ParseTrace(bufio.NewScanner(strings.NewReader(tt.in)), 0)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("ParseTrace(%q) = %v, want an error containing %q", tt.in, err, tt.want)
-		}
-	}
-}
-
-func FuzzParseTrace(f *testing.F) {
-	data, err := os.ReadFile(filepath.Join("testdata", "mooncake_sample.jsonl"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(string(data))
-	f.Add(`{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1]}`)
-	f.Add("\n\n{}\n")
-	f.Fuzz(func(t *testing.T, in string) {
-		es, err := ParseTrace(bufio.NewScanner(strings.NewReader(in)), 100)
-		if err != nil {
-			return
-		}
-		var last int64
-		for _, e := range es {
-			if e.InputLength < 1 || e.OutputLength < 0 || e.Timestamp < last {
-				t.Fatalf("accepted a bad entry %+v", e)
-			}
-			last = e.Timestamp
-		}
-	})
-}
-
 func TestShippedScenariosValid(t *testing.T) {
 	names := Shipped()
 	if len(names) < 5 {
@@ -347,21 +278,6 @@ func TestScenarioErrors(t *testing.T) {
 		_, err := ParseScenario([]byte(tt.yaml), "")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseScenario(%q) = %v, want an error containing %q", tt.yaml, err, tt.want)
-		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	tests := []struct{ p, want float64 }{
-		{50, 5},  // rank ⌈0.5 × 10⌉ = 5
-		{90, 9},  // rank 9
-		{99, 10}, // rank ⌈9.9⌉ = 10
-		{0, 1},   // rank 0 → clamped to the first
-	}
-	for _, tt := range tests {
-		if got := Percentile(v, tt.p); got != tt.want {
-			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
 		}
 	}
 }
@@ -449,7 +365,7 @@ func (p *pendingProbe) Score(_ *scheduler.CycleState, _ *scheduler.Request, eps 
 func TestFirstByteReleasesPendingPrefill(t *testing.T) {
 	probe := &pendingProbe{}
 	var sched *scheduler.Scheduler
-	pol := Policy{Name: "probe", Build: func(seed uint64, _ *Scenario) (*scheduler.Scheduler, *control.Loop, error) {
+	pol := Policy{Name: "probe", Build: func(seed uint64, _ *scenario.Scenario) (*scheduler.Scheduler, *control.Loop, error) {
 		cfg := scheduler.DefaultConfig()
 		cfg.Seed = seed
 		s, err := scheduler.New(cfg, []scheduler.ScorerEntry{{Name: "probe", Type: "probe", Scorer: probe, Weight: 1}}, nil, scheduler.MaxScore{}, scheduler.Deps{})
@@ -541,22 +457,22 @@ func TestTraceUnknownOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newGenerator(sc, &sc.Workload, 1, ""); err == nil || !strings.Contains(err.Error(), "workload.output_tokens") {
+	if _, err := scenario.NewGenerator(sc, &sc.Workload, 1, ""); err == nil || !strings.Contains(err.Error(), "workload.output_tokens") {
 		t.Errorf("no output_tokens: %v; want an error naming workload.output_tokens", err)
 	}
 	sc, err = ParseScenario([]byte(yaml("  output_tokens: 123\n")), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGenerator(sc, &sc.Workload, 1, "")
+	g, err := scenario.NewGenerator(sc, &sc.Workload, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r reqSpec
+	var r scenario.Request
 	for i, want := range []int{123, 7} { // unknown → output_tokens; known kept
-		g.next(nil, 0, &r)
-		if r.out.tokens != want {
-			t.Errorf("entry %d: output %d tokens, want %d", i, r.out.tokens, want)
+		g.Next(nil, 0, &r)
+		if r.Out.Tokens != want {
+			t.Errorf("entry %d: output %d tokens, want %d", i, r.Out.Tokens, want)
 		}
 	}
 }

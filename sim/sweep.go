@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // SweepConfig is a whole experiment: every policy at every level of a
 // scenario, over Seeds consecutive seeds starting at Seed.
 type SweepConfig struct {
-	Scenario  *Scenario
+	Scenario  *scenario.Scenario
 	Policies  []Policy
 	Seed      uint64
 	Seeds     int
@@ -24,7 +27,7 @@ type SweepConfig struct {
 
 // Sweep is the results of a SweepConfig, in (level, policy, seed) order.
 type Sweep struct {
-	Scenario *Scenario
+	Scenario *scenario.Scenario
 	Policies []string
 	Levels   []float64
 	Seeds    []uint64
@@ -142,16 +145,16 @@ func Summarise(runs []*Result) Summary {
 	s.TTFTP99Min = math.Inf(1)
 	var p50s []float64
 	for _, r := range runs {
-		p99 := nz(Percentile(r.TTFT, 99))
-		p50 := nz(Percentile(r.TTFT, 50))
+		p99 := nz(report.Percentile(r.TTFT, 99))
+		p50 := nz(report.Percentile(r.TTFT, 50))
 		p50s = append(p50s, p50)
 		s.TTFTP50 += p50 / n
-		s.TTFTP90 += nz(Percentile(r.TTFT, 90)) / n
+		s.TTFTP90 += nz(report.Percentile(r.TTFT, 90)) / n
 		s.TTFTP99 += p99 / n
 		s.TTFTP99Min = min(s.TTFTP99Min, p99)
 		s.TTFTP99Max = max(s.TTFTP99Max, p99)
-		s.E2EP50 += nz(Percentile(r.E2E, 50)) / n
-		s.E2EP99 += nz(Percentile(r.E2E, 99)) / n
+		s.E2EP50 += nz(report.Percentile(r.E2E, 50)) / n
+		s.E2EP99 += nz(report.Percentile(r.E2E, 99)) / n
 		s.OutputTokensPerSec += r.OutputTokensPerSec / n
 		s.PrefixHitRate += r.PrefixHitRate / n
 		s.LoadMax += r.LoadMax / n

@@ -10,12 +10,13 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/scorers"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TuneConfig is a search for the best single static weight vector over a
 // profile's scorers, for a whole scenario suite.
 type TuneConfig struct {
-	Scenarios []*Scenario
+	Scenarios []*scenario.Scenario
 	// Profile supplies the scorers (types, names, params), picker and
 	// filters; its own weights are one candidate. Unless Loop is set its
 	// adaptive section is ignored: every candidate runs with the loop off.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestTune runs a small search over two short scenarios and checks what
@@ -27,7 +29,7 @@ func TestTune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var scs []*Scenario
+	var scs []*scenario.Scenario
 	for _, n := range []string{"small-pool-burst", "shared-prefix"} {
 		sc := loadShipped(t, n, 30*time.Second)
 		sc.Load.Levels = sc.Load.Levels[len(sc.Load.Levels)-1:]
@@ -114,16 +116,16 @@ func TestMoves(t *testing.T) {
 
 func TestCompare(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	runs := []RunSummary{
+	runs := []report.RunSummary{
 		{Scenario: "s", Level: 1, Policy: "a", Seed: 1, TTFTP99: f(80), E2EP99: f(100), OutputTokensPerSec: 110,
-			Phases: []PhaseSummary{{Name: "calm", RebalanceEntries: 1, OnsetBusiestRatio: 9}, {Name: "hot", RebalanceEntries: 2, OnsetBusiestRatio: 1.5}}},
+			Phases: []report.PhaseSummary{{Name: "calm", RebalanceEntries: 1, OnsetBusiestRatio: 9}, {Name: "hot", RebalanceEntries: 2, OnsetBusiestRatio: 1.5}}},
 		{Scenario: "s", Level: 1, Policy: "a", Seed: 2, TTFTP99: f(120), E2EP99: f(100), OutputTokensPerSec: 110, WatchdogFreezes: 1},
 		{Scenario: "s", Level: 1, Policy: "b", Seed: 1, TTFTP99: f(200), E2EP99: f(100), OutputTokensPerSec: 100},
 		{Scenario: "s", Level: 2, Policy: "a", Seed: 1, TTFTP99: f(100), E2EP99: f(103), OutputTokensPerSec: 100},
 		{Scenario: "s", Level: 2, Policy: "b", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
 		{Scenario: "t", Level: 1, Policy: "a", Seed: 1, TTFTP99: f(100), E2EP99: f(100), OutputTokensPerSec: 100},
 	}
-	c := Compare(runs, "a", "b", Mean)
+	c := report.Compare(runs, "a", "b", report.Mean)
 	if len(c.Rows) != 2 {
 		t.Fatalf("rows %+v, want s@1 and s@2 (t has no b)", c.Rows)
 	}
@@ -145,22 +147,22 @@ func TestCompare(t *testing.T) {
 	// of a against three of b at one level; a's middle one is 100, b's 110.
 	runs = runs[:0]
 	for i, v := range []float64{100, 400, 90} {
-		runs = append(runs, RunSummary{Scenario: "s", Level: 1, Policy: "a", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
+		runs = append(runs, report.RunSummary{Scenario: "s", Level: 1, Policy: "a", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
 	}
 	for i, v := range []float64{110, 105, 120} {
-		runs = append(runs, RunSummary{Scenario: "s", Level: 1, Policy: "b", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
+		runs = append(runs, report.RunSummary{Scenario: "s", Level: 1, Policy: "b", Seed: uint64(i), TTFTP99: f(v), E2EP99: f(100), OutputTokensPerSec: 100})
 	}
-	if got := Compare(runs, "a", "b", Median).Rows[0].TTFTP99; math.Abs(got-(100.0/110-1)) > 1e-9 {
+	if got := report.Compare(runs, "a", "b", report.Median).Rows[0].TTFTP99; math.Abs(got-(100.0/110-1)) > 1e-9 {
 		t.Errorf("median TTFT p99 change %v, want %v", got, 100.0/110-1)
 	}
-	if got := Compare(runs, "a", "b", Mean).Rows[0].TTFTP99; math.Abs(got-(590.0/335-1)) > 1e-9 {
+	if got := report.Compare(runs, "a", "b", report.Mean).Rows[0].TTFTP99; math.Abs(got-(590.0/335-1)) > 1e-9 {
 		t.Errorf("mean TTFT p99 change %v, want %v", got, 590.0/335-1)
 	}
 	var md strings.Builder
-	if err := Compare(runs, "a", "b", Median).WriteMarkdown(&md, 0.02); err != nil || !strings.Contains(md.String(), "| level | repeats |") {
+	if err := report.Compare(runs, "a", "b", report.Median).WriteMarkdown(&md, 0.02); err != nil || !strings.Contains(md.String(), "| level | repeats |") {
 		t.Errorf("median comparison's table should count repeats: %v\n%s", err, md.String())
 	}
-	if MedianOf([]float64{4, 1, 3, 2}) != 2.5 || !math.IsNaN(MedianOf(nil)) {
+	if report.MedianOf([]float64{4, 1, 3, 2}) != 2.5 || !math.IsNaN(report.MedianOf(nil)) {
 		t.Error("MedianOf")
 	}
 	// Noise: with medians, a difference the repeats' ranges cover is
@@ -174,7 +176,7 @@ func TestCompare(t *testing.T) {
 		}
 	}
 	setB(50, 80) // a's E2E p99 twice b's and a's tok/s 25 % above, in every repeat
-	med := Compare(runs, "a", "b", Median)
+	med := report.Compare(runs, "a", "b", report.Median)
 	if r := med.Rows[0]; !r.TTFTNoise || r.E2ENoise || r.TokNoise {
 		t.Errorf("noise flags %+v: want TTFT's only (a 90–400 against b 105–120)", r)
 	}
@@ -186,7 +188,7 @@ func TestCompare(t *testing.T) {
 	}
 	setB(100, 100)
 	runs[0].TTFTP99 = f(130) // a: 130, 400, 90; median 130, +18 % against b's 110: the ranges still overlap
-	med = Compare(runs, "a", "b", Median)
+	med = report.Compare(runs, "a", "b", report.Median)
 	if w := med.Worse(0.02); len(w) != 0 {
 		t.Errorf("TTFT p99 +18 %% inside the repeats' spread counted worse: %+v", w)
 	}
@@ -194,7 +196,7 @@ func TestCompare(t *testing.T) {
 	if err := med.WriteMarkdown(&md, 0.02); err != nil || !strings.Contains(md.String(), "+18.2 % ≈") || strings.Contains(md.String(), "⚠") {
 		t.Errorf("noise should be marked ≈ and not ⚠: %v\n%s", err, md.String())
 	}
-	if mean := Compare(runs, "a", "b", Mean); mean.Rows[0].TTFTNoise || len(mean.Worse(0.02)) != 1 {
+	if mean := report.Compare(runs, "a", "b", report.Mean); mean.Rows[0].TTFTNoise || len(mean.Worse(0.02)) != 1 {
 		t.Errorf("seed means: noise %v, worse %d; want no noise and the row worse", mean.Rows[0].TTFTNoise, len(mean.Worse(0.02)))
 	}
 }
@@ -214,7 +216,7 @@ func TestTuneLoop(t *testing.T) {
 	if len(base) != 6 || base[5].Name != PolicyTunedStatic {
 		t.Fatalf("baselines %v: want adaptive-off, four built-ins and tuned-static", base)
 	}
-	res, err := Tune(context.Background(), TuneConfig{Scenarios: []*Scenario{sc}, Profile: f, Loop: true, Seed: 1, Seeds: 1, Budget: 5, Parallel: 2}, base)
+	res, err := Tune(context.Background(), TuneConfig{Scenarios: []*scenario.Scenario{sc}, Profile: f, Loop: true, Seed: 1, Seeds: 1, Budget: 5, Parallel: 2}, base)
 	if err != nil {
 		t.Fatal(err)
 	}

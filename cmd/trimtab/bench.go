@@ -19,18 +19,19 @@ import (
 	"github.com/trimtab/trimtab/fleet"
 	"github.com/trimtab/trimtab/scheduler"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func newBenchCmd() *cobra.Command {
 	var (
-		cfg                         bench.Config
-		scenario, out, endpoints    string
-		engine                      string
-		policies, profiles, targets []string
-		fleetN                      int
-		addrs                       routerAddrs
-		noPlots                     bool
-		slo                         sloFlags
+		cfg                          bench.Config
+		scenarioPath, out, endpoints string
+		engine                       string
+		policies, profiles, targets  []string
+		fleetN                       int
+		addrs                        routerAddrs
+		noPlots                      bool
+		slo                          sloFlags
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario FILE|NAME [--policies a,b] [--fleet N | --endpoints FILE | --target URL,… | --router URL] --out DIR",
@@ -49,14 +50,14 @@ Policies: ` + strings.Join(bench.PolicyNames(), ", ") + `,
 and --profile files (alone they replace the default policies).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if scenario == "" || out == "" {
+			if scenarioPath == "" || out == "" {
 				return fmt.Errorf("--scenario and --out are required")
 			}
-			sc, err := sim.LoadScenario(scenario)
+			sc, err := sim.LoadScenario(scenarioPath)
 			if err != nil {
 				return err
 			}
-			if err := sim.ApplyEngine([]*sim.Scenario{sc}, engine); err != nil {
+			if err := sim.ApplyEngine([]*scenario.Scenario{sc}, engine); err != nil {
 				return fmt.Errorf("--engine: %w", err)
 			}
 			if err := slo.apply(cmd, sc); err != nil {
@@ -129,7 +130,7 @@ and --profile files (alone they replace the default policies).`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&scenario, "scenario", "", "scenario YAML file or shipped scenario name")
+	f.StringVar(&scenarioPath, "scenario", "", "scenario YAML file or shipped scenario name")
 	f.StringVar(&engine, "engine", "", "engine calibration of the fake fleet (--fleet): a shipped name ("+strings.Join(sim.EngineNames(), ", ")+") or a YAML file with the keys of a scenario's engine: section")
 	f.StringSliceVar(&policies, "policies", []string{sim.PolicyAdaptive, sim.PolicyAdaptiveOff, sim.PolicyTunedStatic}, "policies to compare")
 	f.StringSliceVar(&profiles, "profile", nil, "trimtab profile YAML to run as an extra policy named after the file (repeatable)")

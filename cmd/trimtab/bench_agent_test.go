@@ -9,6 +9,7 @@ import (
 
 	"github.com/trimtab/trimtab/bench"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestBenchAgentsThroughServe: bench plays agent sessions through an
@@ -25,7 +26,7 @@ func TestBenchAgentsThroughServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time bench runs through serve: skipped under -short")
 	}
-	for _, api := range []string{sim.AgentAPIResponses, sim.AgentAPIMessages} {
+	for _, api := range []string{scenario.AgentAPIResponses, scenario.AgentAPIMessages} {
 		t.Run(api, func(t *testing.T) {
 			sc, err := sim.ParseScenario([]byte(fmt.Sprintf(`
 name: agents

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 func newSimOracleCmd() *cobra.Command {
@@ -118,10 +119,10 @@ docs/benchmarks.md.`,
 				return err
 			}
 			o.Command, o.Commit, o.Date = commandLine(), commit, start.UTC().Format("2006-01-02")
-			if err := sim.WriteFile(filepath.Join(out, "oracle.json"), o.WriteJSON); err != nil {
+			if err := report.WriteFile(filepath.Join(out, "oracle.json"), o.WriteJSON); err != nil {
 				return err
 			}
-			if err := sim.WriteFile(filepath.Join(out, "oracle.md"), o.WriteMarkdown); err != nil {
+			if err := report.WriteFile(filepath.Join(out, "oracle.md"), o.WriteMarkdown); err != nil {
 				return err
 			}
 			fmt.Fprintf(stderr, "%d calibrations in %v → %s, %s\n", len(o.Calibrations), time.Since(start).Round(time.Second),
@@ -217,7 +218,7 @@ so running it again changes nothing.`,
 			if err != nil {
 				return fmt.Errorf("--doc %s: %w", doc, err)
 			}
-			return sim.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
+			return report.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
 		},
 	}
 	fl := cmd.Flags()

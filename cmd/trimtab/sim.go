@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func newSimCmd() *cobra.Command {
@@ -89,7 +91,7 @@ recorded by trimtab serve at /debug/trace, say) once at its own pace on
 			// Ctrl-C stops starting new runs; the runs in progress finish.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var summary sim.SummaryFile
+			var summary report.SummaryFile
 			for _, sc := range scs {
 				if len(levels) > 0 {
 					sc.Load.Levels = levels
@@ -126,7 +128,7 @@ recorded by trimtab serve at /debug/trace, say) once at its own pace on
 					fmt.Fprintln(stderr, "  "+v.Line(sc.LevelUnit()))
 				}
 			}
-			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs, sim.Mean)
+			lines, err := sim.WriteComparisons(filepath.Join(out, "compare.md"), commandLine(), summary.Runs, report.Mean)
 			for _, l := range lines {
 				fmt.Fprintln(stderr, l)
 			}
@@ -166,18 +168,18 @@ type routerFlags struct {
 func (rf *routerFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&rf.replicas, "routers", 0, "router replicas in front of the pool, each with its own scheduler, scorers and control loop (default: the scenario's, else 1)")
 	f.StringVar(&rf.sync, "router-sync", "on", "replica sync between the routers: on or off")
-	f.StringVar(&rf.spread, "router-spread", sim.SpreadRoundRobin, "how requests reach the routers: round-robin or client-hash")
+	f.StringVar(&rf.spread, "router-spread", scenario.SpreadRoundRobin, "how requests reach the routers: round-robin or client-hash")
 	f.DurationVar(&rf.delay, "router-sync-delay", 20*time.Millisecond, "how long a sync update takes from one router to the others")
 }
 
 // apply puts the flags that were given into sc.Routers and validates the
 // result.
-func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
+func (rf *routerFlags) apply(cmd *cobra.Command, sc *scenario.Scenario) error {
 	f := cmd.Flags()
 	if !f.Changed("routers") && !f.Changed("router-sync") && !f.Changed("router-spread") && !f.Changed("router-sync-delay") {
 		return nil
 	}
-	rt := sim.Routers{}
+	rt := scenario.Routers{}
 	if sc.Routers != nil {
 		rt = *sc.Routers
 	}
@@ -214,13 +216,13 @@ func (rf *routerFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
 type sloFlags struct{ ttft, tpot time.Duration }
 
 func (sf *sloFlags) register(f *pflag.FlagSet) {
-	d := sim.DefaultSLO()
+	d := scenario.DefaultSLO()
 	f.DurationVar(&sf.ttft, "slo-ttft", d.TTFT, "goodput counts requests whose time to first token is at most this (default: the scenario's, else MLPerf's Llama-3.1-8B server bound)")
 	f.DurationVar(&sf.tpot, "slo-tpot", d.TPOT, "goodput counts requests whose mean time per output token after the first is at most this (default: the scenario's, else MLPerf's)")
 }
 
 // apply puts the flags that were given into sc.SLO.
-func (sf *sloFlags) apply(cmd *cobra.Command, sc *sim.Scenario) error {
+func (sf *sloFlags) apply(cmd *cobra.Command, sc *scenario.Scenario) error {
 	f := cmd.Flags()
 	if f.Changed("slo-ttft") {
 		sc.SLO.TTFT = sf.ttft

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 )
 
 func runRoot(t *testing.T, args ...string) (string, error) {
@@ -36,7 +37,7 @@ func TestSimAllFromClone(t *testing.T) {
 	if log, err := runRoot(t, "sim", "--scenario", "all", "--duration", "10s", "--policies", "adaptive,adaptive-off,tuned-static", "--no-plots", "--out", out); err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
-	var f sim.SummaryFile
+	var f report.SummaryFile
 	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestSimRouterFlags(t *testing.T) {
 	if !strings.Contains(string(md), "Routed by 2 routers (round-robin spread, no sync).") {
 		t.Errorf("report does not say how it was routed:\n%s", md)
 	}
-	var f sim.SummaryFile
+	var f report.SummaryFile
 	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestSimEngineFlag(t *testing.T) {
 		"--engine", "h100-80gb-llama-3.1-8b", "--slo-ttft", "500ms", "--no-plots", "--out", out); err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
-	var f sim.SummaryFile
+	var f report.SummaryFile
 	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/trimtab/trimtab/proxy"
-	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestTuneOnRecordedTraffic: trimtab serve records its traffic
@@ -53,7 +53,7 @@ func TestTuneOnRecordedTraffic(t *testing.T) {
 	if bytes.Contains(data, []byte("family")) {
 		t.Error("the trace holds prompt text")
 	}
-	entries, err := sim.ParseTrace(bufio.NewScanner(bytes.NewReader(data)), 0)
+	entries, err := scenario.ParseTrace(bufio.NewScanner(bytes.NewReader(data)), 0)
 	if err != nil || len(entries) != 9 {
 		t.Fatalf("trace: %d entries, %v, want 9:\n%s", len(entries), err, data)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/proxy"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 func newSimTuneCmd() *cobra.Command {
@@ -127,25 +128,25 @@ and DIR/tuned.yaml (the profile at the best vector; adaptive off, or on with
 }
 
 // traceFlags say how a trace file given with --trace is replayed as a
-// scenario of its own (sim.TraceScenario).
+// scenario of its own (scenario.FromTrace).
 type traceFlags struct {
 	servers, outputTokens int
 }
 
 func (tf *traceFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&tf.servers, "servers", 0, "servers to replay --trace on (a /debug/trace download names the pool it was recorded on in its "+proxy.HeaderTraceEndpoints+" header)")
-	f.IntVar(&tf.outputTokens, "output-tokens", sim.DefaultTraceOutputTokens, "output length of --trace requests whose output_length is 0 (unknown), when the trace knows no other to average")
+	f.IntVar(&tf.outputTokens, "output-tokens", scenario.DefaultTraceOutputTokens, "output length of --trace requests whose output_length is 0 (unknown), when the trace knows no other to average")
 }
 
 // scenario builds the scenario that replays the trace at path.
-func (tf traceFlags) scenario(path string) (*sim.Scenario, error) {
+func (tf traceFlags) scenario(path string) (*scenario.Scenario, error) {
 	if tf.servers < 1 {
 		return nil, fmt.Errorf("--servers: %d; --trace needs the number of servers to replay on (≥ 1)", tf.servers)
 	}
 	if tf.outputTokens < 1 {
 		return nil, fmt.Errorf("--output-tokens: %d, must be ≥ 1", tf.outputTokens)
 	}
-	sc, err := sim.TraceScenario(path, sim.TraceConfig{Servers: tf.servers, OutputTokens: tf.outputTokens})
+	sc, err := scenario.FromTrace(path, scenario.TraceConfig{Servers: tf.servers, OutputTokens: tf.outputTokens})
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
 	}
@@ -157,7 +158,7 @@ func (tf traceFlags) scenario(path string) (*sim.Scenario, error) {
 // scenario replaying it, applies the engine calibration (a shipped name or
 // a file; "" keeps each scenario's engine) and creates the output
 // directory.
-func loadSimScenarios(names []string, trace string, tf traceFlags, out string, seeds int, duration time.Duration, engine string) ([]*sim.Scenario, error) {
+func loadSimScenarios(names []string, trace string, tf traceFlags, out string, seeds int, duration time.Duration, engine string) ([]*scenario.Scenario, error) {
 	switch {
 	case len(names) == 0 && trace == "":
 		return nil, fmt.Errorf("--scenario: required (a file, a shipped name or all), or --trace")
@@ -166,7 +167,7 @@ func loadSimScenarios(names []string, trace string, tf traceFlags, out string, s
 	case seeds < 1:
 		return nil, fmt.Errorf("--seeds: must be ≥ 1")
 	}
-	var scs []*sim.Scenario
+	var scs []*scenario.Scenario
 	if len(names) > 0 {
 		var err error
 		if scs, err = sim.LoadScenarios(names, duration); err != nil {

@@ -36,12 +36,16 @@ const module = "github.com/trimtab/trimtab"
 //   - configs → the packages whose Config types it embeds (scheduler,
 //     scorers, scorers/prefix, fleet, control, proxy/settings, replica,
 //     flow);
+//   - sim/engine (the engine model) is a leaf; sim/scenario (the scenario
+//     schema, workloads and renderer) → scheduler, sim/engine;
+//   - sim/report (summaries, statistics, comparisons) → sim/scenario;
 //   - sim → scheduler, scorers, scorers/prefix, fleet, configurator,
 //     control, configs, flow, and replica/peerload (the load hooks its
 //     routers share, without replica's network): the packages above
-//     except proxy and replica;
+//     except proxy and replica; and sim/engine, sim/scenario, sim/report;
 //   - internal (status page, dashboards, load generator) → scheduler;
-//   - bench (the real-time bench machinery) → sim, configs, internal;
+//   - bench (the real-time bench machinery) → sim, sim/scenario,
+//     sim/report, configs, internal;
 //   - cmd → anything; nothing imports cmd or proxy.
 var allowed = map[string][]string{
 	"scheduler":      {},
@@ -57,10 +61,10 @@ var allowed = map[string][]string{
 	"control":        {"scheduler", "detector", "configurator"},
 	"replica":        {"scheduler", "scorers/prefix", "replica/peerload", "fleet"},
 	"configs":        {"scheduler", "scorers", "scorers/prefix", "fleet", "control", "proxy/settings", "replica", "flow"},
-	"sim":            {"scheduler", "scorers", "scorers/prefix", "fleet", "configurator", "control", "configs", "flow", "replica/peerload"},
+	"sim":            {"scheduler", "scorers", "scorers/prefix", "fleet", "configurator", "control", "configs", "flow", "replica/peerload", "sim/engine", "sim/scenario", "sim/report"},
 	"internal":       {"scheduler"},
-	"bench":          {"sim", "configs", "internal"},
-	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "bench", "internal", "telemetry", "flow"},
+	"bench":          {"sim", "sim/scenario", "sim/report", "configs", "internal"},
+	"cmd":            {"scheduler", "scorers", "fleet", "detector", "control", "configs", "proxy", "replica", "sim", "sim/scenario", "sim/report", "bench", "internal", "telemetry", "flow"},
 
 	// Sub-packages with rows of their own: none imports its parent.
 	"scorers/prefix":    {"scheduler", "scorers/internal"},
@@ -68,6 +72,9 @@ var allowed = map[string][]string{
 	"replica/peerload":  {"scheduler"},
 	"internal/jsonscan": {},
 	"proxy/parse":       {"scheduler", "internal/jsonscan"},
+	"sim/engine":        {},
+	"sim/scenario":      {"scheduler", "sim/engine"},
+	"sim/report":        {"sim/scenario"},
 }
 
 // top returns the row of allowed a trimtab import path belongs to: the
@@ -154,6 +161,7 @@ func TestTableCatchesAViolation(t *testing.T) {
 		{"scorers", "replica/peerload"}, {"scorers/prefix", "replica/peerload"}, {"replica/peerload", "replica"},
 		{"replica/peerload", "scorers"},
 		{"proxy/parse", "proxy"}, {"internal/jsonscan", "internal"},
+		{"sim/scenario", "sim"}, {"sim/engine", "sim"}, {"sim/engine", "sim/scenario"}, {"sim/report", "sim"},
 	} {
 		if slices.Contains(allowed[bad[0]], bad[1]) {
 			t.Errorf("%s may import %s", bad[0], bad[1])

@@ -17,6 +17,7 @@ import (
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // Seed is the first seed every replay runs with: a window replays the
@@ -52,7 +53,7 @@ func (r *Replay) Propose(ctx context.Context, w *control.Window) (*control.Propo
 	if len(w.Calm) != len(r.profile.Scorers) {
 		return nil, fmt.Errorf("retune: %d calm weights for %d scorers", len(w.Calm), len(r.profile.Scorers))
 	}
-	sc, err := sim.TraceScenarioData("window", w.Trace, sim.TraceConfig{Servers: w.Endpoints})
+	sc, err := scenario.FromTraceData("window", w.Trace, scenario.TraceConfig{Servers: w.Endpoints})
 	if err != nil {
 		return nil, fmt.Errorf("window: %w", err)
 	}
@@ -71,7 +72,7 @@ func (r *Replay) Propose(ctx context.Context, w *control.Window) (*control.Propo
 		v := w.Calm[i]
 		f.Scorers[i].Weight = &v
 	}
-	res, err := sim.Tune(ctx, sim.TuneConfig{Scenarios: []*sim.Scenario{sc}, Profile: &f, Loop: w.Adaptive.Enabled,
+	res, err := sim.Tune(ctx, sim.TuneConfig{Scenarios: []*scenario.Scenario{sc}, Profile: &f, Loop: w.Adaptive.Enabled,
 		Seed: Seed, Seeds: w.Seeds, Budget: w.Budget, Parallel: 1},
 		[]sim.Candidate{{Name: CandidateCurrent, Weights: slices.Clone(w.Calm)}})
 	if err != nil {

@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"cmp"
@@ -60,11 +60,11 @@ type AgentTurn struct {
 // simulator's bytes. A Renderer is not safe for concurrent use.
 type Renderer struct {
 	sc    *Scenario
-	gens  []generator
+	gens  []Generator
 	wrng  *rand.Rand
 	arng  *rand.Rand
 	salt  uint64
-	spec  reqSpec
+	spec  Request
 	openN int
 }
 
@@ -75,7 +75,7 @@ func NewRenderer(sc *Scenario, seed, salt uint64, tracePath string) (*Renderer, 
 	r := &Renderer{sc: sc, salt: salt,
 		wrng: rand.New(rand.NewPCG(seed, 0x77)), arng: rand.New(rand.NewPCG(seed, 0xa7))}
 	for i := range sc.Phases {
-		g, err := newGenerator(sc, sc.Phases[i].Work(), seed, tracePath)
+		g, err := NewGenerator(sc, sc.Phases[i].Work(), seed, tracePath)
 		if err != nil {
 			return nil, err
 		}
@@ -89,27 +89,27 @@ func NewRenderer(sc *Scenario, seed, salt uint64, tracePath string) (*Renderer, 
 func (r *Renderer) Next(phase, client int) Rendered {
 	slot := client
 	if client < 0 {
-		slot = r.openN % openChatSlots
+		slot = r.openN % OpenChatSlots
 		r.openN++
 	}
 	g := r.gens[phase]
 	if r.sc.Load.Mode == ModeTrace {
 		g = r.gens[0]
 	}
-	g.next(r.wrng, slot, &r.spec)
+	g.Next(r.wrng, slot, &r.spec)
 	var buf []byte
-	for _, s := range r.spec.segs {
+	for _, s := range r.spec.Segs {
 		if r.salt != 0 {
-			s.key = mixKey(r.salt, s.key)
+			s.Key = MixKey(r.salt, s.Key)
 		}
-		buf = appendSegment(buf, s)
+		buf = AppendSegment(buf, s)
 	}
-	out := Rendered{Prompt: buf, OutputTokens: r.spec.out.tokens, SessionID: r.spec.sessionID, Arrival: r.spec.arrival}
+	out := Rendered{Prompt: buf, OutputTokens: r.spec.Out.Tokens, SessionID: r.spec.SessionID, Arrival: r.spec.Arrival}
 	if ag, ok := g.(*agenticGen); ok {
-		t := &AgentTurn{API: cmp.Or(ag.w.API, AgentAPIMessages), Session: uint64(phase)<<48 | r.spec.agent, Turn: ag.agents[slot].turn - 1,
-			Pause: ag.thinkTime(slot)}
-		for _, s := range r.spec.segs {
-			t.Parts = append(t.Parts, s.tokens*BytesPerToken)
+		t := &AgentTurn{API: cmp.Or(ag.w.API, AgentAPIMessages), Session: uint64(phase)<<48 | r.spec.Agent, Turn: ag.agents[slot].turn - 1,
+			Pause: ag.ThinkTime(slot)}
+		for _, s := range r.spec.Segs {
+			t.Parts = append(t.Parts, s.Tokens*BytesPerToken)
 		}
 		out.Agent = t
 	}
@@ -119,8 +119,8 @@ func (r *Renderer) Next(phase, client int) Rendered {
 // Remaining reports how many trace entries are left to render (−1 when
 // the load mode is not trace).
 func (r *Renderer) Remaining() int {
-	if tg, ok := r.gens[0].(*traceGen); ok && r.sc.Load.Mode == ModeTrace {
-		return tg.remaining()
+	if tg, ok := r.gens[0].(*TraceGen); ok && r.sc.Load.Mode == ModeTrace {
+		return tg.Remaining()
 	}
 	return -1
 }
@@ -128,11 +128,11 @@ func (r *Renderer) Remaining() int {
 // PeekArrival returns the next trace entry's arrival offset in trace time
 // (false when none is left or the mode is not trace).
 func (r *Renderer) PeekArrival() (time.Duration, bool) {
-	tg, ok := r.gens[0].(*traceGen)
-	if !ok || r.sc.Load.Mode != ModeTrace || tg.remaining() == 0 {
+	tg, ok := r.gens[0].(*TraceGen)
+	if !ok || r.sc.Load.Mode != ModeTrace {
 		return 0, false
 	}
-	return time.Duration(tg.entries[tg.i].Timestamp) * time.Millisecond, true
+	return tg.PeekArrival()
 }
 
 // Think draws a closed-loop client's think time (exponential with mean

@@ -1,9 +1,12 @@
-package sim
+package report
 
 import (
 	"encoding/json"
 	"io"
 	"math"
+	"os"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // SummaryFile is the machine-readable result of a sim (or bench) command:
@@ -119,7 +122,7 @@ type SLOSummary struct {
 }
 
 // SummaryOf returns slo for a run summary.
-func SummaryOf(slo SLO) *SLOSummary {
+func SummaryOf(slo scenario.SLO) *SLOSummary {
 	return &SLOSummary{TTFTMS: msec(slo.TTFT), TPOTMS: msec(slo.TPOT)}
 }
 
@@ -147,71 +150,40 @@ type PhaseSummary struct {
 }
 
 // ms returns a pointer to v, or nil when v is NaN (no samples).
-func ms(v float64) *float64 {
+func Opt(v float64) *float64 {
 	if math.IsNaN(v) {
 		return nil
 	}
 	return &v
 }
 
-// Summary returns the run's machine-readable summary.
-func (r *Result) Summary() RunSummary {
-	s := RunSummary{
-		Scenario: r.Scenario, Level: r.Level, Policy: r.Policy, Seed: r.Seed, Engine: r.Engine,
-		TTFTP50: ms(Percentile(r.TTFT, 50)), TTFTP90: ms(Percentile(r.TTFT, 90)), TTFTP99: ms(Percentile(r.TTFT, 99)),
-		E2EP50: ms(Percentile(r.E2E, 50)), E2EP99: ms(Percentile(r.E2E, 99)),
-		OutputTokensPerSec: r.OutputTokensPerSec, PrefixHitRatio: r.PrefixHitRate,
-		Failed: r.MeasuredFailed, TimedOut: r.MeasuredTimedOut, Misses: r.Misses,
-		Goodput: ms(r.Goodput), SLO: SummaryOf(r.SLO),
-		BusiestPodShare: r.BusiestShare, BusiestPodRatio: r.BusiestRatio,
-		Measured: r.Measured, WeightChanges: r.WeightChanges, WatchdogFreezes: r.Freezes,
-		Phases:  []PhaseSummary{},
-		PodLoad: r.PodLoad,
-	}
-	if r.ContinuationPromptTokens > 0 {
-		v := float64(r.ContinuationCachedTokens) / float64(r.ContinuationPromptTokens)
-		s.ContinuationHitRatio = &v
-	}
-	s.HerdPicks = r.HerdPicks
-	s.AdapterLoads = r.AdapterLoads
-	for _, c := range r.Classes {
-		s.Classes = append(s.Classes, ClassSummary{Name: c.Name,
-			TTFTP50: ms(Percentile(c.TTFT, 50)), TTFTP99: ms(Percentile(c.TTFT, 99)), E2EP99: ms(Percentile(c.E2E, 99)),
-			Goodput: ms(c.Goodput), Measured: c.Measured,
-			Issued: c.Issued, Completed: c.Completed, Dropped: c.Dropped, TimedOut: c.TimedOut, Failed: c.Failed})
-	}
-	if rt := r.Routers; rt != nil {
-		s.Routers = &RoutersSummary{Replicas: rt.Replicas, Spread: rt.Spread, Sync: rt.SyncOn(),
-			SyncDelayMS: float64(rt.SyncDelay) / 1e6, SyncIntervalMS: float64(rt.SyncInterval) / 1e6, SyncPicks: r.SyncPicks}
-	}
-	for _, p := range r.Phases {
-		s.Phases = append(s.Phases, PhaseSummary{
-			Name: p.Name, RebalanceEntries: p.RebalanceEntries, WarmupRebalanceEntries: p.WarmupRebalanceEntries,
-			TTFTP50: ms(Percentile(p.TTFT, 50)), TTFTP99: ms(Percentile(p.TTFT, 99)), E2EP99: ms(Percentile(p.E2E, 99)),
-			OutputTokensPerSec: p.OutputTokensPerSec, Measured: p.Measured, OnsetBusiestRatio: p.OnsetBusiestRatio,
-			Misses: p.Misses, Goodput: ms(p.Goodput),
-		})
-	}
-	return s
-}
-
-// RunSummaries returns every run of the sweep, in (level, policy, seed)
-// order.
-func (sw *Sweep) RunSummaries() []RunSummary {
-	var out []RunSummary
-	for l := range sw.Levels {
-		for p := range sw.Policies {
-			for _, r := range sw.Runs[l][p] {
-				out = append(out, r.Summary())
-			}
-		}
-	}
-	return out
-}
-
-// WriteSummary writes f as indented JSON.
+// Write writes f as indented JSON.
 func (f *SummaryFile) Write(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
 	return enc.Encode(f)
+}
+
+// WriteFile writes the summary to path as Write does, atomically (a
+// reader never sees half a file), so it can be rewritten after every
+// scenario.
+func (f *SummaryFile) WriteFile(path string) error { return WriteFile(path, f.Write) }
+
+// WriteFile writes path with fn through a temporary file renamed into
+// place, so a reader sees the old file or the whole new one.
+func WriteFile(path string, fn func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	werr := fn(f)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return werr
+	}
+	return os.Rename(tmp, path)
 }

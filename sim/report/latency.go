@@ -1,49 +1,12 @@
-package sim
+package report
 
 import (
-	"errors"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/trimtab/trimtab/sim/scenario"
 )
-
-// SLO is the service level a completed request must meet to count toward
-// goodput: its time to first token at most TTFT, and its mean time per
-// output token after the first at most TPOT, i.e.
-//
-//	ttft ≤ TTFT  and  e2e − ttft ≤ TPOT·(output tokens − 1).
-//
-// The defaults are MLPerf Inference's server-scenario bounds for
-// Llama-3.1-8B (mlcommons/inference loadgen/mlperf.conf:
-// llama3_1-8b.Server.ttft_latency = 2000 ms, tpot_latency = 100 ms), the
-// model of the default engine calibration.
-type SLO struct {
-	// TTFT bounds the time to first token, > 0.
-	TTFT time.Duration `yaml:"ttft"`
-	// TPOT bounds the mean time per output token after the first, > 0.
-	TPOT time.Duration `yaml:"tpot"`
-}
-
-// DefaultSLO returns TTFT ≤ 2 s and TPOT ≤ 100 ms.
-func DefaultSLO() SLO { return SLO{TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond} }
-
-// Validate checks the SLO; errors name the field.
-func (s SLO) Validate() error {
-	var errs []error
-	if s.TTFT <= 0 {
-		errs = append(errs, errors.New("slo.ttft: must be > 0"))
-	}
-	if s.TPOT <= 0 {
-		errs = append(errs, errors.New("slo.tpot: must be > 0"))
-	}
-	return errors.Join(errs...)
-}
-
-// Met reports whether a completed request with these latencies and
-// outputTokens output tokens met the SLO.
-func (s SLO) Met(ttft, e2e time.Duration, outputTokens int) bool {
-	return ttft <= s.TTFT && e2e-ttft <= time.Duration(max(outputTokens-1, 0))*s.TPOT
-}
 
 // Latencies records a window's requests for statistics that count
 // failures: every request, completed or not, is one value of TTFT and one
@@ -69,7 +32,7 @@ type Latencies struct {
 
 // Complete records a request that completed with these latencies and
 // outputTokens output tokens, judged against slo.
-func (l *Latencies) Complete(ttft, e2e time.Duration, outputTokens int, slo SLO) {
+func (l *Latencies) Complete(ttft, e2e time.Duration, outputTokens int, slo scenario.SLO) {
 	l.TTFT = append(l.TTFT, msec(ttft))
 	l.E2E = append(l.E2E, msec(e2e))
 	if slo.Met(ttft, e2e, outputTokens) {
@@ -108,3 +71,13 @@ func (l *Latencies) Goodput(window time.Duration) float64 {
 }
 
 func msec(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// Percentile returns the p-th percentile (0…100) of sorted values by
+// nearest rank; NaN for no values.
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}

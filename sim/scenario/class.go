@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ const DefaultClass = "default"
 
 // header returns the request header flow control reads for the class:
 // the band, the bearer API key and the TTL.
-func (c *RequestClass) header(name string) string {
+func (c *RequestClass) Header(name string) string {
 	if c == nil {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"bufio"
@@ -11,24 +11,24 @@ import (
 )
 
 // reqSpec is one synthesised request before it is rendered to bytes.
-type reqSpec struct {
-	segs      []segment // prompt, in order
-	out       segment   // the output the server will generate
-	sessionID string
-	arrival   time.Duration // trace only
+type Request struct {
+	Segs      []Segment // prompt, in order
+	Out       Segment   // the output the server will generate
+	SessionID string
+	Arrival   time.Duration // trace only
 	// Agentic workloads: the session key derived without an id (0: none),
 	// the prompt the router sees when it is not segs (nil: segs), and
 	// whether the request continues a session.
-	sessionKey   uint64
-	routerSegs   []segment
-	continuation bool
-	agent        uint64 // the agent session (0: not agentic)
+	SessionKey   uint64
+	RouterSegs   []Segment
+	Continuation bool
+	Agent        uint64 // the agent session (0: not agentic)
 }
 
-func (r *reqSpec) promptTokens() int {
+func (r *Request) PromptTokens() int {
 	n := 0
-	for _, s := range r.segs {
-		n += s.tokens
+	for _, s := range r.Segs {
+		n += s.Tokens
 	}
 	return n
 }
@@ -36,11 +36,11 @@ func (r *reqSpec) promptTokens() int {
 // generator produces requests. client is the closed-loop client issuing
 // it, or the arrival index in open-loop mode. Generators are deterministic
 // given rng and the call sequence.
-type generator interface {
-	next(rng *rand.Rand, client int, r *reqSpec)
+type Generator interface {
+	Next(rng *rand.Rand, client int, r *Request)
 }
 
-func newGenerator(s *Scenario, w *Workload, seed uint64, traceOverride string) (generator, error) {
+func NewGenerator(s *Scenario, w *Workload, seed uint64, traceOverride string) (Generator, error) {
 	switch w.Kind {
 	case KindSharedPrefix:
 		return &sharedPrefixGen{w: w, seed: seed}, nil
@@ -55,7 +55,7 @@ func newGenerator(s *Scenario, w *Workload, seed uint64, traceOverride string) (
 		if err != nil {
 			return nil, err
 		}
-		return &traceGen{w: w, seed: seed, entries: entries}, nil
+		return &TraceGen{w: w, seed: seed, entries: entries}, nil
 	}
 	return nil, fmt.Errorf("workload.kind: %q unknown", w.Kind)
 }
@@ -69,18 +69,18 @@ func jitter(rng *rand.Rand, mean int, j float64) int {
 	return max(1, int(v+0.5))
 }
 
-func capPrompt(w *Workload, r *reqSpec) {
+func capPrompt(w *Workload, r *Request) {
 	if w.MaxPromptTokens <= 0 {
 		return
 	}
 	left := w.MaxPromptTokens
-	for i := range r.segs {
-		if r.segs[i].tokens >= left {
-			r.segs[i].tokens = left
-			r.segs = r.segs[:i+1]
+	for i := range r.Segs {
+		if r.Segs[i].Tokens >= left {
+			r.Segs[i].Tokens = left
+			r.Segs = r.Segs[:i+1]
 			return
 		}
-		left -= r.segs[i].tokens
+		left -= r.Segs[i].Tokens
 	}
 }
 
@@ -92,10 +92,10 @@ type sharedPrefixGen struct {
 	n    uint64
 }
 
-func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
+func (g *sharedPrefixGen) Next(rng *rand.Rand, client int, r *Request) {
 	w := g.w
 	g.n++
-	r.segs = r.segs[:0]
+	r.Segs = r.Segs[:0]
 	var group uint64
 	sys := w.SystemTokens
 	var hot bool
@@ -104,7 +104,7 @@ func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
 		ppg := uint64(w.PromptsPerGroup)
 		group = i / ppg % uint64(w.Groups)
 		if sys > 0 {
-			r.segs = append(r.segs, segment{mixKey(g.seed, 1, group), sys})
+			r.Segs = append(r.Segs, Segment{MixKey(g.seed, 1, group), sys})
 		}
 		g.question(rng, group, i%ppg, r)
 		return
@@ -125,20 +125,20 @@ func (g *sharedPrefixGen) next(rng *rand.Rand, client int, r *reqSpec) {
 	}
 	q := uint64(rng.IntN(w.PromptsPerGroup))
 	if sys > 0 {
-		r.segs = append(r.segs, segment{mixKey(g.seed, 1, group), sys})
+		r.Segs = append(r.Segs, Segment{MixKey(g.seed, 1, group), sys})
 	}
 	g.question(rng, group, q, r)
 }
 
 // question appends question q of group to r and draws the output.
-func (g *sharedPrefixGen) question(rng *rand.Rand, group, q uint64, r *reqSpec) {
+func (g *sharedPrefixGen) question(rng *rand.Rand, group, q uint64, r *Request) {
 	w := g.w
 	// The question's length is a function of the question so a repeated
 	// question is a repeated prompt.
-	qrng := rand.New(rand.NewPCG(mixKey(g.seed, 2, group, q), 0))
-	r.segs = append(r.segs, segment{mixKey(g.seed, 3, group, q), jitter(qrng, w.QuestionTokens, w.Jitter)})
-	r.out = segment{mixKey(g.seed, 4, g.n), jitter(rng, w.OutputTokens, w.Jitter)}
-	r.sessionID = ""
+	qrng := rand.New(rand.NewPCG(MixKey(g.seed, 2, group, q), 0))
+	r.Segs = append(r.Segs, Segment{MixKey(g.seed, 3, group, q), jitter(qrng, w.QuestionTokens, w.Jitter)})
+	r.Out = Segment{MixKey(g.seed, 4, g.n), jitter(rng, w.OutputTokens, w.Jitter)}
+	r.SessionID = ""
 	capPrompt(w, r)
 }
 
@@ -156,10 +156,10 @@ type chatSession struct {
 	id   uint64
 	sid  string
 	turn int
-	hist []segment // system prompt + earlier questions and answers
+	hist []Segment // system prompt + earlier questions and answers
 }
 
-func (g *chatGen) next(rng *rand.Rand, client int, r *reqSpec) {
+func (g *chatGen) Next(rng *rand.Rand, client int, r *Request) {
 	w := g.w
 	for len(g.sessions) <= client {
 		g.sessions = append(g.sessions, chatSession{turn: w.Turns})
@@ -172,15 +172,15 @@ func (g *chatGen) next(rng *rand.Rand, client int, r *reqSpec) {
 		cs.hist = cs.hist[:0]
 		if w.SystemTokens > 0 {
 			group := uint64(rng.IntN(w.Groups))
-			cs.hist = append(cs.hist, segment{mixKey(g.seed, 11, group), w.SystemTokens})
+			cs.hist = append(cs.hist, Segment{MixKey(g.seed, 11, group), w.SystemTokens})
 		}
 	}
-	q := segment{mixKey(g.seed, 12, cs.id, uint64(cs.turn)), jitter(rng, w.QuestionTokens, w.Jitter)}
-	a := segment{mixKey(g.seed, 13, cs.id, uint64(cs.turn)), jitter(rng, w.OutputTokens, w.Jitter)}
-	r.segs = append(r.segs[:0], cs.hist...)
-	r.segs = append(r.segs, q)
-	r.out = a
-	r.sessionID = cs.sid
+	q := Segment{MixKey(g.seed, 12, cs.id, uint64(cs.turn)), jitter(rng, w.QuestionTokens, w.Jitter)}
+	a := Segment{MixKey(g.seed, 13, cs.id, uint64(cs.turn)), jitter(rng, w.OutputTokens, w.Jitter)}
+	r.Segs = append(r.Segs[:0], cs.hist...)
+	r.Segs = append(r.Segs, q)
+	r.Out = a
+	r.SessionID = cs.sid
 	cs.hist = append(cs.hist, q, a)
 	cs.turn++
 	capPrompt(w, r)
@@ -193,11 +193,11 @@ type uniformGen struct {
 	n    uint64
 }
 
-func (g *uniformGen) next(rng *rand.Rand, _ int, r *reqSpec) {
+func (g *uniformGen) Next(rng *rand.Rand, _ int, r *Request) {
 	g.n++
-	r.segs = append(r.segs[:0], segment{mixKey(g.seed, 21, g.n), jitter(rng, g.w.QuestionTokens, g.w.Jitter)})
-	r.out = segment{mixKey(g.seed, 22, g.n), jitter(rng, g.w.OutputTokens, g.w.Jitter)}
-	r.sessionID = ""
+	r.Segs = append(r.Segs[:0], Segment{MixKey(g.seed, 21, g.n), jitter(rng, g.w.QuestionTokens, g.w.Jitter)})
+	r.Out = Segment{MixKey(g.seed, 22, g.n), jitter(rng, g.w.OutputTokens, g.w.Jitter)}
+	r.SessionID = ""
 	capPrompt(g.w, r)
 }
 
@@ -268,17 +268,17 @@ func trimSpace(b []byte) []byte {
 // lands in, and so which entries a full shard evicts) instead of
 // replaying one draw of it. The last block is partial when input_length
 // is not a multiple.
-type traceGen struct {
+type TraceGen struct {
 	w       *Workload
 	seed    uint64
 	entries []TraceEntry
 	i       int
 }
 
-func (g *traceGen) next(_ *rand.Rand, _ int, r *reqSpec) {
+func (g *TraceGen) Next(_ *rand.Rand, _ int, r *Request) {
 	e := &g.entries[g.i]
 	g.i++
-	r.segs = r.segs[:0]
+	r.Segs = r.Segs[:0]
 	left := e.InputLength
 	per := g.w.TraceTokensPerID
 	for _, h := range e.HashIDs {
@@ -286,20 +286,30 @@ func (g *traceGen) next(_ *rand.Rand, _ int, r *reqSpec) {
 			break
 		}
 		n := min(per, left)
-		r.segs = append(r.segs, segment{mixKey(g.seed, 31, h), n})
+		r.Segs = append(r.Segs, Segment{MixKey(g.seed, 31, h), n})
 		left -= n
 	}
 	if left > 0 { // more tokens than ids cover: a unique tail
-		r.segs = append(r.segs, segment{mixKey(g.seed, 32, uint64(g.i)), left})
+		r.Segs = append(r.Segs, Segment{MixKey(g.seed, 32, uint64(g.i)), left})
 	}
 	out := e.OutputLength
 	if out == 0 { // unknown: LoadTrace made sure output_tokens is set
 		out = g.w.OutputTokens
 	}
-	r.out = segment{mixKey(g.seed, 33, uint64(g.i)), out}
-	r.arrival = time.Duration(e.Timestamp) * time.Millisecond
-	r.sessionID = ""
+	r.Out = Segment{MixKey(g.seed, 33, uint64(g.i)), out}
+	r.Arrival = time.Duration(e.Timestamp) * time.Millisecond
+	r.SessionID = ""
 	capPrompt(g.w, r)
 }
 
-func (g *traceGen) remaining() int { return len(g.entries) - g.i }
+// Remaining reports how many entries are left to replay.
+func (g *TraceGen) Remaining() int { return len(g.entries) - g.i }
+
+// PeekArrival returns the next entry's arrival offset in trace time
+// (false when none is left).
+func (g *TraceGen) PeekArrival() (time.Duration, bool) {
+	if g.i >= len(g.entries) {
+		return 0, false
+	}
+	return time.Duration(g.entries[g.i].Timestamp) * time.Millisecond, true
+}

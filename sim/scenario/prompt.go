@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"encoding/binary"
@@ -14,20 +14,20 @@ const BytesPerToken = 4
 // same bytes, so two prompts that start with the same segments share
 // exactly those leading bytes, which is all that prefix hashing (in the
 // router and in the engine) can see.
-type segment struct {
-	key    uint64
-	tokens int
+type Segment struct {
+	Key    uint64
+	Tokens int
 }
 
 // appendSegment appends seg's bytes to buf: 4 bytes per token drawn from
 // a SplitMix64 stream seeded by the key, eight printable letters ('a'…'p')
 // per draw.
-func appendSegment(buf []byte, seg segment) []byte {
-	n := seg.tokens * BytesPerToken
+func AppendSegment(buf []byte, seg Segment) []byte {
+	n := seg.Tokens * BytesPerToken
 	start := len(buf)
 	buf = growBytes(buf, n)
 	out := buf[start:]
-	state := seg.key
+	state := seg.Key
 	var w [8]byte
 	i := 0
 	for ; i < n; i += 8 {
@@ -50,24 +50,24 @@ func appendSegment(buf []byte, seg segment) []byte {
 // segCache keeps the bytes of long segments (system prompts, trace
 // blocks), which repeat across requests; it is cleared when it outgrows
 // its budget. Not safe for concurrent use (one per run).
-type segCache struct {
-	m     map[segment][]byte
+type SegCache struct {
+	m     map[Segment][]byte
 	bytes int
 }
 
 const segCacheBudget = 64 << 20
 
-func (c *segCache) append(buf []byte, seg segment) []byte {
-	if seg.tokens < 256 {
-		return appendSegment(buf, seg)
+func (c *SegCache) Append(buf []byte, seg Segment) []byte {
+	if seg.Tokens < 256 {
+		return AppendSegment(buf, seg)
 	}
 	if b, ok := c.m[seg]; ok {
 		return append(buf, b...)
 	}
 	start := len(buf)
-	buf = appendSegment(buf, seg)
+	buf = AppendSegment(buf, seg)
 	if c.m == nil || c.bytes > segCacheBudget {
-		c.m, c.bytes = make(map[segment][]byte), 0
+		c.m, c.bytes = make(map[Segment][]byte), 0
 	}
 	c.m[seg] = append([]byte(nil), buf[start:]...)
 	c.bytes += len(buf) - start
@@ -85,12 +85,12 @@ func growBytes(b []byte, n int) []byte {
 
 // blockHashes appends the engine's prefix-cache keys of stream's full
 // blocks of blockTokens tokens.
-func blockHashes(dst []uint64, stream []byte, blockTokens int) []uint64 {
+func BlockHashes(dst []uint64, stream []byte, blockTokens int) []uint64 {
 	return engine.HashBlocks(dst, stream, blockTokens*BytesPerToken)
 }
 
 // mixKey derives a segment key from a few identifiers.
-func mixKey(vals ...uint64) uint64 {
+func MixKey(vals ...uint64) uint64 {
 	h := uint64(0x6a09e667f3bcc909)
 	for _, v := range vals {
 		h ^= v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)

@@ -1,35 +1,12 @@
-package sim
+package report
 
 import (
 	"math"
-	"strings"
 	"testing"
 	"time"
-)
 
-func TestSLOMet(t *testing.T) {
-	ms := time.Millisecond
-	slo := DefaultSLO() // TTFT ≤ 2 s, TPOT ≤ 100 ms
-	tests := []struct {
-		name      string
-		ttft, e2e time.Duration
-		out       int
-		want      bool
-	}{
-		{"one token at the TTFT bound", 2000 * ms, 2000 * ms, 1, true},      // 2000 ≤ 2000; decode 0 ≤ 0·100
-		{"first token 1 ms late", 2001 * ms, 2001 * ms, 1, false},           // 2001 > 2000
-		{"decode at the TPOT bound", 100 * ms, 1100 * ms, 11, true},         // 1100 − 100 = 1000 ≤ 10·100
-		{"decode 1 ms over the TPOT bound", 100 * ms, 1101 * ms, 11, false}, // 1001 > 1000
-		{"slow decode, fast first token", 50 * ms, 30050 * ms, 200, false},  // 30000 > 199·100 = 19900
-		{"long answer within the bound", 1500 * ms, 21400 * ms, 200, true},  // 19900 ≤ 19900
-		{"no output token counted", 10 * ms, 10 * ms, 0, true},              // max(0−1, 0) = 0: decode 0 ≤ 0
-	}
-	for _, tt := range tests {
-		if got := slo.Met(tt.ttft, tt.e2e, tt.out); got != tt.want {
-			t.Errorf("%s: Met(%v, %v, %d) = %v, want %v", tt.name, tt.ttft, tt.e2e, tt.out, got, tt.want)
-		}
-	}
-}
+	"github.com/trimtab/trimtab/sim/scenario"
+)
 
 // TestLatenciesCountMisses: eight completed requests and two misses at a
 // 60 s timeout. The percentiles are nearest rank over all ten values, so
@@ -38,7 +15,7 @@ func TestSLOMet(t *testing.T) {
 func TestLatenciesCountMisses(t *testing.T) {
 	ms := time.Millisecond
 	var l Latencies
-	slo := DefaultSLO()
+	slo := scenario.DefaultSLO()
 	// TTFT 100, 200, …, 800 ms; E2E = TTFT + 1 s over 11 tokens (decode
 	// 1000 ms ≤ 10·100 ms: within SLO), except the 800 ms one, which
 	// decodes 11 tokens in 2 s (2000 > 1000: outside SLO).
@@ -91,30 +68,17 @@ func TestLatenciesCountMisses(t *testing.T) {
 	}
 }
 
-func TestScenarioSLO(t *testing.T) {
-	base := "name: x\nduration: 1m\nworkload: {kind: uniform, question_tokens: 1, output_tokens: 1}\nload: {levels: [1]}\n"
-	sc, err := ParseScenario([]byte(base), "")
-	if err != nil {
-		t.Fatal(err)
+func TestPercentile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	tests := []struct{ p, want float64 }{
+		{50, 5},  // rank ⌈0.5 × 10⌉ = 5
+		{90, 9},  // rank 9
+		{99, 10}, // rank ⌈9.9⌉ = 10
+		{0, 1},   // rank 0 → clamped to the first
 	}
-	if sc.SLO != DefaultSLO() {
-		t.Errorf("default SLO %+v, want %+v", sc.SLO, DefaultSLO())
-	}
-	sc, err = ParseScenario([]byte(base+"slo: {ttft: 500ms}\n"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (SLO{TTFT: 500 * time.Millisecond, TPOT: 100 * time.Millisecond}); sc.SLO != want {
-		t.Errorf("SLO with ttft set %+v, want %+v (tpot keeps its default)", sc.SLO, want)
-	}
-	for _, tt := range []struct{ yaml, want string }{
-		{"slo: {ttft: 0s}\n", "slo.ttft: must be > 0"},
-		{"slo: {tpot: -1ms}\n", "slo.tpot: must be > 0"},
-		{"slo: {e2e: 1s}\n", "field e2e not found"},
-	} {
-		_, err := ParseScenario([]byte(base+tt.yaml), "")
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("slo %q: %v, want an error containing %q", tt.yaml, err, tt.want)
+	for _, tt := range tests {
+		if got := Percentile(v, tt.p); got != tt.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"math/rand/v2"
@@ -10,11 +10,6 @@ import (
 // tenant as a bearer API key, the TTL as x-llm-d-inference-ttl.
 var ClassHeaders = []string{"x-trimtab-priority", "authorization", "x-llm-d-inference-ttl"}
 
-// Header returns the value of header name (one of ClassHeaders) for a
-// request of the class; "" when the class sets none. A nil class sets
-// none.
-func (c *RequestClass) Header(name string) string { return c.header(name) }
-
 // RequestClasses returns the names of sc's request classes in the order
 // the simulator reports them — each phase's (by name), then each
 // stream's —, each phase's class index, and each stream's; all nil when
@@ -22,7 +17,7 @@ func (c *RequestClass) Header(name string) string { return c.header(name) }
 func (sc *Scenario) RequestClasses() (names []string, phase, stream []int) {
 	named := sc.Workload.Class != nil || len(sc.Streams) > 0
 	for i := range sc.Phases {
-		named = named || sc.Phases[i].work.Class != nil
+		named = named || sc.Phases[i].Work().Class != nil
 	}
 	if !named {
 		return nil, nil, nil
@@ -38,7 +33,7 @@ func (sc *Scenario) RequestClasses() (names []string, phase, stream []int) {
 		return len(names) - 1
 	}
 	for i := range sc.Phases {
-		phase = append(phase, index(sc.Phases[i].work.Class))
+		phase = append(phase, index(sc.Phases[i].Work().Class))
 	}
 	for k := range sc.Streams {
 		stream = append(stream, index(&sc.Streams[k].RequestClass))
@@ -50,17 +45,17 @@ func (sc *Scenario) RequestClasses() (names []string, phase, stream []int) {
 // generator and seeds for the stream, so `trimtab bench` sends what
 // `trimtab sim` issues; salt as in Renderer. Not safe for concurrent use.
 type StreamRenderer struct {
-	gen  generator
+	gen  Generator
 	rng  *rand.Rand
 	slot int
 	salt uint64
-	spec reqSpec
+	spec Request
 }
 
 // NewStreamRenderer returns the renderer of sc's stream k for the run
 // seed seed.
 func NewStreamRenderer(sc *Scenario, k int, seed, salt uint64) (*StreamRenderer, error) {
-	g, err := newGenerator(sc, &sc.Streams[k].Workload, seed^uint64(k+1)*0x2545f4914f6cdd1d, "")
+	g, err := NewGenerator(sc, &sc.Streams[k].Workload, seed^uint64(k+1)*0x2545f4914f6cdd1d, "")
 	if err != nil {
 		return nil, err
 	}
@@ -70,16 +65,16 @@ func NewStreamRenderer(sc *Scenario, k int, seed, salt uint64) (*StreamRenderer,
 // Next renders the stream's next request.
 func (s *StreamRenderer) Next() Rendered {
 	slot := s.slot
-	s.slot = (s.slot + 1) % openChatSlots
-	s.gen.next(s.rng, slot, &s.spec)
+	s.slot = (s.slot + 1) % OpenChatSlots
+	s.gen.Next(s.rng, slot, &s.spec)
 	var buf []byte
-	for _, g := range s.spec.segs {
+	for _, g := range s.spec.Segs {
 		if s.salt != 0 {
-			g.key = mixKey(s.salt, g.key)
+			g.Key = MixKey(s.salt, g.Key)
 		}
-		buf = appendSegment(buf, g)
+		buf = AppendSegment(buf, g)
 	}
-	return Rendered{Prompt: buf, OutputTokens: s.spec.out.tokens, SessionID: s.spec.sessionID}
+	return Rendered{Prompt: buf, OutputTokens: s.spec.Out.Tokens, SessionID: s.spec.SessionID}
 }
 
 // Gap draws an open-loop stream's next inter-arrival gap at rate req/s,

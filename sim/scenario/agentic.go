@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"math/rand/v2"
@@ -116,13 +116,13 @@ type agentState struct {
 	turns int
 	// hist is the conversation the engine prefills: scaffold, task, then
 	// every earlier tool call and tool result.
-	hist  []segment
+	hist  []Segment
 	root  uint64        // the lineage key (scaffold + task)
 	prev  uint64        // the previous turn's response id (none mode)
 	think time.Duration // the pending tool call's duration
 }
 
-func (g *agenticGen) next(rng *rand.Rand, client int, r *reqSpec) {
+func (g *agenticGen) Next(rng *rand.Rand, client int, r *Request) {
 	w := g.w
 	for len(g.agents) <= client {
 		g.agents = append(g.agents, agentState{})
@@ -143,35 +143,35 @@ func (g *agenticGen) next(rng *rand.Rand, client int, r *reqSpec) {
 			}
 		}
 		a.sid = "agent-" + strconv.FormatUint(a.id, 10)
-		scaffold := segment{mixKey(g.seed, 41, uint64(team%w.Groups)), w.SystemTokens}
-		task := segment{mixKey(g.seed, 42, a.id), jitter(rng, w.QuestionTokens, w.Jitter)}
+		scaffold := Segment{MixKey(g.seed, 41, uint64(team%w.Groups)), w.SystemTokens}
+		task := Segment{MixKey(g.seed, 42, a.id), jitter(rng, w.QuestionTokens, w.Jitter)}
 		a.hist = append(a.hist[:0], scaffold, task)
-		a.root = scheduler.LineageKey(appendSegment(appendSegment(nil, scaffold), task))
+		a.root = scheduler.LineageKey(AppendSegment(AppendSegment(nil, scaffold), task))
 		a.prev = 0
 	}
-	r.segs = append(r.segs[:0], a.hist...)
-	r.routerSegs = r.routerSegs[:0]
+	r.Segs = append(r.Segs[:0], a.hist...)
+	r.RouterSegs = r.RouterSegs[:0]
 	if w.API == AgentAPIResponses && a.turn > 0 {
 		// The router sees the scaffold and the new tool result only.
-		r.routerSegs = append(r.routerSegs, a.hist[0], a.hist[len(a.hist)-1])
+		r.RouterSegs = append(r.RouterSegs, a.hist[0], a.hist[len(a.hist)-1])
 	}
-	call := segment{mixKey(g.seed, 43, a.id, uint64(a.turn)), jitter(rng, w.OutputTokens, w.Jitter)}
-	result := segment{mixKey(g.seed, 44, a.id, uint64(a.turn)), jitter(rng, w.ToolOutputTokens, w.Jitter)}
-	r.out = call
-	r.continuation = a.turn > 0
-	r.agent = a.id
-	r.sessionID, r.sessionKey = "", 0
+	call := Segment{MixKey(g.seed, 43, a.id, uint64(a.turn)), jitter(rng, w.OutputTokens, w.Jitter)}
+	result := Segment{MixKey(g.seed, 44, a.id, uint64(a.turn)), jitter(rng, w.ToolOutputTokens, w.Jitter)}
+	r.Out = call
+	r.Continuation = a.turn > 0
+	r.Agent = a.id
+	r.SessionID, r.SessionKey = "", 0
 	switch w.SessionKeys {
 	case "", SessionKeysHeader:
-		r.sessionID = a.sid
+		r.SessionID = a.sid
 	case SessionKeysLineage:
-		r.sessionKey = a.root
+		r.SessionKey = a.root
 	case SessionKeysNone:
 		if w.API == AgentAPIResponses {
-			r.sessionKey = a.prev // 0 on the first turn: no key
+			r.SessionKey = a.prev // 0 on the first turn: no key
 		}
 	}
-	a.prev = mixKey(g.seed, 45, a.id, uint64(a.turn)) | 1
+	a.prev = MixKey(g.seed, 45, a.id, uint64(a.turn)) | 1
 	a.hist = append(a.hist, call, result)
 	a.turn++
 	a.think = 0
@@ -183,7 +183,7 @@ func (g *agenticGen) next(rng *rand.Rand, client int, r *reqSpec) {
 
 // thinkTime implements thinker: the tool call the client's last turn
 // started.
-func (g *agenticGen) thinkTime(client int) time.Duration {
+func (g *agenticGen) ThinkTime(client int) time.Duration {
 	if client < 0 || client >= len(g.agents) {
 		return 0
 	}
@@ -192,6 +192,6 @@ func (g *agenticGen) thinkTime(client int) time.Duration {
 
 // thinker is a generator whose clients pause between turns for a time it
 // chose (a tool call), on top of the load's think time.
-type thinker interface {
-	thinkTime(client int) time.Duration
+type Thinker interface {
+	ThinkTime(client int) time.Duration
 }

@@ -1,4 +1,4 @@
-package sim
+package scenario
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ type TraceConfig struct {
 // trace recorded by `trimtab serve`) get the mean of the known ones, or
 // cfg.OutputTokens when none is known. It is named "trace-" and the file's
 // base name.
-func TraceScenario(path string, cfg TraceConfig) (*Scenario, error) {
+func FromTrace(path string, cfg TraceConfig) (*Scenario, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
@@ -50,7 +50,7 @@ const MaxTraceData = 256 << 20
 // JSONL, not compressed), such as a window taken from `trimtab serve`'s
 // traffic recorder: the scenario keeps data (the caller must not modify
 // it) and is named "trace-" and name.
-func TraceScenarioData(name string, data []byte, cfg TraceConfig) (*Scenario, error) {
+func FromTraceData(name string, data []byte, cfg TraceConfig) (*Scenario, error) {
 	if len(data) > MaxTraceData {
 		return nil, fmt.Errorf("trace: %d bytes, want at most %d", len(data), MaxTraceData)
 	}
@@ -106,7 +106,7 @@ load:
 `, strconv.Quote(name),
 		strconv.Quote(fmt.Sprintf("Replay of the %d requests of %s on %d servers at their recorded pace; unknown output lengths are %d tokens.", len(entries), label, cfg.Servers, out)),
 		span, span/20, cfg.Servers, strconv.Quote(path), out)
-	sc, err := ParseScenario([]byte(text), "")
+	sc, err := Parse([]byte(text), "")
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,22 @@
-package sim
+package scenario
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // Validate checks the scenario; errors name the field.
+// maxAdapters bounds workload.adapters.
+const MaxAdapters = 4096
+
 func (s *Scenario) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -137,8 +143,8 @@ func (s *Scenario) Validate() error {
 		}
 	}
 	for i, p := range s.Policies {
-		if _, ok := builtinPolicy(p); !ok {
-			bad("policies[%d]: unknown policy %q (known: %s)", i, p, strings.Join(PolicyNames(), ", "))
+		if p == "" {
+			bad("policies[%d]: must name a policy", i)
 		}
 	}
 	return errors.Join(errs...)
@@ -208,8 +214,8 @@ func (w *Workload) validate(prefix, mode string) []error {
 	if w.SystemTokens < 0 || w.MaxPromptTokens < 0 {
 		bad("token counts must be ≥ 0")
 	}
-	if w.Adapters < 0 || w.Adapters > maxAdapters {
-		bad("adapters: %d, must be in [0, %d]", w.Adapters, maxAdapters)
+	if w.Adapters < 0 || w.Adapters > MaxAdapters {
+		bad("adapters: %d, must be in [0, %d]", w.Adapters, MaxAdapters)
 	}
 	if w.AdapterZipf < 0 || w.AdapterZipf > 10 {
 		bad("adapter_zipf: %v, must be in [0, 10]", w.AdapterZipf)
@@ -223,9 +229,9 @@ func (w *Workload) validate(prefix, mode string) []error {
 	return errs
 }
 
-// ParseScenario decodes one scenario from YAML (unknown fields are errors),
+// Parse decodes one scenario from YAML (unknown fields are errors),
 // applies defaults and validates it. dir resolves a relative trace path.
-func ParseScenario(data []byte, dir string) (*Scenario, error) {
+func Parse(data []byte, dir string) (*Scenario, error) {
 	s := &Scenario{
 		ScrapeInterval: 50 * time.Millisecond,
 		Timeout:        60 * time.Second,
@@ -245,6 +251,33 @@ func ParseScenario(data []byte, dir string) (*Scenario, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %q: %w", s.Name, err)
 	}
+	return s, nil
+}
+
+// LoadFile reads a scenario file; a relative trace path resolves against the
+// file's directory.
+func LoadFile(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	abs, _ := filepath.Abs(filepath.Dir(path))
+	return Parse(data, abs)
+}
+
+// ParseFS reads the scenario at name in fsys. Its relative paths (a
+// trace) resolve inside fsys, so a scenario embedded in a binary runs from
+// any directory.
+func ParseFS(fsys fs.FS, name string) (*Scenario, error) {
+	data, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	s, err := Parse(data, path.Dir(name))
+	if err != nil {
+		return nil, err
+	}
+	s.fsys = fsys
 	return s, nil
 }
 
@@ -314,7 +347,7 @@ func (s *Scenario) resolve() error {
 		rt.SetDefaults()
 	}
 	s.resolveStreams()
-	s.Engine.setDefaults()
+	s.Engine.SetDefaults()
 	for i := range s.Events {
 		ev := &s.Events[i]
 		if ev.Kind == EventPodJoin {

@@ -1,8 +1,8 @@
-package sim
+package scenario
 
 import (
-	"embed"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -11,8 +11,9 @@ import (
 	"github.com/trimtab/trimtab/sim/engine"
 )
 
-//go:embed scenarios/*.yaml scenarios/data/*.jsonl.gz
-var shipped embed.FS
+// OpenChatSlots is how many chat sessions (and client tenants) an
+// open-loop workload interleaves.
+const OpenChatSlots = 128
 
 // Workload kinds.
 const (
@@ -114,8 +115,12 @@ type Scenario struct {
 	// workload and arrivals (see Stream).
 	Streams []Stream `yaml:"streams"`
 
-	dir      string // directory of the scenario file, for relative trace paths
-	embedded bool   // a shipped scenario: relative paths are in the binary
+	// dir is the directory of the scenario file, for relative trace paths
+	// (in fsys when that is set).
+	dir string
+	// fsys is the file system the scenario came from (ParseFS; nil: the
+	// operating system's).
+	fsys fs.FS
 	// traceData, when set, is the trace itself (TraceScenarioData); the
 	// workload's trace names it and is never opened.
 	traceData []byte
@@ -217,61 +222,6 @@ type Event struct {
 	// DiscoveryDelay is how long a lost pod stays in the pool (scrapes
 	// failing) before discovery drops it; default 1s.
 	DiscoveryDelay time.Duration `yaml:"discovery_delay"`
-}
-
-// EngineOverrides are optional replacements for engine defaults: a
-// scenario's engine: section, or an engine calibration file (sim/engines).
-// Classes, when set, make the pool mixed (see EngineClass).
-type EngineOverrides struct {
-	BlockSize           int           `yaml:"block_size"`
-	NumBlocks           int           `yaml:"num_blocks"`
-	MaxNumSeqs          int           `yaml:"max_num_seqs"`
-	MaxBatchedTokens    int           `yaml:"max_batched_tokens"`
-	StepFixed           time.Duration `yaml:"step_fixed"`
-	StepPerPrefillToken time.Duration `yaml:"step_per_prefill_token"`
-	StepPerDecodeSeq    time.Duration `yaml:"step_per_decode_seq"`
-	StepPerContextToken time.Duration `yaml:"step_per_context_token"`
-	PrefillAttention1k  time.Duration `yaml:"prefill_attention_per_1k"`
-	DisablePrefixCache  bool          `yaml:"disable_prefix_caching"`
-	MaxLoRAs            int           `yaml:"max_loras"`
-	MaxCPULoRAs         int           `yaml:"max_cpu_loras"`
-	LoRALoadCPU         time.Duration `yaml:"lora_load_cpu"`
-	LoRALoadDisk        time.Duration `yaml:"lora_load_disk"`
-	// Classes split the servers into engine classes (GPU generations,
-	// models), each with its own engine.
-	Classes []EngineClass `yaml:"classes"`
-}
-
-// Apply returns base with the non-zero overrides applied (Classes aside:
-// see Scenario.ServerEngine).
-func (o EngineOverrides) Apply(base engine.Config) engine.Config {
-	set := func(dst *int, v int) {
-		if v != 0 {
-			*dst = v
-		}
-	}
-	setD := func(dst *time.Duration, v time.Duration) {
-		if v != 0 {
-			*dst = v
-		}
-	}
-	set(&base.BlockSize, o.BlockSize)
-	set(&base.NumBlocks, o.NumBlocks)
-	set(&base.MaxNumSeqs, o.MaxNumSeqs)
-	set(&base.MaxBatchedTokens, o.MaxBatchedTokens)
-	setD(&base.StepFixed, o.StepFixed)
-	setD(&base.StepPerPrefillToken, o.StepPerPrefillToken)
-	setD(&base.StepPerDecodeSeq, o.StepPerDecodeSeq)
-	setD(&base.StepPerContextToken, o.StepPerContextToken)
-	setD(&base.PrefillAttentionPer1k, o.PrefillAttention1k)
-	if o.DisablePrefixCache {
-		base.PrefixCaching = false
-	}
-	set(&base.MaxLoRAs, o.MaxLoRAs)
-	set(&base.MaxCPULoRAs, o.MaxCPULoRAs)
-	setD(&base.LoRALoadCPU, o.LoRALoadCPU)
-	setD(&base.LoRALoadDisk, o.LoRALoadDisk)
-	return base
 }
 
 // Workload describes the requests. Which fields matter depends on Kind.
@@ -478,5 +428,17 @@ func (rt *Routers) SetDefaults() {
 	}
 	if rt.SyncInterval == 0 {
 		rt.SyncInterval = 10 * time.Millisecond
+	}
+}
+
+// LevelUnit names what a load level means for the scenario's mode.
+func (s *Scenario) LevelUnit() string {
+	switch s.Load.Mode {
+	case ModeOpen:
+		return "req/s"
+	case ModeTrace:
+		return "× trace speed"
+	default:
+		return "concurrency"
 	}
 }

@@ -1,6 +1,7 @@
-package sim
+package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -156,7 +157,7 @@ func Compare(runs []RunSummary, a, b string, agg Aggregate) Comparison {
 		if p.Scenario != q.Scenario {
 			return strings.Compare(p.Scenario, q.Scenario)
 		}
-		return cmpFloat(p.Level, q.Level)
+		return cmp.Compare(p.Level, q.Level)
 	})
 	return c
 }
