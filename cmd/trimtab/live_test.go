@@ -98,16 +98,7 @@ func TestLiveDashboardAndStatusPage(t *testing.T) {
 	})
 
 	t.Run("status page in a real browser", func(t *testing.T) {
-		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-			chromedp.ExecPath(chromium),
-			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-			chromedp.Flag("disable-background-networking", true),
-			chromedp.Flag("disable-component-update", true),
-			chromedp.Flag("disable-sync", true),
-			chromedp.Flag("disable-dev-shm-usage", true),
-			chromedp.UserDataDir(t.TempDir()),
-			chromedp.WindowSize(1440, 1600),
-		)
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), testenv.BrowserOptions(chromium, t.TempDir(), chromedp.WindowSize(1440, 1600))...)
 		defer cancelAlloc()
 		ctx, cancel := chromedp.NewContext(actx)
 		defer cancel()

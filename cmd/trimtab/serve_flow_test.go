@@ -134,15 +134,7 @@ func TestServeFlowCardInBrowser(t *testing.T) {
 	if resp, b := post(t, ts.proxyURL+"/v1/completions", `{"model": "llama-3.1-8b-instruct", "prompt": "hi", "max_tokens": 2}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("request: %d %s", resp.StatusCode, b)
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), testenv.BrowserOptions(chromium, t.TempDir())...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()

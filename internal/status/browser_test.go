@@ -272,17 +272,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer live.Wait()
 	defer stopLive()
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1440, 1600),
-	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), testenv.BrowserOptions(chromium, t.TempDir(), chromedp.WindowSize(1440, 1600))...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(actx)
 	// Backstop: whatever hangs, the browser goes away after two minutes.
@@ -530,17 +520,7 @@ func checkMeters(t *testing.T, eval func(string) string) {
 func browser(t *testing.T, onlyExceptions bool) (context.Context, func() []string) {
 	t.Helper()
 	chromium := testenv.Program(t, "chromium", "apt-get update && apt-get install -y chromium (./test.sh does it on Debian)")
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1440, 1200),
-	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), testenv.BrowserOptions(chromium, t.TempDir(), chromedp.WindowSize(1440, 1200))...)
 	ctx, cancel := chromedp.NewContext(actx)
 	backstop := time.AfterFunc(2*time.Minute, cancel)
 	var (

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // E2E is the environment variable that asks for end-to-end tests.
@@ -50,4 +52,20 @@ func find(name, install string, e2e bool, look func(string) (string, error)) (pa
 		return "", name + " is not installed and " + E2E + "=1 asks for end-to-end tests: " + install, true
 	}
 	return "", name + " is not installed; skipping (to run this test: " + install + "; set " + E2E + "=1 to make a missing program fail)", false
+}
+
+// BrowserOptions are the allocator options every test's headless Chromium
+// runs with: the program at path, no sandbox, GPU, first-run or
+// background work, its profile in dir (a test's TempDir), then extra.
+func BrowserOptions(path, dir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
+	return append([]chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(dir),
+	}, extra...)
 }
