@@ -213,8 +213,9 @@ func (l *Loop) Signal() (value float64, at time.Time, ok bool) {
 	return 0, time.Time{}, false
 }
 
-// BaseWeights returns the profile's base weights the loop runs over
-// (a reload's once a tick has applied it), index-aligned with the
+// BaseWeights returns the base weights the loop runs over: the
+// profile's (a reload's once a tick has applied it), blended by the trade
+// law's mix when it has moved (adaptive.trade), index-aligned with the
 // target's scorers. Safe for concurrent use; the caller must not modify
 // the slice.
 func (l *Loop) BaseWeights() []float64 { return *l.base.Load() }
