@@ -34,15 +34,17 @@ type TradeConfig struct {
 	AffinityFloor float64 `mapstructure:"affinity_floor"`
 	// SpreadOn is the prefill-throughput spread (fastest ÷ slowest learned
 	// endpoint) at or above which the pool counts as heterogeneous and the
-	// mix moves toward 1, > SpreadOff. Default 2: the calibrator learns
-	// each endpoint within 10 % (docs/calibration.md), so a pool of equals
-	// reads at most 1.1 ÷ 0.9 ≈ 1.22, while an A100-40GB beside an
-	// H100-80GB reads 3.8 (docs/calibrations.md).
+	// mix moves toward 1, > SpreadOff. Default 1.5: the calibrator fits
+	// endpoints of the same capacity and models together, so a pool of
+	// equals reads exactly 1; pods of two sizes 2:1 read 2 and an
+	// A100-40GB beside an H100-80GB 3.9–6.3, and both are served better in
+	// seconds (docs/adaptive.md, "The trade law").
 	SpreadOn float64 `mapstructure:"spread_on"`
 	// SpreadOff is the spread at or below which a heterogeneous pool counts
 	// as homogeneous again and the mix moves back toward 0, in [1,
-	// SpreadOn). Default 1.5: the hysteresis band keeps a spread near
-	// either threshold from flipping the shape.
+	// SpreadOn). Default 1.25: the hysteresis band keeps a spread near
+	// either threshold (a class learned within the calibrator's 10 %) from
+	// flipping the shape.
 	SpreadOff float64 `mapstructure:"spread_off"`
 	// Step is the largest change of the mix one evaluation makes, in (0, 1].
 	// Default 0.25: a full swing takes four evaluations.
@@ -61,7 +63,7 @@ type TradeConfig struct {
 
 // DefaultTradeConfig returns the documented defaults (off).
 func DefaultTradeConfig() TradeConfig {
-	return TradeConfig{SpreadOn: 2, SpreadOff: 1.5, Step: 0.25, Interval: 5 * time.Second, MinSamples: 20}
+	return TradeConfig{SpreadOn: 1.5, SpreadOff: 1.25, Step: 0.25, Interval: 5 * time.Second, MinSamples: 20}
 }
 
 // maxTradeWeights bounds the trade.weights map (a profile has few scorers).

@@ -30,7 +30,8 @@ func tradeConfig() Config {
 }
 
 func TestTradeNext(t *testing.T) {
-	cfg := DefaultTradeConfig() // spread_on 2, spread_off 1.5, step 0.25
+	cfg := DefaultTradeConfig() // step 0.25
+	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
 	calm, reb := configurator.ModeCalm, configurator.ModeRebalance
 	tests := []struct {
 		name   string
@@ -126,7 +127,7 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"d_max", func(c *TradeConfig) { c.DMax = 1.5 }, "adaptive.trade.d_max"},
 		{"affinity_floor", func(c *TradeConfig) { c.AffinityFloor = 1 }, "adaptive.trade.affinity_floor"},
 		{"spread_off below 1", func(c *TradeConfig) { c.SpreadOff = 0.9 }, "adaptive.trade.spread_off"},
-		{"spread_on not above off", func(c *TradeConfig) { c.SpreadOn = 1.5 }, "adaptive.trade.spread_on"},
+		{"spread_on not above off", func(c *TradeConfig) { c.SpreadOn = c.SpreadOff }, "adaptive.trade.spread_on"},
 		{"step", func(c *TradeConfig) { c.Step = 0 }, "adaptive.trade.step"},
 		{"interval", func(c *TradeConfig) { c.Interval = time.Millisecond }, "adaptive.trade.interval"},
 		{"min_samples", func(c *TradeConfig) { c.MinSamples = 0 }, "adaptive.trade.min_samples"},
@@ -211,9 +212,9 @@ func tradePool(t *testing.T, s *scheduler.Scheduler, rate float64) []*scheduler.
 	return s.Pool().Pointers()
 }
 
-// TestLoopTrade runs the loop with the trade law (interval 5 s, step 0.5)
-// on a calm pool. Homogeneous (14,410 ÷ 13,100 = 1.1) for 60 s: no change.
-// Then b learns 39,300 (spread 3 ≥ 2): the evaluations at 65 s and 70 s
+// TestLoopTrade runs the loop with the trade law (interval 5 s, step 0.5,
+// spread_on 1.5, spread_off 1.25) on a calm pool. Homogeneous (14,410 ÷
+// 13,100 = 1.1) for 60 s: no change. Then b learns 39,300 (spread 3 ≥ 1.5): the evaluations at 65 s and 70 s
 // move the mix 0 → 0.5 → 1, and the calm weights settle at the second
 // shape: prefix 1, queue 6, bias 0.5, kv 2, lora 1 (T = 10, D = 8/10,
 // prefix 10·0.2·1/2 = 1, queue 10·0.8·6/8 = 6). Back to 14,410 (1.1 ≤
@@ -276,7 +277,7 @@ func TestLoopTrade(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d trade lines, want 4:\n%s", len(lines), buf.String())
 	}
-	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, "prefill spread 3.00 over 2 endpoints (heterogeneous: crossed spread_on 2.00): mix 0 → 0.5") {
+	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, "prefill spread 3.00 over 2 endpoints (heterogeneous: crossed spread_on 1.50): mix 0 → 0.5") {
 		t.Errorf("first trade line %v", lines[0])
 	}
 	if base, _ := lines[1]["base"].(map[string]any); base["queue"] != 6.0 {
@@ -285,7 +286,8 @@ func TestLoopTrade(t *testing.T) {
 }
 
 // TestLoopTradeCalmFleet: a homogeneous pool in calm for 10 minutes makes
-// no trade change and no weights version after the calm entry (version 2).
+// (spread 1.2 < spread_on 1.5) no trade change and no weights version
+// after the calm entry (version 2).
 func TestLoopTradeCalmFleet(t *testing.T) {
 	s := target(t)
 	l := mustNew(t, tradeConfig(), s, Deps{})

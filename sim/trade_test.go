@@ -8,10 +8,11 @@ import (
 // TestTradeLaw runs sim/profiles/adaptive-trade.yaml on the chat
 // scenario's traffic for 90 s: on the pool of two GPU generations the
 // learned prefill throughputs are ≈ 3.8 apart (the H100's 2,048-token
-// chunk is 3.8× faster, docs/calibrations.md), above spread_on 2, so the
+// chunk is 3.8× faster, docs/calibrations.md), above spread_on 1.5, so the
 // law moves the calm weights to the trade shape (time-cost > 0); on the
-// homogeneous A100 pool the spread stays near 1 and the weights never
-// leave the profile's shape (time-cost 0 at every sample).
+// homogeneous A100 pool every endpoint shares its class's fit, the spread
+// is 1 and the weights never leave the profile's shape (time-cost 0 at
+// every sample).
 func TestTradeLaw(t *testing.T) {
 	pol, err := LoadProfilePolicy("profiles/adaptive-trade.yaml")
 	if err != nil {
