@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/trimtab/trimtab/configurator"
@@ -24,7 +25,9 @@ type TradeConfig struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Weights are the second shape: scorer name → weight, written over
 	// the profile's weights (scorers not named keep theirs). Each name is
-	// a scorer of the profile; each weight a finite number ≥ 0.
+	// a scorer of the profile, matched without regard to case (the config
+	// loader lowercases keys); each weight is in [0, 1e6], the scorers'
+	// range.
 	Weights map[string]float64 `mapstructure:"weights"`
 	// DMax and AffinityFloor are adaptive.d_max and adaptive.affinity_floor
 	// at mix 1 (0: the profile's); between the shapes each is the mix's
@@ -66,8 +69,12 @@ func DefaultTradeConfig() TradeConfig {
 	return TradeConfig{SpreadOn: 1.5, SpreadOff: 1.25, Step: 0.25, Interval: 5 * time.Second, MinSamples: 20}
 }
 
-// maxTradeWeights bounds the trade.weights map (a profile has few scorers).
-const maxTradeWeights = 64
+// maxTradeWeights bounds the trade.weights map (a profile has few
+// scorers); maxTradeWeight is a scorer weight's maximum (configs.MaxWeight).
+const (
+	maxTradeWeights = 64
+	maxTradeWeight  = 1e6
+)
 
 // Validate checks the section alone; errors name the field as
 // adaptive.trade.<key>. CheckProfile checks the weights against the
@@ -98,11 +105,26 @@ func (c TradeConfig) Validate() error {
 		return fmt.Errorf(p+"min_samples: must be 1…4096, got %d", c.MinSamples)
 	}
 	for _, name := range c.names() {
-		if w := c.Weights[name]; !(w >= 0) || !finite(w) {
-			return fmt.Errorf(p+"weights.%s: must be a finite number ≥ 0, got %v", name, w)
+		if w := c.Weights[name]; !(w >= 0 && w <= maxTradeWeight) {
+			return fmt.Errorf(p+"weights.%s: must be in [0, %g], got %v", name, w, float64(maxTradeWeight))
 		}
 	}
 	return nil
+}
+
+// weight returns the trade weight for the scorer called name: its key's,
+// else that of the first key (in sorted order) equal to it without regard
+// to case.
+func (c TradeConfig) weight(name string) (float64, bool) {
+	if w, ok := c.Weights[name]; ok {
+		return w, true
+	}
+	for _, k := range c.names() {
+		if strings.EqualFold(k, name) {
+			return c.Weights[k], true
+		}
+	}
+	return 0, false
 }
 
 // names returns the Weights keys sorted, so errors are deterministic.
@@ -127,7 +149,7 @@ func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []sch
 	}
 	m = min(m, 1)
 	for i := range out {
-		if w, ok := c.Trade.Weights[out[i].Name]; ok {
+		if w, ok := c.Trade.weight(out[i].Name); ok {
 			out[i].Weight = (1-m)*out[i].Weight + m*w
 		}
 	}
@@ -154,7 +176,7 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	for _, name := range c.Trade.names() {
 		found := false
 		for _, e := range profile {
-			found = found || e.Name == name
+			found = found || strings.EqualFold(e.Name, name)
 		}
 		if !found {
 			return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
