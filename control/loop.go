@@ -168,8 +168,10 @@ func (l *Loop) storeBase(profile []scheduler.ScorerEntry) {
 // "" when the mix stayed.
 func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 	spread, n := PrefillSpread(pool, l.cfg.Trade.MinSamples)
+	declared := CapacitySpread(pool)
 	l.m.tradeSpread.Set(spread)
-	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, LoopMode: l.conf.Mode()})
+	l.m.tradeDeclared.Set(declared)
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, LoopMode: l.conf.Mode()})
 	if why == "" {
 		l.trade = next
 		return ""
@@ -184,7 +186,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 	l.storeBase(mixed)
 	l.m.tradeMix.Set(next.Mix)
 	l.m.tradeChanges.Inc()
-	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n,
+	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared,
 		slog.Group("base", l.attrs(*l.base.Load())...))
 	return why
 }
@@ -316,7 +318,8 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 		}
 	}
 	t := &Tick{At: now, Previous: l.target.Weights()}
-	if l.cfg.Trade.Enabled && !now.Before(l.tradeNext) {
+	// The first evaluation waits for the configurator's first step (calm).
+	if l.cfg.Trade.Enabled && !now.Before(l.tradeNext) && l.conf.Mode() != configurator.ModeStatic {
 		l.tradeNext = now.Add(l.cfg.Trade.Interval)
 		t.Trade = l.stepTrade(pool)
 	}

@@ -32,8 +32,8 @@ type metrics struct {
 	freezes     prometheus.Counter
 	publishErrs prometheus.Counter
 
-	tradeMix, tradeSpread prometheus.Gauge
-	tradeChanges          prometheus.Counter
+	tradeMix, tradeSpread, tradeDeclared prometheus.Gauge
+	tradeChanges                         prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -72,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tradeSpread: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_prefill_spread_ratio",
 			Help: "Spread the trade law read at its latest evaluation: fastest ÷ slowest learned prefill throughput over the endpoints with enough samples (1 with fewer than two).",
+		}),
+		tradeDeclared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_capacity_spread_ratio",
+			Help: "Spread the trade law read at its latest evaluation: largest ÷ smallest declared endpoint capacity.",
 		}),
 		tradeChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_control_trade_changes_total",
@@ -115,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

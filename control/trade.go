@@ -18,8 +18,10 @@ import (
 // calibrator learned of the pool (docs/adaptive.md, "The trade law"). A
 // pool whose endpoints prefill at rates far apart (two GPU generations,
 // pods of different sizes) is priced in seconds; a pool of equals keeps
-// the profile. The input is the spread of the endpoints' learned prefill
-// throughput (scheduler.Calibration), max ÷ min.
+// the profile. The input is the pool's speed spread, fastest ÷ slowest:
+// the larger of the declared capacities' (known from the first tick, the
+// same on every replica) and the learned prefill throughputs'
+// (scheduler.Calibration, once two endpoints have enough samples).
 type TradeConfig struct {
 	// Enabled turns the law on; it needs adaptive.enabled. Default false.
 	Enabled bool `mapstructure:"enabled"`
@@ -35,8 +37,8 @@ type TradeConfig struct {
 	// profile's d_max needs its own.
 	DMax          float64 `mapstructure:"d_max"`
 	AffinityFloor float64 `mapstructure:"affinity_floor"`
-	// SpreadOn is the prefill-throughput spread (fastest ÷ slowest learned
-	// endpoint) at or above which the pool counts as heterogeneous and the
+	// SpreadOn is the speed spread (fastest ÷ slowest endpoint, declared or
+	// learned) at or above which the pool counts as heterogeneous and the
 	// mix moves toward 1, > SpreadOff. Default 1.5: the calibrator fits
 	// endpoints of the same capacity and models together, so a pool of
 	// equals reads exactly 1; pods of two sizes 2:1 read 2 and an
@@ -194,6 +196,20 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	}
 }
 
+// CapacitySpread returns the largest declared capacity in pool over the
+// smallest (Endpoint.CapacityOrOne); 1 for fewer than two endpoints.
+func CapacitySpread(pool []*scheduler.Endpoint) float64 {
+	if len(pool) < 2 {
+		return 1
+	}
+	lo, hi := math.Inf(1), 0.0
+	for _, e := range pool {
+		c := e.CapacityOrOne()
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return hi / lo
+}
+
 // PrefillSpread returns the spread of the pool's learned prefill
 // throughput, fastest ÷ slowest, over the endpoints whose calibration
 // rests on at least minSamples observations, and how many those are. With
@@ -227,26 +243,35 @@ type TradeState struct {
 
 // TradeInput is what one evaluation reads.
 type TradeInput struct {
-	// Spread and Endpoints are PrefillSpread's results.
+	// Spread and Endpoints are PrefillSpread's results (learned).
 	Spread    float64
 	Endpoints int
+	// Declared is CapacitySpread's result; 0 or 1 when every endpoint
+	// declares the same capacity.
+	Declared float64
 	// LoopMode is the configurator's mode; the mix changes only in calm.
 	LoopMode string
 }
 
-// Next is the trade law as a pure function: the spread crossing spread_on
-// makes the pool heterogeneous, crossing spread_off homogeneous again
-// (with fewer than two counted endpoints the classification holds); the
+// Next is the trade law as a pure function. The speed spread is Declared,
+// or the larger of Declared and the learned Spread once Endpoints ≥ 2.
+// Its crossing spread_on makes the pool heterogeneous, crossing spread_off
+// homogeneous again (with fewer than two learned endpoints and a declared
+// spread below spread_on the classification holds); the
 // mix then moves toward 1 (heterogeneous) or 0 by at most Step, only
 // while the loop is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
 func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
-	if in.Endpoints >= 2 {
+	spread, src := max(in.Declared, 1), "declared capacity"
+	if in.Endpoints >= 2 && in.Spread > spread {
+		spread, src = in.Spread, fmt.Sprintf("learned prefill, %d endpoints", in.Endpoints)
+	}
+	if in.Endpoints >= 2 || spread >= c.SpreadOn {
 		switch {
-		case !s.Heterogeneous && in.Spread >= c.SpreadOn:
+		case !s.Heterogeneous && spread >= c.SpreadOn:
 			s.Heterogeneous = true
-		case s.Heterogeneous && in.Spread <= c.SpreadOff:
+		case s.Heterogeneous && spread <= c.SpreadOff:
 			s.Heterogeneous = false
 		}
 	}
@@ -263,7 +288,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	} else {
 		s.Mix = max(target, s.Mix-c.Step)
 	}
-	why := fmt.Sprintf("prefill spread %.2f over %d endpoints", in.Spread, in.Endpoints)
+	why := fmt.Sprintf("speed spread %.2f (%s)", spread, src)
 	if s.Heterogeneous {
 		why += fmt.Sprintf(" (heterogeneous: crossed spread_on %.2f)", c.SpreadOn)
 	} else {

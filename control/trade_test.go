@@ -41,25 +41,35 @@ func TestTradeNext(t *testing.T) {
 		reason string // a substring; "" means no change
 	}{
 		// 1.2 < spread_on 2: a pool of equals stays at the profile's shape.
-		{"equals", TradeState{}, TradeInput{1.2, 4, calm}, TradeState{}, ""},
+		{"equals", TradeState{}, TradeInput{1.2, 4, 1, calm}, TradeState{}, ""},
 		// 1.7 is inside the band (1.5, 2): a homogeneous pool stays one.
-		{"band from homogeneous", TradeState{}, TradeInput{1.7, 4, calm}, TradeState{}, ""},
+		{"band from homogeneous", TradeState{}, TradeInput{1.7, 4, 1, calm}, TradeState{}, ""},
 		// 2.0 ≥ spread_on 2: heterogeneous; mix 0 + 0.25 = 0.25.
-		{"crosses on", TradeState{}, TradeInput{2, 4, calm}, TradeState{0.25, true}, "mix 0 → 0.25"},
+		{"crosses on", TradeState{}, TradeInput{2, 4, 1, calm}, TradeState{0.25, true}, "speed spread 2.00 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25"},
 		// 3.8 from one counted endpoint says nothing: classification and mix hold.
-		{"one endpoint", TradeState{}, TradeInput{3.8, 1, calm}, TradeState{}, ""},
+		{"one endpoint", TradeState{}, TradeInput{3.8, 1, 1, calm}, TradeState{}, ""},
 		// 1.8 > spread_off 1.5: still heterogeneous; 0.5 + 0.25 = 0.75.
-		{"band from heterogeneous", TradeState{0.5, true}, TradeInput{1.8, 4, calm}, TradeState{0.75, true}, "mix 0.5 → 0.75"},
+		{"band from heterogeneous", TradeState{0.5, true}, TradeInput{1.8, 4, 1, calm}, TradeState{0.75, true}, "mix 0.5 → 0.75"},
 		// 1.5 ≤ spread_off 1.5: homogeneous again; 0.5 − 0.25 = 0.25.
-		{"crosses off", TradeState{0.5, true}, TradeInput{1.5, 4, calm}, TradeState{0.25, false}, "homogeneous: crossed spread_off 1.50"},
+		{"crosses off", TradeState{0.5, true}, TradeInput{1.5, 4, 1, calm}, TradeState{0.25, false}, "homogeneous: crossed spread_off 1.50"},
 		// Out of calm the classification follows the spread, the mix holds.
-		{"rebalance holds", TradeState{}, TradeInput{3, 4, reb}, TradeState{0, true}, ""},
+		{"rebalance holds", TradeState{}, TradeInput{3, 4, 1, reb}, TradeState{0, true}, ""},
 		// 0.9 + 0.25 = 1.15, capped at 1.
-		{"capped at 1", TradeState{0.9, true}, TradeInput{3, 4, calm}, TradeState{1, true}, "mix 0.9 → 1"},
+		{"capped at 1", TradeState{0.9, true}, TradeInput{3, 4, 1, calm}, TradeState{1, true}, "mix 0.9 → 1"},
 		// At the target nothing moves.
-		{"settled", TradeState{1, true}, TradeInput{3.8, 6, calm}, TradeState{1, true}, ""},
+		{"settled", TradeState{1, true}, TradeInput{3.8, 6, 1, calm}, TradeState{1, true}, ""},
 		// No counted endpoint: the heterogeneous state and its mix hold.
-		{"no endpoints", TradeState{1, true}, TradeInput{1, 0, calm}, TradeState{1, true}, ""},
+		{"no endpoints", TradeState{1, true}, TradeInput{1, 0, 1, calm}, TradeState{1, true}, ""},
+		// Declared capacities 1 and 3 (spread 3 ≥ 2) count before anything
+		// is learned: 0 + 0.25.
+		{"declared", TradeState{}, TradeInput{1, 0, 3, calm}, TradeState{0.25, true}, "speed spread 3.00 (declared capacity)"},
+		// The learned spread decides when it is the larger: 3.8 > 3.
+		{"learned above declared", TradeState{}, TradeInput{3.8, 4, 3, calm}, TradeState{0.25, true}, "speed spread 3.80 (learned prefill, 4 endpoints)"},
+		// A declared spread of 3 keeps the pool heterogeneous even when the
+		// learned one reads 1.1 ≤ 1.5: max(3, 1.1) = 3.
+		{"declared holds", TradeState{1, true}, TradeInput{1.1, 4, 3, calm}, TradeState{1, true}, ""},
+		// A declared spread of 1.7 alone is inside the band and says nothing.
+		{"declared in band", TradeState{}, TradeInput{1, 0, 1.7, calm}, TradeState{}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,14 +223,16 @@ func tradePool(t *testing.T, s *scheduler.Scheduler, rate float64) []*scheduler.
 }
 
 // TestLoopTrade runs the loop with the trade law (interval 5 s, step 0.5,
-// spread_on 1.5, spread_off 1.25) on a calm pool. Homogeneous (14,410 ÷
-// 13,100 = 1.1) for 60 s: no change. Then b learns 39,300 (spread 3 ≥ 1.5): the evaluations at 65 s and 70 s
-// move the mix 0 → 0.5 → 1, and the calm weights settle at the second
-// shape: prefix 1, queue 6, bias 0.5, kv 2, lora 1 (T = 10, D = 8/10,
-// prefix 10·0.2·1/2 = 1, queue 10·0.8·6/8 = 6). Back to 14,410 (1.1 ≤
-// 1.5): 1 → 0.5 → 0 at 95 s and 100 s. Four changes, each logged with its
-// reason and counted; a second loop fed the same pools publishes the same
-// weights at every tick.
+// spread_on 1.5, spread_off 1.25) on a calm pool of two endpoints of
+// capacity 1. The first evaluation waits for calm (the second tick, 50
+// ms), so evaluations fall at 0.05 + 5k s. Homogeneous (14,410 ÷ 13,100 =
+// 1.1) for 60 s: no change. Then b learns 39,300 (spread 3 ≥ 1.5): the
+// evaluations at 60.05 s and 65.05 s move the mix 0 → 0.5 → 1, and the
+// calm weights settle at the second shape: prefix 1, queue 6, bias 0.5, kv
+// 2, lora 1 (T = 10, D = 8/10, prefix 10·0.2·1/2 = 1, queue 10·0.8·6/8 =
+// 6). Back to 14,410 after 90 s (1.1 ≤ 1.25): 1 → 0.5 → 0 at 90.05 s and
+// 95.05 s. Four changes, each logged with its reason and counted; a second
+// loop fed the same pools publishes the same weights at every tick.
 func TestLoopTrade(t *testing.T) {
 	cfg := tradeConfig()
 	cfg.Trade.Step = 0.5
@@ -252,7 +264,7 @@ func TestLoopTrade(t *testing.T) {
 			}
 		}
 	}
-	if want := []time.Duration{65 * time.Second, 70 * time.Second, 95 * time.Second, 100 * time.Second}; !slices.Equal(changes, want) {
+	if want := []time.Duration{60*time.Second + tick, 65*time.Second + tick, 90*time.Second + tick, 95*time.Second + tick}; !slices.Equal(changes, want) {
 		t.Errorf("mix changed at %v, want %v", changes, want)
 	}
 	if w := sa.Weights(); !slices.Equal(w.Values, []float64{3, 2, 0.5, 2, 1}) {
@@ -277,7 +289,7 @@ func TestLoopTrade(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d trade lines, want 4:\n%s", len(lines), buf.String())
 	}
-	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, "prefill spread 3.00 over 2 endpoints (heterogeneous: crossed spread_on 1.50): mix 0 → 0.5") {
+	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, "speed spread 3.00 (learned prefill, 2 endpoints) (heterogeneous: crossed spread_on 1.50): mix 0 → 0.5") {
 		t.Errorf("first trade line %v", lines[0])
 	}
 	if base, _ := lines[1]["base"].(map[string]any); base["queue"] != 6.0 {
@@ -298,5 +310,56 @@ func TestLoopTradeCalmFleet(t *testing.T) {
 	}
 	if w := s.Weights(); w.Version != 2 || w.Mode != configurator.ModeCalm || l.Trade() != (TradeState{}) {
 		t.Errorf("weights %+v, trade %+v; want version 2 in calm at mix 0", w, l.Trade())
+	}
+}
+
+func TestCapacitySpread(t *testing.T) {
+	tests := []struct {
+		name string
+		caps []float64
+		want float64
+	}{
+		{"one endpoint", []float64{3}, 1},
+		// Capacity 0 reads as 1 (CapacityOrOne): 1 ÷ 1.
+		{"equals", []float64{1, 0, 1}, 1},
+		// 3 ÷ 1 = 3.
+		{"two generations", []float64{1, 3, 1, 3}, 3},
+		// 4 ÷ 1 = 4.
+		{"1:1:2:4", []float64{1, 1, 2, 4}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := make([]*scheduler.Endpoint, len(tt.caps))
+			for i, c := range tt.caps {
+				pool[i] = &scheduler.Endpoint{Address: string(rune('a'+i)) + ":1", Capacity: c}
+			}
+			if got := CapacitySpread(pool); got != tt.want {
+				t.Errorf("spread %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoopTradeDeclared: two endpoints declaring capacities 1 and 3 and
+// nothing learned: the declared spread 3 ≥ spread_on 1.5 moves the mix by
+// 0.25 at each evaluation from the first calm tick, 0.05, 5.05, 10.05 and
+// 15.05 s, to 1, and nothing after.
+func TestLoopTradeDeclared(t *testing.T) {
+	s := target(t)
+	s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1", Capacity: 1}, {Address: "b:1", Capacity: 3}})
+	reg := prometheus.NewRegistry()
+	l := mustNew(t, tradeConfig(), s, Deps{Registerer: reg})
+	var changes []time.Duration
+	for n := 0; n <= 1200; n++ { // 60 s
+		at := time.Duration(n) * tick
+		if tk := l.Tick(t0.Add(at), s.Pool().Pointers()); tk.Trade != "" {
+			changes = append(changes, at)
+		}
+	}
+	if want := []time.Duration{tick, 5*time.Second + tick, 10*time.Second + tick, 15*time.Second + tick}; !slices.Equal(changes, want) {
+		t.Errorf("mix changed at %v, want %v", changes, want)
+	}
+	if l.Trade() != (TradeState{Mix: 1, Heterogeneous: true}) || testutil.ToFloat64(l.m.tradeDeclared) != 3 {
+		t.Errorf("trade %+v, capacity spread gauge %v; want mix 1 and 3", l.Trade(), testutil.ToFloat64(l.m.tradeDeclared))
 	}
 }
