@@ -13,11 +13,15 @@ import (
 type Config struct {
 	configurator.Config `mapstructure:",squash"`
 	Detector            detector.Config `mapstructure:"detector"`
+	// Trade is the trade law: the calm weights move between the profile's
+	// shape and a second one as the pool's learned prefill throughputs
+	// spread apart (docs/adaptive.md, "The trade law").
+	Trade TradeConfig `mapstructure:"trade"`
 }
 
 // DefaultConfig returns the documented defaults (adaptive mode off).
 func DefaultConfig() Config {
-	return Config{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig()}
+	return Config{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig(), Trade: DefaultTradeConfig()}
 }
 
 // Validate checks both parts; errors name the field by its YAML path.
@@ -25,16 +29,25 @@ func (c Config) Validate() error {
 	if err := c.Detector.Validate(); err != nil {
 		return err
 	}
+	if err := c.Trade.Validate(); err != nil {
+		return err
+	}
 	return c.Config.Validate()
 }
 
 // CheckProfile reports whether the loop can run over the profile's
 // scorers: the config is valid and, in adaptive mode, the profile has
-// weight in both the affinity and the distribution category.
+// weight in both the affinity and the distribution category, at every
+// mix the trade law can reach.
 func (c Config) CheckProfile(profile []scheduler.ScorerEntry) error {
 	if err := c.Detector.Validate(); err != nil {
 		return err
 	}
-	_, err := configurator.New(c.Config, profile, nil)
-	return err
+	if err := c.Trade.Validate(); err != nil {
+		return err
+	}
+	if _, err := configurator.New(c.Config, profile, nil); err != nil {
+		return err
+	}
+	return c.checkTrade(profile)
 }

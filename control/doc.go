@@ -18,6 +18,22 @@
 //  5. Metrics are updated, the "weights" line is logged for a new version,
 //     and Deps.Observe sees the Tick.
 //
+// # The trade law
+//
+// With adaptive.trade on (trade.go), every trade.interval a tick first
+// reads the pool's published calibrations: the spread of the learned
+// prefill throughput, fastest ÷ slowest endpoint, classifies the pool as
+// heterogeneous or homogeneous with hysteresis (spread_on, spread_off),
+// and, in calm mode only, moves the mix between the profile's shape (0)
+// and the trade shape (1) by at most trade.step. A new mix rebuilds the
+// configurator over the blended profile (continuing the weight versions;
+// the detector keeps its state), is logged ("trade", with its reason) and
+// counted. Its input is router-local: each replica's calibrator learns
+// from the requests that replica routed, so replicas agree on the shape
+// when their spreads fall on the same side of the hysteresis band.
+// Calm and ReloadCalm work on the profile's shape; the mix is applied on
+// top of whatever profile is in force.
+//
 // # The slow loop
 //
 // Retune (retune.go, retune_run.go) re-tunes the calm weights on the

@@ -65,6 +65,9 @@ type Tick struct {
 	// Err is set when the scheduler refused a new version; Weights is
 	// then the version it refused and Previous stays in force.
 	Err error
+	// Trade is the trade law's reason when the tick moved the calm
+	// weights' mix (adaptive.trade), else "".
+	Trade string
 }
 
 // Changed reports whether the tick made a new weights version.
@@ -82,9 +85,12 @@ type Loop struct {
 	m       *metrics
 
 	// Owned by the ticking goroutine.
-	cfg  Config
-	det  *detector.Detector
-	conf *configurator.Configurator
+	cfg       Config
+	det       *detector.Detector
+	conf      *configurator.Configurator
+	prof      []scheduler.ScorerEntry // the profile the trade law mixes from
+	trade     TradeState
+	tradeNext time.Time // the trade law's next evaluation; zero: the first tick
 
 	cfgSeen atomic.Pointer[Config]    // the config in force, for readers
 	base    atomic.Pointer[[]float64] // the profile's base weights in force, for readers
@@ -125,24 +131,69 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	return l, nil
 }
 
+// build makes the detector and the configurator for cfg and profile,
+// keeping the trade law's mix when cfg's law is on (its state is cleared
+// when it is off).
 func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 	det, err := detector.New(cfg.Detector)
 	if err != nil {
 		return err
 	}
-	conf, err := configurator.New(cfg.Config, profile, l.target.Weights())
+	ts := l.trade
+	if !cfg.Trade.Enabled {
+		ts = TradeState{}
+	}
+	mcfg, mixed := cfg.Mixed(profile, ts.Mix)
+	conf, err := configurator.New(mcfg.Config, mixed, l.target.Weights())
 	if err != nil {
 		return err
 	}
-	l.cfg, l.det, l.conf = cfg, det, conf
+	l.cfg, l.det, l.conf, l.prof, l.trade = cfg, det, conf, profile, ts
 	l.cfgSeen.Store(&cfg)
+	l.storeBase(mixed)
+	return nil
+}
+
+func (l *Loop) storeBase(profile []scheduler.ScorerEntry) {
 	base := make([]float64, len(profile))
 	for i, e := range profile {
 		base[i] = e.Weight
 	}
 	l.base.Store(&base)
-	return nil
 }
+
+// stepTrade evaluates the trade law on pool and, when the mix moves,
+// rebuilds the configurator over the mixed profile (continuing the
+// weight versions from those in force); it returns the law's reason, or
+// "" when the mix stayed.
+func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
+	spread, n := PrefillSpread(pool, l.cfg.Trade.MinSamples)
+	declared := CapacitySpread(pool)
+	l.m.tradeSpread.Set(spread)
+	l.m.tradeDeclared.Set(declared)
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, LoopMode: l.conf.Mode()})
+	if why == "" {
+		l.trade = next
+		return ""
+	}
+	mcfg, mixed := l.cfg.Mixed(l.prof, next.Mix)
+	conf, err := configurator.New(mcfg.Config, mixed, l.target.Weights())
+	if err != nil { // CheckProfile checked every reachable mix
+		l.log.Error("trade law: the mixed profile does not build; keeping the shape in force", "reason", why, "err", err)
+		return ""
+	}
+	l.conf, l.trade = conf, next
+	l.storeBase(mixed)
+	l.m.tradeMix.Set(next.Mix)
+	l.m.tradeChanges.Inc()
+	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared,
+		slog.Group("base", l.attrs(*l.base.Load())...))
+	return why
+}
+
+// Trade returns the trade law's state (mix 0 while it is off). Not safe
+// for concurrent use with Tick.
+func (l *Loop) Trade() TradeState { return l.trade }
 
 // Config returns the configuration in force (a reload takes effect at the
 // next tick). Safe for concurrent use.
@@ -164,8 +215,9 @@ func (l *Loop) Signal() (value float64, at time.Time, ok bool) {
 	return 0, time.Time{}, false
 }
 
-// BaseWeights returns the profile's base weights the loop runs over
-// (a reload's once a tick has applied it), index-aligned with the
+// BaseWeights returns the base weights the loop runs over: the
+// profile's (a reload's once a tick has applied it), blended by the trade
+// law's mix when it has moved (adaptive.trade), index-aligned with the
 // target's scorers. Safe for concurrent use; the caller must not modify
 // the slice.
 func (l *Loop) BaseWeights() []float64 { return *l.base.Load() }
@@ -266,6 +318,11 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 		}
 	}
 	t := &Tick{At: now, Previous: l.target.Weights()}
+	// The first evaluation waits for the configurator's first step (calm).
+	if l.cfg.Trade.Enabled && !now.Before(l.tradeNext) && l.conf.Mode() != configurator.ModeStatic {
+		l.tradeNext = now.Add(l.cfg.Trade.Interval)
+		t.Trade = l.stepTrade(pool)
+	}
 	t.Signal = l.det.Step(now, pool)
 	from := l.conf.Mode()
 	before := l.conf.Weights()

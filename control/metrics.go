@@ -31,6 +31,9 @@ type metrics struct {
 	transitions map[[2]string]prometheus.Counter
 	freezes     prometheus.Counter
 	publishErrs prometheus.Counter
+
+	tradeMix, tradeSpread, tradeDeclared prometheus.Gauge
+	tradeChanges                         prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -61,6 +64,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		publishErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_control_publish_errors_total",
 			Help: "Weights versions the scheduler refused; the previous weights stayed in force.",
+		}),
+		tradeMix: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_mix_ratio",
+			Help: "Where the trade law (adaptive.trade) holds the calm weights, in [0,1]: 0 the profile's shape, 1 the trade shape.",
+		}),
+		tradeSpread: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_prefill_spread_ratio",
+			Help: "Spread the trade law read at its latest evaluation: fastest ÷ slowest learned prefill throughput over the endpoints with enough samples (1 with fewer than two).",
+		}),
+		tradeDeclared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_capacity_spread_ratio",
+			Help: "Spread the trade law read at its latest evaluation: largest ÷ smallest declared endpoint capacity.",
+		}),
+		tradeChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_control_trade_changes_total",
+			Help: "Times the trade law moved the calm weights' mix; each is logged (\"trade\") with its reason.",
 		}),
 	}
 	// One gauge vector per unit (trimtab_detector_component_<unit>), its
@@ -100,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

@@ -1,0 +1,298 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// TradeConfig is a profile's adaptive.trade section: the law that moves
+// the calm weights between the profile's own shape (mix 0) and a second
+// shape (mix 1, the profile with Weights written over it) from what the
+// calibrator learned of the pool (docs/adaptive.md, "The trade law"). A
+// pool whose endpoints prefill at rates far apart (two GPU generations,
+// pods of different sizes) is priced in seconds; a pool of equals keeps
+// the profile. The input is the pool's speed spread, fastest ÷ slowest:
+// the larger of the declared capacities' (known from the first tick, the
+// same on every replica) and the learned prefill throughputs'
+// (scheduler.Calibration, once two endpoints have enough samples).
+type TradeConfig struct {
+	// Enabled turns the law on; it needs adaptive.enabled. Default false.
+	Enabled bool `mapstructure:"enabled"`
+	// Weights are the second shape: scorer name → weight, written over
+	// the profile's weights (scorers not named keep theirs). Each name is
+	// a scorer of the profile, matched without regard to case (the config
+	// loader lowercases keys); each weight is in [0, 1e6], the scorers'
+	// range.
+	Weights map[string]float64 `mapstructure:"weights"`
+	// DMax and AffinityFloor are adaptive.d_max and adaptive.affinity_floor
+	// at mix 1 (0: the profile's); between the shapes each is the mix's
+	// linear blend of the two. A shape whose calm budget sits above the
+	// profile's d_max needs its own.
+	DMax          float64 `mapstructure:"d_max"`
+	AffinityFloor float64 `mapstructure:"affinity_floor"`
+	// SpreadOn is the speed spread (fastest ÷ slowest endpoint, declared or
+	// learned) at or above which the pool counts as heterogeneous and the
+	// mix moves toward 1, > SpreadOff. Default 1.5: the calibrator fits
+	// endpoints of the same capacity and models together, so a pool of
+	// equals reads exactly 1; pods of two sizes 2:1 read 2 and an
+	// A100-40GB beside an H100-80GB 3.9–6.3, and both are served better in
+	// seconds (docs/adaptive.md, "The trade law").
+	SpreadOn float64 `mapstructure:"spread_on"`
+	// SpreadOff is the spread at or below which a heterogeneous pool counts
+	// as homogeneous again and the mix moves back toward 0, in [1,
+	// SpreadOn). Default 1.25: the hysteresis band keeps a spread near
+	// either threshold (a class learned within the calibrator's 10 %) from
+	// flipping the shape.
+	SpreadOff float64 `mapstructure:"spread_off"`
+	// Step is the largest change of the mix one evaluation makes, in (0, 1].
+	// Default 0.25: a full swing takes four evaluations.
+	Step float64 `mapstructure:"step"`
+	// Interval is the time between evaluations, 1s…1h. Default 5s, the
+	// calibrator's publishing interval: evaluating faster re-reads the
+	// same calibration.
+	Interval time.Duration `mapstructure:"interval"`
+	// MinSamples is how many observations an endpoint's calibration must
+	// rest on to count (scheduler.Calibration.Samples), 1…4096; the law
+	// holds while fewer than two endpoints count. Default 20, the
+	// calibrator's min_samples (its estimate is then its own, not the
+	// prior's).
+	MinSamples int `mapstructure:"min_samples"`
+}
+
+// DefaultTradeConfig returns the documented defaults (off).
+func DefaultTradeConfig() TradeConfig {
+	return TradeConfig{SpreadOn: 1.5, SpreadOff: 1.25, Step: 0.25, Interval: 5 * time.Second, MinSamples: 20}
+}
+
+// maxTradeWeights bounds the trade.weights map (a profile has few
+// scorers); maxTradeWeight is a scorer weight's maximum (configs.MaxWeight).
+const (
+	maxTradeWeights = 64
+	maxTradeWeight  = 1e6
+)
+
+// Validate checks the section alone; errors name the field as
+// adaptive.trade.<key>. CheckProfile checks the weights against the
+// profile.
+func (c TradeConfig) Validate() error {
+	const p = "adaptive.trade."
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !c.Enabled:
+		return nil
+	case len(c.Weights) == 0:
+		return errors.New(p + "weights: the second shape is empty; name at least one scorer and its weight")
+	case len(c.Weights) > maxTradeWeights:
+		return fmt.Errorf(p+"weights: %d scorers, want at most %d", len(c.Weights), maxTradeWeights)
+	case !(c.DMax == 0 || (c.DMax > 0 && c.DMax <= 1)):
+		return fmt.Errorf(p+"d_max: must be 0 (the profile's) or in (0,1], got %v", c.DMax)
+	case !(c.AffinityFloor == 0 || (c.AffinityFloor > 0 && c.AffinityFloor < 1)):
+		return fmt.Errorf(p+"affinity_floor: must be 0 (the profile's) or in (0,1), got %v", c.AffinityFloor)
+	case !(c.SpreadOff >= 1) || !finite(c.SpreadOff):
+		return fmt.Errorf(p+"spread_off: must be a finite number ≥ 1, got %v", c.SpreadOff)
+	case !(c.SpreadOn > c.SpreadOff) || !finite(c.SpreadOn):
+		return fmt.Errorf(p+"spread_on: must be a finite number > spread_off (%v), got %v", c.SpreadOff, c.SpreadOn)
+	case !(c.Step > 0 && c.Step <= 1):
+		return fmt.Errorf(p+"step: must be in (0,1], got %v", c.Step)
+	case c.Interval < time.Second || c.Interval > time.Hour:
+		return fmt.Errorf(p+"interval: must be 1s…1h, got %v", c.Interval)
+	case c.MinSamples < 1 || c.MinSamples > 4096:
+		return fmt.Errorf(p+"min_samples: must be 1…4096, got %d", c.MinSamples)
+	}
+	for _, name := range c.names() {
+		if w := c.Weights[name]; !(w >= 0 && w <= maxTradeWeight) {
+			return fmt.Errorf(p+"weights.%s: must be in [0, %g], got %v", name, w, float64(maxTradeWeight))
+		}
+	}
+	return nil
+}
+
+// weight returns the trade weight for the scorer called name: its key's,
+// else that of the first key (in sorted order) equal to it without regard
+// to case.
+func (c TradeConfig) weight(name string) (float64, bool) {
+	if w, ok := c.Weights[name]; ok {
+		return w, true
+	}
+	for _, k := range c.names() {
+		if strings.EqualFold(k, name) {
+			return c.Weights[k], true
+		}
+	}
+	return 0, false
+}
+
+// names returns the Weights keys sorted, so errors are deterministic.
+func (c TradeConfig) names() []string {
+	out := make([]string, 0, len(c.Weights))
+	for n := range c.Weights {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Mixed returns the configuration and profile the loop runs at mix m in
+// [0,1]: every scorer's weight (1−m)·profile + m·shape, and d_max and
+// affinity_floor the same blend of the profile's and the section's. The
+// profile is not modified; the returned Trade is cfg's.
+func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []scheduler.ScorerEntry) {
+	out := make([]scheduler.ScorerEntry, len(profile))
+	copy(out, profile)
+	if m <= 0 || !c.Trade.Enabled {
+		return c, out
+	}
+	m = min(m, 1)
+	for i := range out {
+		if w, ok := c.Trade.weight(out[i].Name); ok {
+			out[i].Weight = (1-m)*out[i].Weight + m*w
+		}
+	}
+	mixed := c
+	if c.Trade.DMax > 0 {
+		mixed.DMax = (1-m)*c.DMax + m*c.Trade.DMax
+	}
+	if c.Trade.AffinityFloor > 0 {
+		mixed.AffinityFloor = (1-m)*c.AffinityFloor + m*c.Trade.AffinityFloor
+	}
+	return mixed, out
+}
+
+// checkTrade reports whether the loop can run the profile at every mix
+// the law can reach (0, Step, 2·Step, …, 1) and every trade weight names
+// one of its scorers.
+func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
+	if !c.Trade.Enabled {
+		return nil
+	}
+	if !c.Enabled {
+		return errors.New("adaptive.trade.enabled: the trade law moves the calm weights of adaptive mode; set adaptive.enabled: true")
+	}
+	for _, name := range c.Trade.names() {
+		found := false
+		for _, e := range profile {
+			found = found || strings.EqualFold(e.Name, name)
+		}
+		if !found {
+			return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
+		}
+	}
+	for m := c.Trade.Step; ; m += c.Trade.Step {
+		m = min(m, 1)
+		cfg, mixed := c.Mixed(profile, m)
+		if _, err := configurator.New(cfg.Config, mixed, nil); err != nil {
+			return fmt.Errorf("adaptive.trade: at mix %.3g the loop cannot run: %w", m, err)
+		}
+		if m >= 1 {
+			return nil
+		}
+	}
+}
+
+// CapacitySpread returns the largest declared capacity in pool over the
+// smallest (Endpoint.CapacityOrOne); 1 for fewer than two endpoints.
+func CapacitySpread(pool []*scheduler.Endpoint) float64 {
+	if len(pool) < 2 {
+		return 1
+	}
+	lo, hi := math.Inf(1), 0.0
+	for _, e := range pool {
+		c := e.CapacityOrOne()
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return hi / lo
+}
+
+// PrefillSpread returns the spread of the pool's learned prefill
+// throughput, fastest ÷ slowest, over the endpoints whose calibration
+// rests on at least minSamples observations, and how many those are. With
+// fewer than two it returns (1, n). It reads each endpoint's Calibration
+// once and allocates nothing.
+func PrefillSpread(pool []*scheduler.Endpoint, minSamples int) (spread float64, n int) {
+	lo, hi := math.Inf(1), 0.0
+	for _, e := range pool {
+		c := e.Calibration()
+		if c.Samples < minSamples || !(c.PrefillTokensPerSecond > 0) || math.IsInf(c.PrefillTokensPerSecond, 0) {
+			continue
+		}
+		n++
+		lo, hi = min(lo, c.PrefillTokensPerSecond), max(hi, c.PrefillTokensPerSecond)
+	}
+	if n < 2 {
+		return 1, n
+	}
+	return hi / lo, n
+}
+
+// TradeState is the law's state between evaluations.
+type TradeState struct {
+	// Mix is where the calm weights sit between the profile's shape (0)
+	// and the trade shape (1).
+	Mix float64 `json:"mix"`
+	// Heterogeneous is the hysteresis state: the spread last crossed
+	// spread_on (true) or spread_off (false, the start).
+	Heterogeneous bool `json:"heterogeneous"`
+}
+
+// TradeInput is what one evaluation reads.
+type TradeInput struct {
+	// Spread and Endpoints are PrefillSpread's results (learned).
+	Spread    float64
+	Endpoints int
+	// Declared is CapacitySpread's result; 0 or 1 when every endpoint
+	// declares the same capacity.
+	Declared float64
+	// LoopMode is the configurator's mode; the mix changes only in calm.
+	LoopMode string
+}
+
+// Next is the trade law as a pure function. The speed spread is Declared,
+// or the larger of Declared and the learned Spread once Endpoints ≥ 2.
+// Its crossing spread_on makes the pool heterogeneous, crossing spread_off
+// homogeneous again (with fewer than two learned endpoints and a declared
+// spread below spread_on the classification holds); the
+// mix then moves toward 1 (heterogeneous) or 0 by at most Step, only
+// while the loop is in calm mode (a new shape restarts the configurator,
+// which would end a rebalance). It returns the state afterwards and a
+// reason with the numbers when the mix changed ("" when it did not).
+func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
+	spread, src := max(in.Declared, 1), "declared capacity"
+	if in.Endpoints >= 2 && in.Spread > spread {
+		spread, src = in.Spread, fmt.Sprintf("learned prefill, %d endpoints", in.Endpoints)
+	}
+	if in.Endpoints >= 2 || spread >= c.SpreadOn {
+		switch {
+		case !s.Heterogeneous && spread >= c.SpreadOn:
+			s.Heterogeneous = true
+		case s.Heterogeneous && spread <= c.SpreadOff:
+			s.Heterogeneous = false
+		}
+	}
+	target := 0.0
+	if s.Heterogeneous {
+		target = 1
+	}
+	if s.Mix == target || in.LoopMode != configurator.ModeCalm {
+		return s, ""
+	}
+	from := s.Mix
+	if target > s.Mix {
+		s.Mix = min(target, s.Mix+c.Step)
+	} else {
+		s.Mix = max(target, s.Mix-c.Step)
+	}
+	why := fmt.Sprintf("speed spread %.2f (%s)", spread, src)
+	if s.Heterogeneous {
+		why += fmt.Sprintf(" (heterogeneous: crossed spread_on %.2f)", c.SpreadOn)
+	} else {
+		why += fmt.Sprintf(" (homogeneous: crossed spread_off %.2f)", c.SpreadOff)
+	}
+	return s, fmt.Sprintf("%s: mix %.3g → %.3g (step %.3g)", why, from, s.Mix, c.Step)
+}

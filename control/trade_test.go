@@ -1,0 +1,365 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// tradeConfig is adaptive mode at the profile's own calm budget with the
+// trade law on: the second shape is prefix 1, queue 6 (bias, kv and lora
+// keep 0.5, 2 and 1).
+func tradeConfig() Config {
+	c := DefaultConfig()
+	c.Enabled = true
+	c.Trade.Enabled = true
+	c.Trade.Weights = map[string]float64{"prefix": 1, "queue": 6}
+	return c
+}
+
+func TestTradeNext(t *testing.T) {
+	cfg := DefaultTradeConfig() // step 0.25
+	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
+	calm, reb := configurator.ModeCalm, configurator.ModeRebalance
+	tests := []struct {
+		name   string
+		from   TradeState
+		in     TradeInput
+		want   TradeState
+		reason string // a substring; "" means no change
+	}{
+		// 1.2 < spread_on 2: a pool of equals stays at the profile's shape.
+		{"equals", TradeState{}, TradeInput{1.2, 4, 1, calm}, TradeState{}, ""},
+		// 1.7 is inside the band (1.5, 2): a homogeneous pool stays one.
+		{"band from homogeneous", TradeState{}, TradeInput{1.7, 4, 1, calm}, TradeState{}, ""},
+		// 2.0 ≥ spread_on 2: heterogeneous; mix 0 + 0.25 = 0.25.
+		{"crosses on", TradeState{}, TradeInput{2, 4, 1, calm}, TradeState{0.25, true}, "speed spread 2.00 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25"},
+		// 3.8 from one counted endpoint says nothing: classification and mix hold.
+		{"one endpoint", TradeState{}, TradeInput{3.8, 1, 1, calm}, TradeState{}, ""},
+		// 1.8 > spread_off 1.5: still heterogeneous; 0.5 + 0.25 = 0.75.
+		{"band from heterogeneous", TradeState{0.5, true}, TradeInput{1.8, 4, 1, calm}, TradeState{0.75, true}, "mix 0.5 → 0.75"},
+		// 1.5 ≤ spread_off 1.5: homogeneous again; 0.5 − 0.25 = 0.25.
+		{"crosses off", TradeState{0.5, true}, TradeInput{1.5, 4, 1, calm}, TradeState{0.25, false}, "homogeneous: crossed spread_off 1.50"},
+		// Out of calm the classification follows the spread, the mix holds.
+		{"rebalance holds", TradeState{}, TradeInput{3, 4, 1, reb}, TradeState{0, true}, ""},
+		// 0.9 + 0.25 = 1.15, capped at 1.
+		{"capped at 1", TradeState{0.9, true}, TradeInput{3, 4, 1, calm}, TradeState{1, true}, "mix 0.9 → 1"},
+		// At the target nothing moves.
+		{"settled", TradeState{1, true}, TradeInput{3.8, 6, 1, calm}, TradeState{1, true}, ""},
+		// No counted endpoint: the heterogeneous state and its mix hold.
+		{"no endpoints", TradeState{1, true}, TradeInput{1, 0, 1, calm}, TradeState{1, true}, ""},
+		// Declared capacities 1 and 3 (spread 3 ≥ 2) count before anything
+		// is learned: 0 + 0.25.
+		{"declared", TradeState{}, TradeInput{1, 0, 3, calm}, TradeState{0.25, true}, "speed spread 3.00 (declared capacity)"},
+		// The learned spread decides when it is the larger: 3.8 > 3.
+		{"learned above declared", TradeState{}, TradeInput{3.8, 4, 3, calm}, TradeState{0.25, true}, "speed spread 3.80 (learned prefill, 4 endpoints)"},
+		// A declared spread of 3 keeps the pool heterogeneous even when the
+		// learned one reads 1.1 ≤ 1.5: max(3, 1.1) = 3.
+		{"declared holds", TradeState{1, true}, TradeInput{1.1, 4, 3, calm}, TradeState{1, true}, ""},
+		// A declared spread of 1.7 alone is inside the band and says nothing.
+		{"declared in band", TradeState{}, TradeInput{1, 0, 1.7, calm}, TradeState{}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, why := cfg.Next(tt.from, tt.in)
+			if got != tt.want {
+				t.Errorf("state %+v, want %+v", got, tt.want)
+			}
+			if (tt.reason == "") != (why == "") || !strings.Contains(why, tt.reason) {
+				t.Errorf("reason %q, want one containing %q", why, tt.reason)
+			}
+		})
+	}
+}
+
+func TestPrefillSpread(t *testing.T) {
+	type cal struct {
+		rate    float64
+		samples int
+	}
+	tests := []struct {
+		name       string
+		cals       []cal
+		wantSpread float64
+		wantN      int
+	}{
+		{"nothing learned", []cal{{13100, 0}, {13100, 0}}, 1, 0},
+		{"one learned", []cal{{13100, 20}, {40000, 5}}, 1, 1},
+		// 49,780 ÷ 13,100 = 3.8.
+		{"two generations", []cal{{13100, 50}, {49780, 50}}, 3.8, 2},
+		// 19 < min_samples 20 leaves 40,000 out: 26,200 ÷ 13,100 = 2.
+		{"too few samples", []cal{{13100, 50}, {40000, 19}, {26200, 20}}, 2, 2},
+		// A zero or infinite rate is no rate: 14,410 ÷ 13,100 = 1.1.
+		{"bad rates", []cal{{13100, 50}, {0, 50}, {math.Inf(1), 50}, {14410, 50}}, 1.1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := target(t)
+			eps := make([]scheduler.Endpoint, len(tt.cals))
+			for i := range eps {
+				eps[i].Address = string(rune('a'+i)) + ":1"
+			}
+			s.SetEndpoints(eps)
+			for i, c := range tt.cals {
+				s.SetCalibration(eps[i].Address, scheduler.Calibration{PrefillTokensPerSecond: c.rate, Samples: c.samples})
+			}
+			spread, n := PrefillSpread(s.Pool().Pointers(), 20)
+			if !closeTo(spread, tt.wantSpread, 1e-12) || n != tt.wantN {
+				t.Errorf("spread %v over %d, want %v over %d", spread, n, tt.wantSpread, tt.wantN)
+			}
+		})
+	}
+}
+
+func TestTradeConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*TradeConfig)
+		want string // "" valid
+	}{
+		{"off ignores the rest", func(c *TradeConfig) { c.Enabled, c.Step = false, -1 }, ""},
+		{"valid", func(*TradeConfig) {}, ""},
+		{"no weights", func(c *TradeConfig) { c.Weights = nil }, "adaptive.trade.weights"},
+		{"negative weight", func(c *TradeConfig) { c.Weights["queue"] = -1 }, "adaptive.trade.weights.queue"},
+		{"NaN weight", func(c *TradeConfig) { c.Weights["prefix"] = math.NaN() }, "adaptive.trade.weights.prefix"},
+		{"d_max", func(c *TradeConfig) { c.DMax = 1.5 }, "adaptive.trade.d_max"},
+		{"affinity_floor", func(c *TradeConfig) { c.AffinityFloor = 1 }, "adaptive.trade.affinity_floor"},
+		{"spread_off below 1", func(c *TradeConfig) { c.SpreadOff = 0.9 }, "adaptive.trade.spread_off"},
+		{"spread_on not above off", func(c *TradeConfig) { c.SpreadOn = c.SpreadOff }, "adaptive.trade.spread_on"},
+		{"step", func(c *TradeConfig) { c.Step = 0 }, "adaptive.trade.step"},
+		{"interval", func(c *TradeConfig) { c.Interval = time.Millisecond }, "adaptive.trade.interval"},
+		{"min_samples", func(c *TradeConfig) { c.MinSamples = 0 }, "adaptive.trade.min_samples"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tradeConfig().Trade
+			tt.edit(&c)
+			err := c.Validate()
+			if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("Validate() = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestTradeCheckProfile: the law needs adaptive mode, names of the
+// profile's scorers, and a loop that can run at every reachable mix. At
+// mix 1 the test shape is prefix 1, lora 1 (Σa 2) against queue 6, kv 2
+// (Σd 8): calm D 8/10 = 0.8, below the default d_max 0.9; with trade d_max
+// 0.7 it is 0.9·(1−1) + 0.7 = 0.7 < 0.8 there.
+func TestTradeCheckProfile(t *testing.T) {
+	ok := tradeConfig()
+	if err := ok.CheckProfile(profile()); err != nil {
+		t.Fatalf("valid trade: %v", err)
+	}
+	off := tradeConfig()
+	off.Enabled = false
+	unknown := tradeConfig()
+	unknown.Trade.Weights["time-cost"] = 1
+	low := tradeConfig()
+	low.Trade.DMax = 0.7
+	for name, tt := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"adaptive off":  {off, "adaptive.trade.enabled"},
+		"unknown name":  {unknown, "adaptive.trade.weights.time-cost"},
+		"d_max too low": {low, "adaptive.trade: at mix 1"},
+	} {
+		if err := tt.cfg.CheckProfile(profile()); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tt.want)
+		}
+	}
+}
+
+// TestTradeMixed: at mix 0.25 prefix is 0.75·3 + 0.25·1 = 2.5 and queue
+// 0.75·2 + 0.25·6 = 3; bias, kv and lora keep 0.5, 2 and 1; with trade
+// d_max 0.98 and affinity_floor 0.02, d_max is 0.75·0.9 + 0.25·0.98 =
+// 0.92 and the floor 0.75·0.1 + 0.25·0.02 = 0.08.
+func TestTradeMixed(t *testing.T) {
+	c := tradeConfig()
+	c.Trade.DMax, c.Trade.AffinityFloor = 0.98, 0.02
+	cfg, p := c.Mixed(profile(), 0.25)
+	got := make([]float64, len(p))
+	for i, e := range p {
+		got[i] = e.Weight
+	}
+	if want := []float64{2.5, 3, 0.5, 2, 1}; !slices.Equal(got, want) {
+		t.Errorf("weights %v, want %v", got, want)
+	}
+	if !closeTo(cfg.DMax, 0.92, 1e-12) || !closeTo(cfg.AffinityFloor, 0.08, 1e-12) {
+		t.Errorf("d_max %v, affinity_floor %v; want 0.92, 0.08", cfg.DMax, cfg.AffinityFloor)
+	}
+	if profile()[0].Weight != 3 {
+		t.Error("Mixed modified the profile")
+	}
+	if _, p0 := c.Mixed(profile(), 0); p0[0].Weight != 3 || p0[1].Weight != 2 {
+		t.Errorf("mix 0: %+v, want the profile", p0)
+	}
+}
+
+// tradePool is a real scheduler's pool of two endpoints whose learned
+// prefill rates are 13,100 and rate tokens/s, 50 samples each.
+func tradePool(t *testing.T, s *scheduler.Scheduler, rate float64) []*scheduler.Endpoint {
+	t.Helper()
+	if len(s.Pool().Endpoints) == 0 {
+		s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
+	}
+	s.SetCalibration("a:1", scheduler.Calibration{PrefillTokensPerSecond: 13100, Samples: 50})
+	s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: rate, Samples: 50})
+	return s.Pool().Pointers()
+}
+
+// TestLoopTrade runs the loop with the trade law (interval 5 s, step 0.5,
+// spread_on 1.5, spread_off 1.25) on a calm pool of two endpoints of
+// capacity 1. The first evaluation waits for calm (the second tick, 50
+// ms), so evaluations fall at 0.05 + 5k s. Homogeneous (14,410 ÷ 13,100 =
+// 1.1) for 60 s: no change. Then b learns 39,300 (spread 3 ≥ 1.5): the
+// evaluations at 60.05 s and 65.05 s move the mix 0 → 0.5 → 1, and the
+// calm weights settle at the second shape: prefix 1, queue 6, bias 0.5, kv
+// 2, lora 1 (T = 10, D = 8/10, prefix 10·0.2·1/2 = 1, queue 10·0.8·6/8 =
+// 6). Back to 14,410 after 90 s (1.1 ≤ 1.25): 1 → 0.5 → 0 at 90.05 s and
+// 95.05 s. Four changes, each logged with its reason and counted; a second
+// loop fed the same pools publishes the same weights at every tick.
+func TestLoopTrade(t *testing.T) {
+	cfg := tradeConfig()
+	cfg.Trade.Step = 0.5
+	var buf bytes.Buffer
+	reg := prometheus.NewRegistry()
+	sa, sb := target(t), target(t)
+	a := mustNew(t, cfg, sa, Deps{Registerer: reg, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	b := mustNew(t, cfg, sb, Deps{})
+	var changes []time.Duration
+	for n := 0; n <= 2400; n++ { // 120 s of 50 ms ticks
+		at := time.Duration(n) * tick
+		rate := 14410.0
+		if at > 60*time.Second && at <= 90*time.Second {
+			rate = 39300
+		}
+		ta, tb := a.Tick(t0.Add(at), tradePool(t, sa, rate)), b.Tick(t0.Add(at), tradePool(t, sb, rate))
+		if !reflect.DeepEqual(*ta.Weights, *tb.Weights) {
+			t.Fatalf("%v: replicas disagree:\n%+v\n%+v", at, *ta.Weights, *tb.Weights)
+		}
+		if ta.Trade != "" {
+			changes = append(changes, at)
+		}
+		if at == 90*time.Second {
+			if w := sa.Weights(); w.Mode != configurator.ModeCalm || !closeTo(w.Values[0], 1, 1e-9) || !closeTo(w.Values[1], 6, 1e-9) || w.Values[2] != 0.5 || !closeTo(w.Values[3], 2, 1e-9) || !closeTo(w.Values[4], 1, 1e-9) {
+				t.Errorf("at 90 s: %+v, want calm prefix 1, queue 6, bias 0.5, kv 2, lora 1", w)
+			}
+			if base := a.BaseWeights(); !slices.Equal(base, []float64{1, 6, 0.5, 2, 1}) {
+				t.Errorf("BaseWeights at 90 s %v, want the second shape", base)
+			}
+		}
+	}
+	if want := []time.Duration{60*time.Second + tick, 65*time.Second + tick, 90*time.Second + tick, 95*time.Second + tick}; !slices.Equal(changes, want) {
+		t.Errorf("mix changed at %v, want %v", changes, want)
+	}
+	if w := sa.Weights(); !slices.Equal(w.Values, []float64{3, 2, 0.5, 2, 1}) {
+		t.Errorf("weights at the end %v, want the profile's", w.Values)
+	}
+	if got := testutil.ToFloat64(a.m.tradeChanges); got != 4 {
+		t.Errorf("trimtab_control_trade_changes_total %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(a.m.tradeSpread); !closeTo(got, 1.1, 1e-12) {
+		t.Errorf("spread gauge %v, want 1.1", got)
+	}
+	var lines []map[string]any
+	for _, ln := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ln), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["msg"] == "trade" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 4 {
+		t.Fatalf("%d trade lines, want 4:\n%s", len(lines), buf.String())
+	}
+	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, "speed spread 3.00 (learned prefill, 2 endpoints) (heterogeneous: crossed spread_on 1.50): mix 0 → 0.5") {
+		t.Errorf("first trade line %v", lines[0])
+	}
+	if base, _ := lines[1]["base"].(map[string]any); base["queue"] != 6.0 {
+		t.Errorf("second trade line's base %v, want queue 6", base)
+	}
+}
+
+// TestLoopTradeCalmFleet: a homogeneous pool in calm for 10 minutes makes
+// (spread 1.2 < spread_on 1.5) no trade change and no weights version
+// after the calm entry (version 2).
+func TestLoopTradeCalmFleet(t *testing.T) {
+	s := target(t)
+	l := mustNew(t, tradeConfig(), s, Deps{})
+	for n := 0; n <= 12000; n++ {
+		if tk := l.Tick(t0.Add(time.Duration(n)*tick), tradePool(t, s, 15720)); tk.Trade != "" { // 15,720 ÷ 13,100 = 1.2
+			t.Fatalf("tick %d: trade %q on a homogeneous pool", n, tk.Trade)
+		}
+	}
+	if w := s.Weights(); w.Version != 2 || w.Mode != configurator.ModeCalm || l.Trade() != (TradeState{}) {
+		t.Errorf("weights %+v, trade %+v; want version 2 in calm at mix 0", w, l.Trade())
+	}
+}
+
+func TestCapacitySpread(t *testing.T) {
+	tests := []struct {
+		name string
+		caps []float64
+		want float64
+	}{
+		{"one endpoint", []float64{3}, 1},
+		// Capacity 0 reads as 1 (CapacityOrOne): 1 ÷ 1.
+		{"equals", []float64{1, 0, 1}, 1},
+		// 3 ÷ 1 = 3.
+		{"two generations", []float64{1, 3, 1, 3}, 3},
+		// 4 ÷ 1 = 4.
+		{"1:1:2:4", []float64{1, 1, 2, 4}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := make([]*scheduler.Endpoint, len(tt.caps))
+			for i, c := range tt.caps {
+				pool[i] = &scheduler.Endpoint{Address: string(rune('a'+i)) + ":1", Capacity: c}
+			}
+			if got := CapacitySpread(pool); got != tt.want {
+				t.Errorf("spread %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoopTradeDeclared: two endpoints declaring capacities 1 and 3 and
+// nothing learned: the declared spread 3 ≥ spread_on 1.5 moves the mix by
+// 0.25 at each evaluation from the first calm tick, 0.05, 5.05, 10.05 and
+// 15.05 s, to 1, and nothing after.
+func TestLoopTradeDeclared(t *testing.T) {
+	s := target(t)
+	s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1", Capacity: 1}, {Address: "b:1", Capacity: 3}})
+	reg := prometheus.NewRegistry()
+	l := mustNew(t, tradeConfig(), s, Deps{Registerer: reg})
+	var changes []time.Duration
+	for n := 0; n <= 1200; n++ { // 60 s
+		at := time.Duration(n) * tick
+		if tk := l.Tick(t0.Add(at), s.Pool().Pointers()); tk.Trade != "" {
+			changes = append(changes, at)
+		}
+	}
+	if want := []time.Duration{tick, 5*time.Second + tick, 10*time.Second + tick, 15*time.Second + tick}; !slices.Equal(changes, want) {
+		t.Errorf("mix changed at %v, want %v", changes, want)
+	}
+	if l.Trade() != (TradeState{Mix: 1, Heterogeneous: true}) || testutil.ToFloat64(l.m.tradeDeclared) != 3 {
+		t.Errorf("trade %+v, capacity spread gauge %v; want mix 1 and 3", l.Trade(), testutil.ToFloat64(l.m.tradeDeclared))
+	}
+}

@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTradeLaw runs sim/profiles/adaptive-trade.yaml on the chat
+// scenario's traffic for 90 s: on the pool of two GPU generations the
+// learned prefill throughputs are ≈ 3.8 apart (the H100's 2,048-token
+// chunk is 3.8× faster, docs/calibrations.md), above spread_on 1.5, so the
+// law moves the calm weights to the trade shape (time-cost > 0); on the
+// homogeneous A100 pool every endpoint shares its class's fit, the spread
+// is 1 and the weights never leave the profile's shape (time-cost 0 at
+// every sample).
+func TestTradeLaw(t *testing.T) {
+	pol, err := LoadProfilePolicy("profiles/adaptive-trade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		engine string
+		moves  bool
+	}{
+		{"mixed-a100-h100-llama-3.1-8b", true},
+		{"a100-40gb-llama-3.1-8b", false},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			scs, err := LoadScenarios([]string{"chat"}, 90*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ApplyEngine(scs, tc.engine); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(RunConfig{Scenario: scs[0], Policy: pol, Level: 125, Seed: 1, Timeline: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl := res.Timeline
+			tc0 := -1
+			for i, name := range tl.Scorers {
+				if name == "time-cost" {
+					tc0 = i
+				}
+			}
+			if tc0 < 0 {
+				t.Fatalf("no time-cost scorer in the timeline's %v", tl.Scorers)
+			}
+			first, last := -1.0, tl.Weights[tc0][len(tl.T)-1]
+			for i, w := range tl.Weights[tc0] {
+				if w > 0 && first < 0 {
+					first = tl.T[i]
+				}
+			}
+			t.Logf("time-cost weight first > 0 at %v s, last %.3f", first, last)
+			switch {
+			case tc.moves && !(last > 0):
+				t.Errorf("time-cost weight at the end %v, want > 0: the law did not trade on a pool of two GPU generations", last)
+			case !tc.moves && first >= 0:
+				t.Errorf("time-cost weight > 0 from %v s on a homogeneous pool, want 0 throughout", first)
+			}
+		})
+	}
+}
