@@ -94,6 +94,10 @@ func runOne(ctx context.Context, cfg *Config, deps *Deps, sc *scenario.Scenario,
 	if pol.Profile != nil {
 		prof := *pol.Profile
 		prof.Scheduler.Seed = seed
+		// The load generator is one address standing for every client of
+		// the scenario: a cap per client address would refuse the
+		// scenario's clients as one. The profile's other caps hold.
+		prof.Server.HTTP.MaxConnectionsPerClient = 0
 		if router, err = deps.LaunchRouter(ctx, RouterSpec{Policy: pol.Name, Profile: &prof, Baseline: pol.Baseline, Seed: seed, Scenario: sc}, cfg.Targets); err != nil {
 			return nil, fmt.Errorf("starting the router: %w", err)
 		}

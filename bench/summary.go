@@ -234,7 +234,7 @@ func (r *RunResult) Summary(scenario string) report.RunSummary {
 // (report.ClassSummary): latencies and goodput (over win, against the run's
 // SLO) of its measured requests, a miss counting at its own timeout; the
 // counts over all of its requests — dropped when the router's flow
-// control refused it (X-Trimtab-Drop-Reason), timed out at the client's
+// control refused it (X-Trimtab-Drop-Reason, counted by reason), timed out at the client's
 // timeout, failed otherwise. Nil when the scenario names no class.
 func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 	var out []report.ClassSummary
@@ -252,6 +252,7 @@ func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 				c.Completed++
 			case q.DropReason != "":
 				c.Dropped++
+				c.DropReasons = countReason(c.DropReasons, q.DropReason)
 			case q.Err == ErrTimeout:
 				c.TimedOut++
 			default:
@@ -276,6 +277,29 @@ func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 		out = append(out, c)
 	}
 	return out
+}
+
+// Bounds of a class's drop reasons, which an external router's header
+// sets: reasons past maxDropReasons distinct ones count as "other", and a
+// reason is cut to maxDropReasonLen bytes.
+const (
+	maxDropReasons   = 8
+	maxDropReasonLen = 32
+)
+
+// countReason adds one drop for reason to m (made when nil) and returns m.
+func countReason(m map[string]int, reason string) map[string]int {
+	if m == nil {
+		m = make(map[string]int)
+	}
+	if len(reason) > maxDropReasonLen {
+		reason = reason[:maxDropReasonLen]
+	}
+	if _, ok := m[reason]; !ok && len(m) >= maxDropReasons-1 && reason != "other" {
+		reason = "other"
+	}
+	m[reason]++
+	return m
 }
 
 func nz(v float64) float64 {

@@ -97,3 +97,65 @@ func FuzzReadStream(f *testing.F) {
 		}
 	})
 }
+
+// TestClassDropReasons: a class's requests refused by the router's flow
+// control count as dropped, by their X-Trimtab-Drop-Reason, over the
+// whole run (measured or not); time-outs and other failures are not drops.
+func TestClassDropReasons(t *testing.T) {
+	ms := time.Millisecond
+	r := &RunResult{Warm: 100 * ms, End: 1100 * ms, Timeout: time.Second, Classes: []string{"chat", "batch"}}
+	add := func(class int, measured bool, err, reason string) {
+		r.Requests = append(r.Requests, Request{Class: class, Measured: measured, Err: err, DropReason: reason,
+			TTFT: 10 * ms, E2E: 20 * ms, Tokens: 2, Timeout: time.Second})
+	}
+	add(0, true, "", "")
+	add(1, true, "", "")
+	add(1, true, "http_429", "ttl-expired")
+	add(1, false, "http_429", "ttl-expired") // after the window: still counted
+	add(1, true, "http_429", "shed")
+	add(1, true, "http_429", "queue-full")
+	add(1, true, "http_503", "shutting-down")
+	add(1, true, ErrTimeout, "")
+	add(1, true, "http_500", "")
+	cs := r.classes(time.Second)
+	chat, batch := cs[0], cs[1]
+	if chat.Dropped != 0 || chat.DropReasons != nil {
+		t.Errorf("chat dropped %d %v, want none", chat.Dropped, chat.DropReasons)
+	}
+	// batch: 9 − 1 chat = 8 issued; 1 completed, 5 dropped (ttl-expired 2,
+	// shed 1, queue-full 1, shutting-down 1), 1 timed out, 1 failed.
+	want := map[string]int{"ttl-expired": 2, "shed": 1, "queue-full": 1, "shutting-down": 1}
+	if batch.Issued != 8 || batch.Completed != 1 || batch.Dropped != 5 || batch.TimedOut != 1 || batch.Failed != 1 {
+		t.Errorf("batch %+v, want 8 issued: 1 completed, 5 dropped, 1 timed out, 1 failed", batch)
+	}
+	if len(batch.DropReasons) != len(want) {
+		t.Errorf("batch drop reasons %v, want %v", batch.DropReasons, want)
+	}
+	for k, n := range want {
+		if batch.DropReasons[k] != n {
+			t.Errorf("batch drop reasons %v, want %v", batch.DropReasons, want)
+			break
+		}
+	}
+}
+
+// TestCountReasonBounded: reasons come from a router's header, so at most
+// maxDropReasons distinct ones are kept, each cut to maxDropReasonLen bytes.
+func TestCountReasonBounded(t *testing.T) {
+	var m map[string]int
+	for i := range 20 {
+		m = countReason(m, strings.Repeat("r", 40)+string(rune('a'+i)))
+	}
+	// All 20 reasons share their first 32 bytes ("r" × 32): one key, 20.
+	if len(m) != 1 || m[strings.Repeat("r", 32)] != 20 {
+		t.Fatalf("cut reasons: %v, want one 32-byte reason counted 20 times", m)
+	}
+	m = nil
+	for i := range 20 {
+		m = countReason(m, string(rune('a'+i)))
+	}
+	// a…g keep their own key (7), h…t (13) count as other: 8 keys.
+	if len(m) != maxDropReasons || m["a"] != 1 || m["g"] != 1 || m["other"] != 13 {
+		t.Fatalf("distinct reasons: %v, want a…g once each and other 13", m)
+	}
+}

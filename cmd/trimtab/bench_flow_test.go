@@ -75,3 +75,70 @@ streams:
 		}
 	}
 }
+
+// TestBenchOneAddressForEveryClient: bench's load generator is one
+// address standing for every client of the scenario, so the in-process
+// router must not cap its connections per client address. The profile
+// caps them at 8 (server.http.max_connections_per_client); a batch job
+// keeps 24 requests outstanding beside an interactive stream, so with the
+// cap in force the connections past 8 are refused (429
+// too_many_client_connections, no X-Trimtab-Drop-Reason: failed, not
+// dropped) and the job's clients run through most of its 96 requests that
+// way. Every request completes: 24 + the stream's few in flight is far
+// below the profile's max_connections (4096), which bench keeps.
+func TestBenchOneAddressForEveryClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real-time bench run through serve: skipped under -short")
+	}
+	sc, err := sim.ParseScenario([]byte(`
+name: one-address
+duration: 2s
+warmup: 200ms
+servers: 2
+timeout: 20s
+workload: {kind: uniform, question_tokens: 128, output_tokens: 8, class: {name: chat, band: interactive, tenant: app}}
+load: {mode: open, levels: [10]}
+streams:
+  - {name: batch, band: sheddable, tenant: job, start: 200ms, requests: 96, concurrency: 24, timeout: 20s,
+     workload: {kind: uniform, question_tokens: 256, output_tokens: 32}}
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	defer func() { cancel(); _ = g.Wait() }()
+	targets, err := bench.StartFleet(gctx, g, sc, 2, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := bench.Policies([]string{sim.PolicyAdaptive}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := *pols[0].Profile
+	prof.Server.HTTP.MaxConnectionsPerClient = 8
+	pols[0].Profile = &prof
+	n := uint64(0)
+	rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
+		bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Summaries()[0]
+	if len(s.Classes) != 2 {
+		t.Fatalf("classes %+v, want chat and batch", s.Classes)
+	}
+	for _, c := range s.Classes {
+		t.Logf("%+v", c)
+		if c.Issued == 0 || c.Completed != c.Issued {
+			t.Errorf("%s: %d of %d completed (%d dropped, %d timed out, %d failed), want all", c.Name, c.Completed, c.Issued, c.Dropped, c.TimedOut, c.Failed)
+		}
+	}
+	if s.Classes[1].Issued != 96 {
+		t.Errorf("batch issued %d, want its 96", s.Classes[1].Issued)
+	}
+	if len(s.Errors) != 0 {
+		t.Errorf("errors %v, want none", s.Errors)
+	}
+}

@@ -101,6 +101,9 @@ type ClassSummary struct {
 	Dropped   int `json:"dropped"`
 	TimedOut  int `json:"timed_out"`
 	Failed    int `json:"failed"`
+	// DropReasons splits Dropped by the router's X-Trimtab-Drop-Reason
+	// (trimtab bench; nil in the simulator and when nothing was dropped).
+	DropReasons map[string]int `json:"drop_reasons,omitempty"`
 }
 
 // RoutersSummary is Scenario.Routers in a run summary.
