@@ -132,8 +132,8 @@ func TestBenchmarksDocMatchesResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const command = "trimtab sim oracle doc --oracle docs/results/oracle-seed-1 --check docs/results/oracle-seed-4 --doc docs/benchmarks.md"
-	want, err := sim.ReplaceOracleDoc(doc, sim.RenderOracleDoc(read("oracle-seed-1"), read("oracle-seed-4"), command))
+	const command = "trimtab sim oracle doc --oracle docs/results/oracle-seeds-1-3 --check docs/results/oracle-seeds-4-6 --doc docs/benchmarks.md"
+	want, err := sim.ReplaceOracleDoc(doc, sim.RenderOracleDoc(read("oracle-seeds-1-3"), read("oracle-seeds-4-6"), command))
 	if err != nil {
 		t.Fatal(err)
 	}
