@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"testing"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/trimtab/trimtab/bench"
 	"github.com/trimtab/trimtab/sim"
@@ -41,23 +38,7 @@ load: {mode: closed, levels: [6]}
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			g, gctx := errgroup.WithContext(ctx)
-			defer func() { cancel(); _ = g.Wait() }()
-			targets, err := bench.StartFleet(gctx, g, sc, 3, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pols, err := bench.Policies([]string{sim.PolicyAdaptiveSession}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := uint64(0)
-			rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
-				bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := benchThroughServe(t, sc, 3, benchPolicies(t, sim.PolicyAdaptiveSession))
 			run := rep.Runs[0]
 			last := map[uint64]bench.Request{}
 			conts, stayed := 0, 0

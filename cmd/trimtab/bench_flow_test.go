@@ -8,6 +8,7 @@ import (
 
 	"github.com/trimtab/trimtab/bench"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // TestBenchClassesThroughServe: bench plays an interactive stream and a
@@ -40,23 +41,7 @@ streams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, gctx := errgroup.WithContext(ctx)
-	defer func() { cancel(); _ = g.Wait() }()
-	targets, err := bench.StartFleet(gctx, g, sc, 2, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pols, err := bench.Policies([]string{sim.PolicyAdaptiveFlow}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := uint64(0)
-	rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
-		bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := benchThroughServe(t, sc, 2, benchPolicies(t, sim.PolicyAdaptiveFlow))
 	s := rep.Summaries()[0]
 	if len(s.Classes) != 2 || s.Classes[0].Name != "chat" || s.Classes[1].Name != "batch" {
 		t.Fatalf("classes %+v, want chat and batch", s.Classes)
@@ -105,26 +90,11 @@ streams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, gctx := errgroup.WithContext(ctx)
-	defer func() { cancel(); _ = g.Wait() }()
-	targets, err := bench.StartFleet(gctx, g, sc, 2, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pols, err := bench.Policies([]string{sim.PolicyAdaptive}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pols := benchPolicies(t, sim.PolicyAdaptive)
 	prof := *pols[0].Profile
 	prof.Server.HTTP.MaxConnectionsPerClient = 8
 	pols[0].Profile = &prof
-	n := uint64(0)
-	rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
-		bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := benchThroughServe(t, sc, 2, pols)
 	s := rep.Summaries()[0]
 	if len(s.Classes) != 2 {
 		t.Fatalf("classes %+v, want chat and batch", s.Classes)
@@ -141,4 +111,37 @@ streams:
 	if len(s.Errors) != 0 {
 		t.Errorf("errors %v, want none", s.Errors)
 	}
+}
+
+// benchThroughServe plays sc once per policy through an in-process serve
+// (proxy and admin on 127.0.0.1:0) in front of a fleet of `servers`
+// simulated vLLM servers at ×20, each run with a fresh salt, and returns
+// bench's report. The fleet stops when the test ends.
+func benchThroughServe(t *testing.T, sc *scenario.Scenario, servers int, pols []bench.Policy) *bench.Report {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	targets, err := bench.StartFleet(gctx, g, sc, servers, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(0)
+	rep, err := bench.Run(ctx, bench.Config{Scenario: sc, TimeScale: 1, Repeat: 1, Seed: 1, Targets: targets, Policies: pols},
+		bench.Deps{LaunchRouter: routerStarter(routerAddrs{Proxy: "127.0.0.1:0", Admin: "127.0.0.1:0"}), Salt: func() uint64 { n++; return n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// benchPolicies is bench.Policies for built-in names, failing the test on
+// an error.
+func benchPolicies(t *testing.T, names ...string) []bench.Policy {
+	t.Helper()
+	pols, err := bench.Policies(names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pols
 }
