@@ -52,14 +52,16 @@ func waitLen(t *testing.T, fl *flow.Controller, n int) {
 	}
 }
 
-// A second request waits in the router while the only endpoint holds the
-// first, and is dispatched when the first ends.
-func TestHTTPFlowQueuesUntilTheEndpointHasRoom(t *testing.T) {
-	u := newUpstream(t)
+// heldEndpoint starts the HTTP proxy with flow control in front of one
+// gated upstream and sends a streaming request that holds the endpoint
+// until u.gate is sent to: the pool is saturated for the next request.
+func heldEndpoint(t *testing.T) (u *upstream, f *fixture, fl *flow.Controller, url string, first *http.Response) {
+	t.Helper()
+	u = newUpstream(t)
 	u.gate = make(chan struct{})
 	u.events = 1
-	f := newFixture(t, nil, u.addr)
-	fl := startFlow(t, f)
+	f = newFixture(t, nil, u.addr)
+	fl = startFlow(t, f)
 	deps := f.deps(t)
 	deps.Flow = fl
 	h, err := NewHTTP(DefaultConfig(), deps)
@@ -67,8 +69,15 @@ func TestHTTPFlowQueuesUntilTheEndpointHasRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _ := start(t, h)
-	url := "http://" + addr + "/v1/completions"
-	first := post(t, url, `{"model":"m","stream":true,"prompt":"a"}`, nil)
+	url = "http://" + addr + "/v1/completions"
+	first = post(t, url, `{"model":"m","stream":true,"prompt":"a"}`, nil)
+	return u, f, fl, url, first
+}
+
+// A second request waits in the router while the only endpoint holds the
+// first, and is dispatched when the first ends.
+func TestHTTPFlowQueuesUntilTheEndpointHasRoom(t *testing.T) {
+	u, f, fl, url, first := heldEndpoint(t)
 	defer first.Body.Close()
 	second := make(chan *http.Response, 1)
 	go func() {
@@ -105,20 +114,7 @@ func TestHTTPFlowQueuesUntilTheEndpointHasRoom(t *testing.T) {
 // A request whose TTL runs out in the queue gets 429 with the drop
 // reason and Retry-After; one whose client goes away leaves the queue.
 func TestHTTPFlowTTLAndClientGone(t *testing.T) {
-	u := newUpstream(t)
-	u.gate = make(chan struct{})
-	u.events = 1
-	f := newFixture(t, nil, u.addr)
-	fl := startFlow(t, f)
-	deps := f.deps(t)
-	deps.Flow = fl
-	h, err := NewHTTP(DefaultConfig(), deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, _ := start(t, h)
-	url := "http://" + addr + "/v1/completions"
-	first := post(t, url, `{"model":"m","stream":true,"prompt":"a"}`, nil)
+	u, f, fl, url, first := heldEndpoint(t)
 	defer first.Body.Close()
 
 	resp := post(t, url, `{"model":"m","prompt":"b"}`, map[string]string{"X-Trimtab-Ttl": "20ms"})
