@@ -141,20 +141,57 @@ type CellStats struct {
 	Misses    float64 `json:"misses"`
 }
 
-// OracleProfile returns the profile the oracle searches: the shipped
-// adaptive profile's scorers (prefix, queue, kvcache, inflight,
-// pending-prefill) and scheduler.guard, the loop off, plus the
-// token-load scorer at weight 0, the load signal of the field's current
-// llm-d baseline, so the oracle can weigh load in prompt tokens as the
-// field does and is not weaker than it for want of a scorer.
+// OracleSearch is the oracle's search space, its own list rather than
+// the shipped profile's scorers, so the shipped profile can gain or lose
+// a scorer without moving every oracle: the shipped adaptive profile's
+// load and affinity scorers, token-load (the load signal of the field's
+// current llm-d baseline) and time-cost with cache_credit 1 (the trade
+// law's shape, and a cache-aware cost in seconds as Dynamo and SMG
+// weigh), so the oracle is not weaker than any policy it is compared
+// with for want of a scorer. A shipped scorer of a type not listed here
+// is an error (TestOracleSearchCoversShipped).
+var OracleSearch = []configs.ScorerConfig{
+	{Type: scorers.TypePrefix},
+	{Type: scorers.TypeQueue},
+	{Type: scorers.TypeKVCache},
+	{Type: scorers.TypeInFlight},
+	{Type: scorers.TypePendingPrefill},
+	{Type: scorers.TypeTokenLoad},
+	{Type: scorers.TypeTimeCost, Params: map[string]any{"cache_credit": 1.0}},
+}
+
+// OracleProfile returns the profile the oracle searches: the scorers of
+// OracleSearch, each starting at the shipped adaptive profile's calm
+// weight (0 where it has none) and with its params where it has the
+// scorer, under the shipped scheduler.guard and picker, the loop off.
 func OracleProfile() (*configs.File, error) {
 	f, err := configs.LoadShipped("adaptive")
 	if err != nil {
 		return nil, fmt.Errorf("oracle profile: %w", err)
 	}
+	return oracleProfileOf(f)
+}
+
+// oracleProfileOf is OracleProfile of the profile f.
+func oracleProfileOf(f *configs.File) (*configs.File, error) {
 	f = loopOff(f, true)
-	zero := 0.0
-	f.Scorers = append(slices.Clip(f.Scorers), configs.ScorerConfig{Type: scorers.TypeTokenLoad, Name: scorers.TypeTokenLoad, Weight: &zero})
+	f.Adaptive.Trade.Enabled = false
+	shipped := f.Scorers
+	f.Scorers = nil
+	for _, s := range OracleSearch {
+		s.Name = s.Type
+		zero := 0.0
+		s.Weight = &zero
+		if i := slices.IndexFunc(shipped, func(c configs.ScorerConfig) bool { return c.Type == s.Type }); i >= 0 {
+			s = shipped[i]
+		}
+		f.Scorers = append(f.Scorers, s)
+	}
+	for _, s := range shipped {
+		if !slices.ContainsFunc(OracleSearch, func(c configs.ScorerConfig) bool { return c.Type == s.Type }) {
+			return nil, fmt.Errorf("oracle profile: the shipped profile's scorer %q (type %s) is not in the oracle's search space (sim.OracleSearch)", scorerName(s), s.Type)
+		}
+	}
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("oracle profile: %w", err)
 	}
@@ -164,14 +201,26 @@ func OracleProfile() (*configs.File, error) {
 // OracleBaselines are the candidates the oracle's search starts from:
 // Baselines of the profile (its own vector, named guard-only since it
 // runs with the profile's guard, the load shares and the built-in static
-// vectors, each under the guard) and, when the profile has a token-load
-// scorer, that scorer alone.
+// vectors, each under the guard), then each cost scorer the profile has
+// alone (token-load, time-cost) and, with both prefix and time-cost, the
+// trade law's shape (prefix 2 : time-cost 16, configs/adaptive.yaml's
+// adaptive.trade.weights).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
-	if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == scorers.TypeTokenLoad }); i >= 0 {
+	idx := func(typ string) int {
+		return slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == typ })
+	}
+	for _, typ := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost} {
+		if i := idx(typ); i >= 0 {
+			w := make([]float64, len(f.Scorers))
+			w[i] = 1
+			base = append(base, Candidate{typ, w})
+		}
+	}
+	if p, t := idx(scorers.TypePrefix), idx(scorers.TypeTimeCost); p >= 0 && t >= 0 {
 		w := make([]float64, len(f.Scorers))
-		w[i] = 1
-		base = append(base, Candidate{scorers.TypeTokenLoad, w})
+		w[p], w[t] = 2, 16
+		base = append(base, Candidate{"trade-shape", w})
 	}
 	return base
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/scorers"
 )
 
 func evaluated(name string, ttft, tok []float64) *Evaluated {
@@ -83,6 +86,46 @@ func TestCompareCells(t *testing.T) {
 	}
 }
 
+// TestOracleSearchCoversShipped: the oracle searches its own list of
+// scorers in its order, starting from the shipped profile's calm weights
+// and params, and a shipped scorer outside the list is an error naming
+// it, not a smaller search.
+func TestOracleSearchCoversShipped(t *testing.T) {
+	f, err := OracleProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := configs.LoadShipped("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Adaptive.Enabled || f.Adaptive.Trade.Enabled || f.Scheduler.Guard != shipped.Scheduler.Guard {
+		t.Errorf("oracle profile: loop %v, trade %v, guard %+v", f.Adaptive.Enabled, f.Adaptive.Trade.Enabled, f.Scheduler.Guard)
+	}
+	if len(f.Scorers) != len(OracleSearch) {
+		t.Fatalf("%d scorers, want the %d of OracleSearch", len(f.Scorers), len(OracleSearch))
+	}
+	for i, s := range f.Scorers {
+		if s.Type != OracleSearch[i].Type {
+			t.Errorf("scorer %d is %s, want %s", i, s.Type, OracleSearch[i].Type)
+		}
+		want := 0.0
+		for _, c := range shipped.Scorers {
+			if c.Type == s.Type {
+				want = *c.Weight
+			}
+		}
+		if *s.Weight != want {
+			t.Errorf("%s starts at %v, want the shipped %v", s.Type, *s.Weight, want)
+		}
+	}
+	one := 1.0
+	shipped.Scorers = append(shipped.Scorers, configs.ScorerConfig{Type: scorers.TypeSession, Name: "sticky", Weight: &one})
+	if _, err := oracleProfileOf(shipped); err == nil || !strings.Contains(err.Error(), `"sticky"`) {
+		t.Errorf("a shipped scorer outside the search space: %v, want an error naming it", err)
+	}
+}
+
 // TestRunOracle runs the oracle on one short scenario and two
 // calibrations: the guard-only policy is the search's own starting vector
 // (zero-weight token-load changes no pick), so the oracle scores at least
@@ -109,18 +152,18 @@ func TestRunOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := OracleBaselines(f)
-	if len(base) != 9 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" {
-		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load", base)
+	if len(base) != 11 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" || base[9].Name != "time-cost" || base[10].Name != "trade-shape" {
+		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load, time-cost, the trade shape", base)
 	}
-	if len(o.Calibrations) != 2 || len(o.Scorers) != 6 || o.Scorers[5] != "token-load" || o.Guard.Factor != 2.5 {
+	if len(o.Calibrations) != 2 || len(o.Scorers) != 7 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Guard.Factor != 2.5 {
 		t.Fatalf("file %+v", o)
 	}
-	if steps != 2*(9+3) {
-		t.Errorf("%d progress calls, want 2 × (9 baselines + 3 policies)", steps)
+	if steps != 2*(11+3) {
+		t.Errorf("%d progress calls, want 2 × (11 baselines + 3 policies)", steps)
 	}
 	for _, c := range o.Calibrations {
 		g, _ := c.entry(PolicyGuardOnly)
-		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 6 || len(c.Cells) != 2 {
+		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 7 || len(c.Cells) != 2 {
 			t.Errorf("%s: oracle %v (ratio %v, score %v), guard-only %v; %d cells", c.Engine, c.Oracle.Weights, c.Oracle.Ratio, c.Oracle.Score, g.Score, len(c.Cells))
 		}
 		if len(c.Comparisons()) != 2 {

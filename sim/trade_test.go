@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestTradeLaw runs sim/profiles/adaptive-trade.yaml on the chat
+// TestTradeLaw runs the shipped adaptive profile on the chat
 // scenario's traffic for 90 s: on the pool of two GPU generations the
 // learned prefill throughputs are ≈ 3.8 apart (the H100's 2,048-token
 // chunk is 3.8× faster, docs/calibrations.md), above spread_on 1.5, so the
@@ -14,10 +14,11 @@ import (
 // is 1 and the weights never leave the profile's shape (time-cost 0 at
 // every sample).
 func TestTradeLaw(t *testing.T) {
-	pol, err := LoadProfilePolicy("profiles/adaptive-trade.yaml")
+	pols, err := Policies([]string{PolicyAdaptive})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pol := pols[0]
 	for _, tc := range []struct {
 		engine string
 		moves  bool

@@ -247,7 +247,10 @@ func TestWriteProfileKeepsGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := []float64{1, 2, 3, 4, 5}
+	w := make([]float64, len(f.Scorers))
+	for i := range w {
+		w[i] = float64(i + 1)
+	}
 	if g := withWeights(f, w, false).Scheduler.Guard; g.Factor != 2.5 {
 		t.Fatalf("searched vectors run with guard factor %v, want the profile's 2.5", g.Factor)
 	}
