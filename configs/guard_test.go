@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -97,5 +98,19 @@ func TestShippedGuardOnly(t *testing.T) {
 	}
 	if w := s.Weights(); w.Guard.Factor != 2.5 || w.Calm == nil {
 		t.Errorf("loop off: weights %+v, want the guard (factor 2.5) and herd accounting", w)
+	}
+	// The roll-back the file's header promises is one edit: the shipped
+	// file with adaptive.enabled: false parses and validates as it is,
+	// the trade law and rebalance scope left in place (idle).
+	raw, err := os.ReadFile("adaptive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(raw), "adaptive:\n  enabled: true\n", "adaptive:\n  enabled: false\n", 1)
+	if edited == string(raw) {
+		t.Fatal("configs/adaptive.yaml has no \"adaptive:\\n  enabled: true\" to edit")
+	}
+	if g, err := Parse([]byte(edited)); err != nil || g.Adaptive.Enabled {
+		t.Errorf("the roll-back edit (adaptive.enabled: false): %v, loop %v; want a valid profile with the loop off", err, g != nil && g.Adaptive.Enabled)
 	}
 }

@@ -101,7 +101,22 @@ type Config struct {
 	// swamped, where spreading helps, and when all pods are, where cache
 	// hits save more; the signal alone cannot tell them apart.
 	PressureCut float64 `mapstructure:"pressure_cut"`
+
+	// RebalanceScope says which requests the rebalanced weights rank:
+	// "pool" (every request) or "herd" (only the requests whose calm
+	// weights' choice is over the guard's bound, or over the crowd bound
+	// while sharing its prefix — the picks the herd signal counts; the
+	// rest keep the calm weights, so requests whose prefix sits on an
+	// endpoint with room are not sent to recompute it elsewhere).
+	// Default "pool".
+	RebalanceScope string `mapstructure:"rebalance_scope"`
 }
+
+// Rebalance scopes (Config.RebalanceScope).
+const (
+	ScopePool = "pool"
+	ScopeHerd = "herd"
+)
 
 // DefaultConfig returns the documented defaults (adaptive mode off).
 func DefaultConfig() Config {
@@ -124,6 +139,7 @@ func DefaultConfig() Config {
 		FlapMaxTransitions: 4,
 		FlapWindow:         time.Minute,
 		FlapCooldown:       time.Minute,
+		RebalanceScope:     ScopePool,
 	}
 }
 
@@ -179,6 +195,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf(p+"flap_cooldown: must be > 0 and ≥ min_dwell (%v), got %v", c.MinDwell, c.FlapCooldown)
 	case !(c.PressureCut >= 0 && c.PressureCut <= 1):
 		return fmt.Errorf(p+"pressure_cut: must be in [0,1], got %v", c.PressureCut)
+	case c.RebalanceScope != ScopePool && c.RebalanceScope != ScopeHerd:
+		return fmt.Errorf(p+"rebalance_scope: must be %q or %q, got %q", ScopePool, ScopeHerd, c.RebalanceScope)
 	}
 	return nil
 }

@@ -404,6 +404,7 @@ func (c *Configurator) publish(now time.Time, in Input, d float64, reason string
 		w.Values = append([]float64(nil), c.base...)
 	} else {
 		w.Values, w.Guard, w.Crowd, w.Calm = c.values(d), c.guard, c.crowd, c.calm
+		w.HerdOnly = c.cfg.RebalanceScope == ScopeHerd && c.calm != nil
 	}
 	c.cur.Store(w)
 	c.dPub = d

@@ -165,15 +165,14 @@ func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []sch
 	return mixed, out
 }
 
-// checkTrade reports whether the loop can run the profile at every mix
-// the law can reach (0, Step, 2·Step, …, 1) and every trade weight names
-// one of its scorers.
+// checkTrade reports whether every trade weight names one of the
+// profile's scorers and, with the loop on, whether the loop can run the
+// profile at every mix the law can reach (0, Step, 2·Step, …, 1). With
+// adaptive.enabled false the law is idle (it moves the loop's calm
+// weights), so turning the loop off is the one edit a roll-back needs.
 func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	if !c.Trade.Enabled {
 		return nil
-	}
-	if !c.Enabled {
-		return errors.New("adaptive.trade.enabled: the trade law moves the calm weights of adaptive mode; set adaptive.enabled: true")
 	}
 	for _, name := range c.Trade.names() {
 		found := false
@@ -183,6 +182,9 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 		if !found {
 			return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
 		}
+	}
+	if !c.Enabled {
+		return nil
 	}
 	for m := c.Trade.Step; ; m += c.Trade.Step {
 		m = min(m, 1)

@@ -164,8 +164,16 @@ func TestTradeCheckProfile(t *testing.T) {
 	if err := ok.CheckProfile(profile()); err != nil {
 		t.Fatalf("valid trade: %v", err)
 	}
+	// The roll-back: the loop off with the law still configured
+	// validates (the law is idle), and still checks the law's names.
 	off := tradeConfig()
 	off.Enabled = false
+	if err := off.CheckProfile(profile()); err != nil {
+		t.Errorf("adaptive off with trade on: %v, want valid (a roll-back is one edit)", err)
+	}
+	offUnknown := tradeConfig()
+	offUnknown.Enabled = false
+	offUnknown.Trade.Weights["time-cost"] = 1
 	unknown := tradeConfig()
 	unknown.Trade.Weights["time-cost"] = 1
 	low := tradeConfig()
@@ -174,9 +182,9 @@ func TestTradeCheckProfile(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"adaptive off":  {off, "adaptive.trade.enabled"},
-		"unknown name":  {unknown, "adaptive.trade.weights.time-cost"},
-		"d_max too low": {low, "adaptive.trade: at mix 1"},
+		"unknown name, loop off": {offUnknown, "adaptive.trade.weights.time-cost"},
+		"unknown name":           {unknown, "adaptive.trade.weights.time-cost"},
+		"d_max too low":          {low, "adaptive.trade: at mix 1"},
 	} {
 		if err := tt.cfg.CheckProfile(profile()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tt.want)

@@ -27,6 +27,10 @@ type Decision struct {
 	// guarded says the pick ran under a guard (the weights' or the
 	// scheduler's); keys then hold the ranking keys.
 	guarded bool
+	// calm says the pick was ranked with the calm weights (Weights.HerdOnly
+	// and not a herd pick); calmTotals hold their totals then.
+	calm       bool
+	calmTotals []float64
 	// prefill is the prompt bytes counted as pending prefill on Endpoint
 	// until the first byte; firstByte says they were released.
 	prefill int64
@@ -52,7 +56,7 @@ func (s *Scheduler) newDecision() *Decision {
 
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
-	d.guarded = false
+	d.guarded, d.calm = false, false
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
@@ -86,8 +90,19 @@ func (d *Decision) Total(i int) float64 { return d.totals[i] }
 // OverBound reports whether candidate i was over the guard's bound (and so
 // ranked after the candidates within it); always false without a guard.
 func (d *Decision) OverBound(i int) bool {
-	return d.guarded && i < len(d.keys) && d.keys[i] != d.totals[i]
+	if !d.guarded || i >= len(d.keys) {
+		return false
+	}
+	if d.calm {
+		return d.keys[i] != d.calmTotals[i]
+	}
+	return d.keys[i] != d.totals[i]
 }
+
+// RankedCalm reports whether the pick was ranked with the calm weights
+// (Weights.Calm) rather than Weights.Values: under Weights.HerdOnly, a
+// request whose calm choice was within the bounds.
+func (d *Decision) RankedCalm() bool { return d.calm }
 
 // Seconds returns scorer s's estimate in seconds for candidate i when
 // the scorer is a SecondsReporter (the time-cost scorer); ok is false
@@ -275,7 +290,11 @@ type Explanation struct {
 	WeightsVersion uint64             `json:"weights_version"`
 	Mode           string             `json:"mode"`
 	Weights        map[string]float64 `json:"weights"`
-	Candidates     []CandidateScore   `json:"candidates"`
+	// RankedCalm: the candidates were ranked with the calm weights, not
+	// Weights — the loop rebalances only herd picks
+	// (adaptive.rebalance_scope: herd) and this was not one.
+	RankedCalm bool             `json:"ranked_calm,omitempty"`
+	Candidates []CandidateScore `json:"candidates"`
 }
 
 // CandidateScore is one candidate's scores in an Explanation.
@@ -303,6 +322,7 @@ func (d *Decision) Explain() Explanation {
 		Chosen:         d.Endpoint.Address,
 		WeightsVersion: d.Weights.Version,
 		Mode:           d.Weights.Mode,
+		RankedCalm:     d.calm,
 		Weights:        make(map[string]float64, len(ents)),
 		Candidates:     make([]CandidateScore, len(d.cands)),
 	}

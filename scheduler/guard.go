@@ -54,6 +54,10 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	}
 	penalty++
 	d.keys = growFloats(d.keys, n)
+	herdOnly := w.HerdOnly && calm != nil
+	if herdOnly {
+		d.calmTotals = growFloats(d.calmTotals, n)
+	}
 	best, calmAt := 0, 0
 	// The calm choice's total and affinity part; the top affinity part
 	// and how many candidates share it (within eps: scores are sums of
@@ -77,6 +81,9 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 			}
 			if i == 0 || t > calmBest {
 				calmAt, calmBest, calmAff = i, t, a
+			}
+			if herdOnly {
+				d.calmTotals[i] = t
 			}
 			switch {
 			case a > topAff+eps:
@@ -102,6 +109,13 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	}
 	if herd {
 		e.st.herd.Add(1)
+	} else if herdOnly {
+		// Not a herd pick: rank with the calm weights, keeping each
+		// candidate's guard penalty.
+		for i := range d.keys {
+			d.keys[i] = d.calmTotals[i] - (d.totals[i] - d.keys[i])
+		}
+		d.calm = true
 	}
 	return d.keys
 }

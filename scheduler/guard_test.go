@@ -95,6 +95,60 @@ func TestGuardPick(t *testing.T) {
 	}
 }
 
+// TestGuardHerdOnly: with Weights.HerdOnly, a request whose calm choice is
+// within the guard's bound ranks with the calm weights, and only a herd
+// pick ranks with Values. An affinity scorer favours a:1, a distribution
+// scorer b:1; the calm weights (aff 1, dist 0.1) choose a:1, the
+// rebalanced ones (aff 0.1, dist 1) b:1. Guard factor 2 slack 1 over four
+// pods: the first request finds a:1 within the bound and stays there under
+// HerdOnly (b:1 without it); the second would put a:1 at 2 > 1.5, a herd
+// pick, and goes where Values send it.
+func TestGuardHerdOnly(t *testing.T) {
+	entries := []ScorerEntry{
+		{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1, "b:1": 0, "c:1": 0, "d:1": 0}}, Weight: 1},
+		{Name: "dist", Scorer: fixedScorer{cat: CategoryDistribution, scores: map[string]float64{"a:1": 0, "b:1": 1, "c:1": 0, "d:1": 0}}, Weight: 0.1},
+	}
+	for _, herdOnly := range []bool{false, true} {
+		s, err := New(DefaultConfig(), entries, nil, MaxScore{}, Deps{Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+		if err := s.Publish(&Weights{Version: 2, Values: []float64{0.1, 1}, Guard: Guard{Factor: 2, Slack: 1}, Calm: []float64{1, 0.1}, HerdOnly: herdOnly}); err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.Pick(context.Background(), &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "b:1"
+		if herdOnly {
+			want = "a:1"
+		}
+		if first.Endpoint.Address != want || first.RankedCalm() != herdOnly || first.Explain().RankedCalm != herdOnly || first.OverBound(0) {
+			t.Errorf("herd-only %v, first pick: %s (ranked calm %v, a:1 over %v); want %s, ranked calm %v, a:1 within",
+				herdOnly, first.Endpoint.Address, first.RankedCalm(), first.OverBound(0), want, herdOnly)
+		}
+		if !herdOnly {
+			first.Done(Outcome{})
+			continue
+		}
+		second, err := s.Pick(context.Background(), &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second.Endpoint.Address != "b:1" || second.RankedCalm() || !second.OverBound(0) {
+			t.Errorf("second pick: %s (ranked calm %v, a:1 over %v); want b:1 by the rebalanced weights, a:1 over the bound",
+				second.Endpoint.Address, second.RankedCalm(), second.OverBound(0))
+		}
+		if got := s.Pool().Pointers()[0].HerdPicks(); got != 1 {
+			t.Errorf("a:1 herd picks %d, want 1 (the second request)", got)
+		}
+		first.Done(Outcome{})
+		second.Done(Outcome{})
+	}
+}
+
 // TestGuardCrowd: the crowd bound charges herd picks for a prefix held by
 // two or more candidates whose calm choice is over it, and only then. The
 // guard (factor 10, slack 10) never diverts here, so every pick goes where
@@ -188,20 +242,22 @@ func TestGuardedPickAllocatesNothing(t *testing.T) {
 	}
 	s := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}}, ModelFilter{}, HealthyFilter{})
 	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
-	if err := s.Publish(&Weights{Version: 2, Values: []float64{1}, Guard: Guard{Factor: 2, Slack: 6}, Calm: []float64{1}}); err != nil {
-		t.Fatal(err)
-	}
-	req := &Request{ID: "r", Model: "m"}
-	ctx := context.Background()
-	allocs := testing.AllocsPerRun(1000, func() {
-		d, err := s.Pick(ctx, req)
-		if err != nil {
+	for _, herdOnly := range []bool{false, true} {
+		if err := s.Publish(&Weights{Version: 2, Values: []float64{1}, Guard: Guard{Factor: 2, Slack: 6}, Calm: []float64{0.5}, HerdOnly: herdOnly}); err != nil {
 			t.Fatal(err)
 		}
-		d.Done(Outcome{})
-	})
-	if allocs != 0 {
-		t.Errorf("guarded Pick+Done allocates %v times per request, want 0", allocs)
+		req := &Request{ID: "r", Model: "m"}
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			d, err := s.Pick(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Done(Outcome{})
+		})
+		if allocs != 0 {
+			t.Errorf("guarded Pick+Done (herd-only %v) allocates %v times per request, want 0", herdOnly, allocs)
+		}
 	}
 }
 

@@ -43,6 +43,13 @@ type Weights struct {
 	// because keeping a group of requests on one endpoint is what
 	// affinity is for. The zero Crowd is off.
 	Crowd Guard
+	// HerdOnly, with Calm set, ranks only herd picks with Values: a
+	// request whose calm weights' choice is within the guard's bound (and
+	// the crowd bound, where it counts) is ranked with Calm, so weights
+	// moved to relieve a herd move only the requests that herd, not those
+	// whose prefix sits on an endpoint with room. False: every request
+	// ranks with Values.
+	HerdOnly bool
 }
 
 // Guard is the request path's bound on concentrated load, in the spirit of

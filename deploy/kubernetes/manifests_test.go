@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -652,6 +653,10 @@ func TestProfile(t *testing.T) {
 		if sc.Type != def.Scorers[i].Type || *sc.Weight != *def.Scorers[i].Weight {
 			t.Errorf("scorers[%d] = %s %v, configs/adaptive.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
 		}
+	}
+	if f.Adaptive.RebalanceScope != def.Adaptive.RebalanceScope || f.Adaptive.Trade.Enabled != def.Adaptive.Trade.Enabled || !maps.Equal(f.Adaptive.Trade.Weights, def.Adaptive.Trade.Weights) {
+		t.Errorf("adaptive: rebalance_scope %q, trade %v %v; configs/adaptive.yaml has %q, %v %v", f.Adaptive.RebalanceScope, f.Adaptive.Trade.Enabled, f.Adaptive.Trade.Weights,
+			def.Adaptive.RebalanceScope, def.Adaptive.Trade.Enabled, def.Adaptive.Trade.Weights)
 	}
 	ep := f.Fleet.Endpoints
 	pools := crds(objs, "InferencePool")
