@@ -83,7 +83,7 @@ func TestInTreeRejectsBadParams(t *testing.T) {
 		{TypePrefix, map[string]any{"max_blocks": 0}, "prefix.max_blocks"},
 		{TypePrefix, map[string]any{"capacity": 0}, "prefix.capacity"},
 		{TypePrefix, map[string]any{"shards": 3}, "prefix.shards: must be a power of two"},
-		{TypePrefix, map[string]any{"learn": "done"}, `prefix.learn: must be "first_byte" or "pick", got "done"`},
+		{TypePrefix, map[string]any{"learn": "done"}, `prefix.learn: must be "first_byte", "pick" or "join_new", got "done"`},
 		{TypePrefix, map[string]any{"block_sise": 64}, "block_sise"}, // unknown key
 		{TypeSession, map[string]any{"load_factor": 0.5}, "session.load_factor"},
 		{TypeSession, map[string]any{"max_sessions": 0}, "session.max_sessions"},

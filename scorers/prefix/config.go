@@ -25,7 +25,12 @@ type Config struct {
 	Shards int `mapstructure:"shards"`
 	// Learn is when a request's blocks are recorded on its endpoint:
 	// "first_byte" (default) once the endpoint's first response byte
-	// arrives, i.e. once it has computed the prompt; "pick" at the pick.
+	// arrives, i.e. once it has computed the prompt; "pick" at the pick;
+	// "join_new" at the first byte, and also at the pick when no
+	// candidate held even the prompt's first block — a prefix nobody has
+	// computed, so the prompts that share it and arrive while its first
+	// prefill runs join the endpoint computing it instead of each
+	// computing it somewhere else.
 	Learn string `mapstructure:"learn"`
 }
 
@@ -39,6 +44,7 @@ func DefaultConfig() Config {
 const (
 	LearnFirstByte = "first_byte"
 	LearnPick      = "pick"
+	LearnJoinNew   = "join_new"
 )
 
 // Validate checks the config; errors name the field.
@@ -56,8 +62,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefix.capacity: must be in 1…2^30, got %d", c.Capacity)
 	case c.Shards <= 0 || c.Shards > 1024 || c.Shards&(c.Shards-1) != 0:
 		return fmt.Errorf("prefix.shards: must be a power of two in 1…1024, got %d", c.Shards)
-	case c.Learn != LearnFirstByte && c.Learn != LearnPick:
-		return fmt.Errorf("prefix.learn: must be %q or %q, got %q", LearnFirstByte, LearnPick, c.Learn)
+	case c.Learn != LearnFirstByte && c.Learn != LearnPick && c.Learn != LearnJoinNew:
+		return fmt.Errorf("prefix.learn: must be %q, %q or %q, got %q", LearnFirstByte, LearnPick, LearnJoinNew, c.Learn)
 	}
 	return nil
 }

@@ -593,6 +593,44 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 			d.Done(scheduler.Outcome{})
 		})
 	}
+	// learn: join_new records at the pick only a prompt no candidate
+	// held even the first block of: a second ABCD joins a:1 before the
+	// first byte, while ABEF, whose first blocks a:1 holds, goes to a:1
+	// and is recorded in full only at its first byte.
+	t.Run(LearnJoinNew, func(t *testing.T) {
+		cfg := smallPrefix()
+		cfg.Learn = LearnJoinNew
+		h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
+		pick := func(r scheduler.Request) (*scheduler.Decision, []float64) {
+			t.Helper()
+			d, err := h.S.Pick(ctx, &r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var scores []float64
+			for i := range d.Candidates() {
+				scores = append(scores, d.Score(0, i))
+			}
+			return d, scores
+		}
+		d1, _ := pick(scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}})
+		d2, scores := pick(scheduler.Request{Prompt: prompt("ABCD")})
+		if !slices.Equal(scores, []float64{1, 0, 0}) {
+			t.Errorf("a new prompt's second request: scores %v, want [1 0 0] (joins a:1)", scores)
+		}
+		d3, _ := pick(scheduler.Request{Prompt: prompt("ABEF")})
+		d4, scores := pick(scheduler.Request{Prompt: prompt("ABEF")})
+		if d3.Endpoint.Address != "a:1" || !slices.Equal(scores, []float64{0.5, 0, 0}) {
+			t.Errorf("a held prefix: first on %s, then scores %v; want a:1, then [0.5 0 0] (ABEF learned at its first byte)", d3.Endpoint.Address, scores)
+		}
+		d3.FirstByte()
+		if _, scores := pick(scheduler.Request{Prompt: prompt("ABEF")}); scores[0] != 1 {
+			t.Errorf("after ABEF's first byte: a scores %v, want 1", scores[0])
+		}
+		for _, d := range []*scheduler.Decision{d1, d2, d3, d4} {
+			d.Done(scheduler.Outcome{})
+		}
+	})
 	t.Run("failed before the first byte", func(t *testing.T) {
 		h := scorertest.NewHarness(t, mustPrefix(t, smallPrefix()), scorertest.Eps("a:1"))
 		d, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
