@@ -74,6 +74,10 @@ type EndpointCalibration struct {
 	priorR float64
 }
 
+// PriorPrefillTokensPerSecond is the prior's prefill throughput for the
+// endpoint's capacity: what it publishes while it has no sample.
+func (e *EndpointCalibration) PriorPrefillTokensPerSecond() float64 { return e.priorR }
+
 // CalibrationSnapshot is the calibrator's state after a step; immutable.
 type CalibrationSnapshot struct {
 	At        time.Time             `json:"at"`

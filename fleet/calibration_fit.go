@@ -185,8 +185,8 @@ func (c *Calibrator) quantileSlope(xs, ys []float64, tau float64) float64 {
 
 // pool sets each endpoint's published prefill throughput. Endpoints of
 // the same class (declared capacity and models) run the same engine, so
-// the class's prefill points are fitted together (fitPrefill), which
-// averages out one endpoint's noise and sees a wider range of work; an
+// each publishes its class's rate, the median of its members' own fits,
+// which outvotes an endpoint whose traffic shows prefill badly; an
 // endpoint alone in its class, or whose class has no fit, keeps its own.
 // Either is blended with the prior, in seconds per token (the unit costs
 // add in), with weight min(1, points/min_samples).
@@ -202,20 +202,32 @@ func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 		n int
 	}
 	fits := map[string]fit{}
-	var xs, ys []float64
 	for k, m := range members {
 		if len(m) < 2 {
 			continue
 		}
-		xs, ys = xs[:0], ys[:0]
-		for _, i := range m {
-			if e := c.eps[eps[i].Address]; e != nil {
-				xs, ys = append(xs, e.xs...), append(ys, e.ys...)
+		// The class's rate is the median of its members' own fits, one
+		// vote per endpoint (members with at least half of min_samples
+		// points vote when any has): the members share the engine but
+		// not their traffic, and an endpoint whose requests are nearly
+		// all cached (the holder of a hot prefix) fits its few uncached
+		// tokens badly however many points it has, which a fit of the
+		// pooled points, weighted by count, would follow.
+		votes, n, least := c.scratch[:0], 0, max(c.cfg.MinSamples/2, 1)
+		for pass := 0; pass < 2 && len(votes) == 0; pass++ {
+			for _, i := range m {
+				if e := &eps[i]; e.LearnedPrefillTokensPerSecond > 0 && (pass == 1 || e.PrefillSamples >= least) {
+					votes = append(votes, e.LearnedPrefillTokensPerSecond)
+				}
 			}
 		}
-		if r := c.fitPrefill(xs, ys); r > 0 {
-			fits[k] = fit{r, len(xs)}
+		for _, i := range m {
+			n += eps[i].PrefillSamples
 		}
+		if r := medianOf(votes); r > 0 {
+			fits[k] = fit{r, n}
+		}
+		c.scratch = votes[:0]
 	}
 	for i := range eps {
 		e := &eps[i]

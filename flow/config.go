@@ -58,8 +58,16 @@ type BandConfig struct {
 	// clear endpoint only while more than Reserve of them (at most the
 	// eligible endpoints − 1) have room (0: none kept). The reserve is
 	// sticky: the clear endpoints stay clear while the band's work runs
-	// on the others. Not for the first band.
+	// on the others. Not for the first band. A reserve above the eligible
+	// endpoints − 1 keeps all but one clear: the band runs on as few
+	// endpoints as it can, as batch work whose deadline is far should.
 	Reserve int `mapstructure:"reserve"`
+	// ReserveRelease (reserve_release, in [0,1)) lifts the reserve for a
+	// request once less than this share of its TTL is left, so work kept
+	// to a few endpoints still meets its deadline: a queued batch request
+	// that has waited half its TTL (0.5) may use any endpoint with room.
+	// 0 (the default): the reserve always holds.
+	ReserveRelease float64 `mapstructure:"reserve_release"`
 }
 
 // SaturationConfig says when an endpoint has no room for another request.
@@ -194,6 +202,9 @@ func (c Config) Validate() error {
 		}
 		if b.Reserve < 0 || b.Reserve > 1000 || i == 0 && b.Reserve > 0 {
 			return fmt.Errorf("flow.bands[%d].reserve: %d, want 0 … 1000, and 0 for the first band (no band above it)", i, b.Reserve)
+		}
+		if !(b.ReserveRelease >= 0 && b.ReserveRelease < 1) {
+			return fmt.Errorf("flow.bands[%d].reserve_release: %v, want a share of the TTL in [0, 1) (0: the reserve always holds)", i, b.ReserveRelease)
 		}
 	}
 	if !seen[c.DefaultBand] {

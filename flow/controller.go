@@ -82,6 +82,7 @@ type Controller struct {
 	budget  []float64 // each band's prefill budget, seconds (Config.Budgets)
 	share   []float64 // each band's share of the KV capacity (Config.Thresholds)
 	reserve []int     // each band's BandConfig.Reserve
+	release []float64 // each band's BandConfig.ReserveRelease
 
 	// bytesOnly: a dispatch found no prefix-index answer, so pending
 	// prefill is counted in prompt bytes (Detector.Wait).
@@ -190,6 +191,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	for i, w := range cfg.Budgets() {
 		c.budget = append(c.budget, w.Seconds())
 		c.reserve = append(c.reserve, cfg.Bands[i].Reserve)
+		c.release = append(c.release, cfg.Bands[i].ReserveRelease)
 		c.share = append(c.share, cfg.Thresholds()[i])
 	}
 	c.m = newMetrics(deps.Registerer, cfg, c)
@@ -270,7 +272,7 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 		ahead += c.q.BandLen(b)
 	}
 	if ahead == 0 {
-		if subset, room := c.room(req, cl.Band, now); room {
+		if subset, room := c.room(req, cl.Band, now, 1); room {
 			r := c.dispatch(w, subset)
 			c.mu.Unlock()
 			if r.err == nil {
@@ -313,10 +315,12 @@ func (c *Controller) submit(w *waiter, cl *Class) (*Item[*waiter], result) {
 // eligible − 1) endpoints with room are clear, the band may use none of
 // them. The reserve is therefore sticky: the endpoints the band keeps
 // clear stay the same while its work runs elsewhere, rather than moving
-// with each endpoint's prefill. subset is nil when every eligible
+// with each endpoint's prefill. A request with less than the band's
+// ReserveRelease of its TTL left (left) ignores the reserve.
+// subset is nil when every eligible
 // endpoint has room, else the addresses of those that do (c.subset,
 // valid under c.mu). Called with c.mu held.
-func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subset []string, ok bool) {
+func (c *Controller) room(req *scheduler.Request, band int, now time.Time, left float64) (subset []string, ok bool) {
 	pool := c.sched.Pool()
 	if pool == nil {
 		return nil, true
@@ -340,7 +344,7 @@ func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subs
 		}
 		subset, clear = append(subset, e.Address), append(clear, f)
 	}
-	if r := min(c.reserve[band], eligible-1); nclear > 0 && nclear <= r {
+	if r := min(c.reserve[band], eligible-1); nclear > 0 && nclear <= r && left >= c.release[band] {
 		n := 0
 		for i, a := range subset {
 			if !clear[i] {
@@ -356,6 +360,16 @@ func (c *Controller) room(req *scheduler.Request, band int, now time.Time) (subs
 		return nil, true
 	}
 	return subset, full < eligible
+}
+
+// left returns the share of its TTL still ahead of it at now, in [0,1]
+// (1 without a TTL).
+func left(it *Item[*waiter], now time.Time) float64 {
+	ttl := it.Deadline.Sub(it.Enqueued)
+	if ttl <= 0 {
+		return 1
+	}
+	return min(max(float64(it.Deadline.Sub(now))/float64(ttl), 0), 1)
 }
 
 // load returns addr's ledger entry, creating it. Called with c.mu held.
@@ -460,7 +474,7 @@ func (c *Controller) Drain() {
 			return
 		}
 		w := it.Value
-		subset, ok := c.room(w.req, w.band, now)
+		subset, ok := c.room(w.req, w.band, now, left(it, now))
 		if !ok {
 			return
 		}

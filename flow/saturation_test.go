@@ -205,3 +205,43 @@ func TestReserveStaysOnTheSameEndpoints(t *testing.T) {
 	finish(p)
 	finish(first)
 }
+
+// TestReserveRelease: a sheddable request kept off the reserve (a, clear)
+// while b is saturated waits; with reserve_release 0.5 and a 10 s TTL it
+// still waits 4 s in, and 6 s in (less than half its TTL left) it may use
+// a.
+func TestReserveRelease(t *testing.T) {
+	cfg := testConfig()
+	cfg.Saturation.CapacityTokens = 1e6
+	cfg.Bands[2].TTL = 10 * time.Second
+	cfg.Bands[2].ReserveRelease = 0.5
+	r := newRig(t, cfg, ep("a"), ep("b"))
+	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q := big()
+	q.Subset = []string{"b"}
+	d, l, err := r.c.Pick(ctx, q, Class{Band: 2}, 0)
+	if err != nil || d.Endpoint.Address != "b" {
+		t.Fatalf("sheddable 1: %v on %v, want b", err, d)
+	}
+	first := picked{d, l, nil}
+	ch := r.pickAsync(ctx, big(), Class{Band: 2})
+	r.waitQueued(t, 1)
+	r.clk.Step(4 * time.Second)
+	r.c.Drain()
+	if n := r.c.Len(); n != 1 {
+		t.Fatalf("4 s into a 10 s TTL: %d queued, want 1 (the reserve holds)", n)
+	}
+	r.clk.Step(2 * time.Second)
+	r.c.Drain()
+	p := recv(t, ch)
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	if got := p.d.Endpoint.Address; got != "a" {
+		t.Fatalf("6 s into a 10 s TTL the request went to %s, want a (the reserve released)", got)
+	}
+	finish(p)
+	finish(first)
+}

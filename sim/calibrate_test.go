@@ -100,6 +100,13 @@ func TestTruePrefillTokensPerSecond(t *testing.T) {
 // cached (docs/calibration.md, "How close it gets").
 const stressBound = 0.12
 
+// hotBound is the bound in hot-prefix-burst, where under the shipped
+// loop nearly every request finds its prompt cached: with 150 uncached
+// tokens a request, its first byte is mostly the step and the decodes
+// sharing it, and each endpoint's own fit reads prefill up to a quarter
+// fast (docs/calibration.md, "How close it gets", has the cells).
+const hotBound = 0.30
+
 // TestCalibrationConvergesUnderStress runs 60 s of traffic that makes
 // prefill hard to see on every engine calibration: unique prompts
 // arriving open-loop (uniform, 20 requests/s, the lowest level of its
@@ -107,8 +114,13 @@ const stressBound = 0.12
 // admission), one hot 6,000-token prefix that leaves a few percent of
 // prompt tokens uncached (hot-prefix-burst's calm start), and a pool of
 // two sizes whose tenants mostly hit their cached prefix
-// (heterogeneous). Every endpoint must publish a learned prefill
-// throughput within stressBound of its engine's true value.
+// (heterogeneous), routed by the shipped adaptive profile. Every endpoint
+// the router sent requests must publish a learned prefill throughput
+// within stressBound of its engine's true value (hotBound in
+// hot-prefix-burst); an endpoint it sent none publishes its class's
+// rate, or keeps its prior and says so when the class has none (the
+// trade law sends a mixed pool's slow endpoints nothing at 20
+// requests/s).
 func TestCalibrationConvergesUnderStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("18 simulated minutes")
@@ -147,23 +159,39 @@ func TestCalibrationConvergesUnderStress(t *testing.T) {
 				if len(res.Calibration) != sc.Servers {
 					t.Fatalf("%d endpoints calibrated, want %d", len(res.Calibration), sc.Servers)
 				}
-				worst := 0.0
+				bound := stressBound
+				if cell.scenario == "hot-prefix-burst" {
+					bound = hotBound
+				}
+				worst, idle := 0.0, 0
 				for _, e := range res.Calibration {
 					ecfg, ok := truthEngine[e.Address]
 					if !ok {
 						t.Fatalf("%s: no such server", e.Address)
+					}
+					if e.MeanPromptTokens == 0 {
+						// Sent nothing: its class's rate (checked on the
+						// members that were sent requests), else the prior.
+						idle++
+						if !e.Pooled && (e.Source != "prior" || e.Calibration.PrefillTokensPerSecond != e.PriorPrefillTokensPerSecond()) {
+							t.Errorf("%s was sent no request and has no class fit, but publishes %s %.0f tokens/s, not its prior", e.Address, e.Source, e.Calibration.PrefillTokensPerSecond)
+						}
+						continue
 					}
 					truth := TruePrefillTokensPerSecond(ecfg, e.MeanPromptTokens)
 					got := e.Calibration.PrefillTokensPerSecond
 					if math.Abs(got/truth-1) > math.Abs(worst) {
 						worst = got/truth - 1
 					}
-					if e.Source != "learned" || math.Abs(got/truth-1) > stressBound {
+					if e.Source != "learned" || math.Abs(got/truth-1) > bound {
 						t.Errorf("%s (capacity %g): %s %.0f tokens/s (own estimate %.0f from %d samples), true %.0f: off by %+.1f %%",
 							e.Address, e.Capacity, e.Source, got, e.LearnedPrefillTokensPerSecond, e.PrefillSamples, truth, 100*(got/truth-1))
 					}
 				}
-				t.Logf("worst endpoint off by %+.1f %%", 100*worst)
+				if idle == len(res.Calibration) {
+					t.Fatal("the router sent no endpoint a request")
+				}
+				t.Logf("worst endpoint off by %+.1f %% (%d sent nothing)", 100*worst, idle)
 			})
 		}
 	}

@@ -73,6 +73,26 @@ func TestFlowRunConservesAndReleases(t *testing.T) {
 	}
 }
 
+// TestStreamJobIssuesAll: a closed-loop stream with requests is a job and
+// issues every one of them even when the run's duration ends first (the
+// batch-interference scenario scaled to one minute holds the jobs in the
+// router for longer than that); the interactive stream stops at the end.
+func TestStreamJobIssuesAll(t *testing.T) {
+	sc := shippedScaled(t, "batch-interference", time.Minute)
+	res, err := Run(RunConfig{Scenario: sc, Policy: mustPolicy(t, PolicyAdaptiveFlow), Level: 15, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Classes[1:] {
+		if c.Issued != 1000 || c.Completed != 1000 {
+			t.Errorf("%s: issued %d, completed %d; want all 1000 of the job", c.Name, c.Issued, c.Completed)
+		}
+	}
+	if i := res.Classes[0]; i.Issued > 15*60*3/2 {
+		t.Errorf("interactive issued %d in a one-minute run at 15 req/s", i.Issued)
+	}
+}
+
 // Every lease is released: after a run, each flow controller's ledger
 // holds no tokens and its queue is empty.
 func TestFlowLedgerEmptyAfterRun(t *testing.T) {

@@ -82,7 +82,8 @@ func (c *RequestClass) validate(prefix string) []error {
 // Stream is a second source of requests beside the scenario's load: a
 // class of its own (an interactive stream next to batch jobs, a second
 // tenant), its own workload and arrivals, from Start until it has issued
-// Requests or the run stops issuing. Exactly one of Concurrency (closed
+// Requests (a closed-loop job: all of them, see Requests) or the run
+// stops issuing. Exactly one of Concurrency (closed
 // loop: that many clients, each sending its next request when the last
 // ends) and Rate (open loop: Poisson arrivals) is set. A batch job that
 // submits everything at once is Concurrency = Requests.
@@ -90,7 +91,11 @@ type Stream struct {
 	RequestClass `yaml:",inline"`
 	// Start is when the stream begins, in [0, duration).
 	Start time.Duration `yaml:"start"`
-	// Requests bounds what the stream issues (0: until the end).
+	// Requests bounds what the stream issues (0: until the end of
+	// Duration). A closed-loop stream with Requests is a job: it issues
+	// all of them, after Duration too (the run lasts until they end), so
+	// a job's completion and deadlines are measured whole, whatever the
+	// router does to its pace.
 	Requests int `yaml:"requests"`
 	// Concurrency is the closed loop's clients (1 … 100000).
 	Concurrency int `yaml:"concurrency"`
