@@ -282,11 +282,13 @@ type streamPlay struct {
 
 // next draws the stream's next request, its phase and (open loop) the gap
 // to the one after it; false once the stream has issued its requests or
-// the run stops issuing.
+// the run stops issuing — except for a job (a closed-loop stream with
+// requests), which issues all of them as the simulator plays it.
 func (p *player) next(s *streamPlay) (r scenario.Rendered, phase int, gap time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.now() >= p.sc.Duration || s.st.Requests > 0 && s.issued >= s.st.Requests {
+	job := s.st.Requests > 0 && s.st.Concurrency > 0
+	if p.now() >= p.sc.Duration && !job || s.st.Requests > 0 && s.issued >= s.st.Requests {
 		return r, 0, 0, false
 	}
 	s.issued++

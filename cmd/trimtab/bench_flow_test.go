@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -110,6 +111,46 @@ streams:
 	}
 	if len(s.Errors) != 0 {
 		t.Errorf("errors %v, want none", s.Errors)
+	}
+}
+
+// TestBenchPlaysAJobWhole: a batch job (a closed-loop stream with
+// requests) issues all of its requests even when the run's duration ends
+// first, as the simulator plays it: 2 clients through 40 requests of 64
+// output tokens each take longer than the 1 s run.
+func TestBenchPlaysAJobWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real-time bench run through serve: skipped under -short")
+	}
+	sc, err := sim.ParseScenario([]byte(`
+name: job
+duration: 1s
+warmup: 100ms
+servers: 1
+timeout: 20s
+workload: {kind: uniform, question_tokens: 64, output_tokens: 8, class: {name: chat, band: interactive, tenant: app}}
+load: {mode: open, levels: [5]}
+streams:
+  - {name: batch, band: sheddable, tenant: job, start: 100ms, requests: 40, concurrency: 2, timeout: 20s,
+     workload: {kind: uniform, question_tokens: 256, output_tokens: 64}}
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := benchThroughServe(t, sc, 1, benchPolicies(t, sim.PolicyAdaptive))
+	s := rep.Summaries()[0]
+	if len(s.Classes) != 2 {
+		t.Fatalf("classes %+v, want chat and batch", s.Classes)
+	}
+	var last time.Duration
+	for _, q := range rep.Runs[0].Requests {
+		last = max(last, q.Sent)
+	}
+	if b := s.Classes[1]; b.Issued != 40 || b.Completed != 40 {
+		t.Errorf("batch %+v: want all 40 of the job issued and completed", b)
+	}
+	if last < sc.Duration {
+		t.Errorf("the last request was sent %v in: the job fit in the %v run, so this test shows nothing", last, sc.Duration)
 	}
 }
 
