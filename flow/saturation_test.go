@@ -180,19 +180,7 @@ func TestLowerBandFillsLessKV(t *testing.T) {
 func TestReserveStaysOnTheSameEndpoints(t *testing.T) {
 	cfg := testConfig()
 	cfg.Saturation.CapacityTokens = 1e6
-	r := newRig(t, cfg, ep("a"), ep("b"))
-	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	q := big()
-	q.Subset = []string{"b"}
-	d, l, err := r.c.Pick(ctx, q, Class{Band: 2}, 0)
-	if err != nil || d.Endpoint.Address != "b" {
-		t.Fatalf("sheddable 1: %v on %v, want b", err, d)
-	}
-	first := picked{d, l, nil}
-	ch := r.pickAsync(ctx, big(), Class{Band: 2})
-	r.waitQueued(t, 1)
+	r, first, ch := sheddableBehindB(t, cfg)
 	first.d.FirstByte()
 	r.c.Drain()
 	p := recv(t, ch)
@@ -215,19 +203,7 @@ func TestReserveRelease(t *testing.T) {
 	cfg.Saturation.CapacityTokens = 1e6
 	cfg.Bands[2].TTL = 10 * time.Second
 	cfg.Bands[2].ReserveRelease = 0.5
-	r := newRig(t, cfg, ep("a"), ep("b"))
-	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	q := big()
-	q.Subset = []string{"b"}
-	d, l, err := r.c.Pick(ctx, q, Class{Band: 2}, 0)
-	if err != nil || d.Endpoint.Address != "b" {
-		t.Fatalf("sheddable 1: %v on %v, want b", err, d)
-	}
-	first := picked{d, l, nil}
-	ch := r.pickAsync(ctx, big(), Class{Band: 2})
-	r.waitQueued(t, 1)
+	r, first, ch := sheddableBehindB(t, cfg)
 	r.clk.Step(4 * time.Second)
 	r.c.Drain()
 	if n := r.c.Len(); n != 1 {
@@ -244,4 +220,26 @@ func TestReserveRelease(t *testing.T) {
 	}
 	finish(p)
 	finish(first)
+}
+
+// sheddableBehindB sets up a reserve's test on endpoints a and b: a
+// sheddable request of 4,000 prompt bytes picked onto b (its prefill
+// saturates b for the band) and a second one waiting in the queue, a
+// being the reserve (clear). It returns the first pick and where the
+// second's answer arrives.
+func sheddableBehindB(t *testing.T, cfg Config) (*rig, picked, <-chan picked) {
+	t.Helper()
+	r := newRig(t, cfg, ep("a"), ep("b"))
+	big := func() *scheduler.Request { return &scheduler.Request{Prompt: make([]byte, 4000)} }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	q := big()
+	q.Subset = []string{"b"}
+	d, l, err := r.c.Pick(ctx, q, Class{Band: 2}, 0)
+	if err != nil || d.Endpoint.Address != "b" {
+		t.Fatalf("sheddable 1: %v on %v, want b", err, d)
+	}
+	ch := r.pickAsync(ctx, big(), Class{Band: 2})
+	r.waitQueued(t, 1)
+	return r, picked{d, l, nil}, ch
 }

@@ -247,14 +247,7 @@ func TestGuardedPickAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := &Request{ID: "r", Model: "m"}
-		ctx := context.Background()
-		allocs := testing.AllocsPerRun(1000, func() {
-			d, err := s.Pick(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d.Done(Outcome{})
-		})
+		allocs := pickDoneAllocs(t, s, req)
 		if allocs != 0 {
 			t.Errorf("guarded Pick+Done (herd-only %v) allocates %v times per request, want 0", herdOnly, allocs)
 		}
@@ -477,14 +470,7 @@ func TestGuardedPickSecondsAllocatesNothing(t *testing.T) {
 	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
 	s.SetCalibration("a:1", Calibration{PrefillTokensPerSecond: 20000})
 	req := &Request{ID: "r", Model: "m", Prompt: make([]byte, 4096)}
-	ctx := context.Background()
-	allocs := testing.AllocsPerRun(1000, func() {
-		d, err := s.Pick(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.Done(Outcome{})
-	})
+	allocs := pickDoneAllocs(t, s, req)
 	if allocs != 0 {
 		t.Errorf("Pick+Done under the seconds guard allocates %v times per request, want 0", allocs)
 	}

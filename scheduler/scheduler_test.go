@@ -430,14 +430,7 @@ func TestPickAllocatesNothing(t *testing.T) {
 	s := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}}, ModelFilter{}, HealthyFilter{})
 	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
 	req := &Request{ID: "r", Model: "m", Subset: []string{"a:1", "c:1"}}
-	ctx := context.Background()
-	allocs := testing.AllocsPerRun(1000, func() {
-		d, err := s.Pick(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.Done(Outcome{})
-	})
+	allocs := pickDoneAllocs(t, s, req)
 	if allocs != 0 {
 		t.Errorf("Pick+Done allocates %v times per request, want 0", allocs)
 	}
@@ -639,4 +632,18 @@ func TestExplainSeconds(t *testing.T) {
 			t.Errorf("%s seconds %v, want cost %v only", c.Address, c.Seconds, want)
 		}
 	}
+}
+
+// pickDoneAllocs is the allocations of one Pick and Done of req on s,
+// averaged over 1,000 (testing.AllocsPerRun).
+func pickDoneAllocs(t *testing.T, s *Scheduler, req *Request) float64 {
+	t.Helper()
+	ctx := context.Background()
+	return testing.AllocsPerRun(1000, func() {
+		d, err := s.Pick(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(Outcome{})
+	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/trimtab/trimtab/bench"
 	"github.com/trimtab/trimtab/sim"
+	"github.com/trimtab/trimtab/sim/report"
 	"github.com/trimtab/trimtab/sim/scenario"
 )
 
@@ -27,7 +28,7 @@ func TestBenchClassesThroughServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real-time bench run through serve: skipped under -short")
 	}
-	sc, err := sim.ParseScenario([]byte(`
+	rep, _, chat, batch := benchChatAndBatch(t, `
 name: classes
 duration: 3s
 warmup: 300ms
@@ -38,16 +39,7 @@ load: {mode: open, levels: [20]}
 streams:
   - {name: batch, band: sheddable, tenant: job, ttl: 1ms, start: 500ms, requests: 120, concurrency: 32, timeout: 10s,
      workload: {kind: uniform, question_tokens: 1024, output_tokens: 8}}
-`), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := benchThroughServe(t, sc, 2, benchPolicies(t, sim.PolicyAdaptiveFlow))
-	s := rep.Summaries()[0]
-	if len(s.Classes) != 2 || s.Classes[0].Name != "chat" || s.Classes[1].Name != "batch" {
-		t.Fatalf("classes %+v, want chat and batch", s.Classes)
-	}
-	chat, batch := s.Classes[0], s.Classes[1]
+`, 2, benchPolicies(t, sim.PolicyAdaptiveFlow))
 	t.Logf("chat %+v; batch %+v", chat, batch)
 	if chat.Issued < 20 || chat.Completed != chat.Issued || chat.Dropped != 0 || chat.TTFTP99 == nil || chat.E2EP99 == nil || chat.Goodput == nil || chat.Measured == 0 {
 		t.Errorf("chat %+v: want ≥ 20 issued, all completed, none dropped, latencies and goodput", chat)
@@ -122,7 +114,7 @@ func TestBenchPlaysAJobWhole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real-time bench run through serve: skipped under -short")
 	}
-	sc, err := sim.ParseScenario([]byte(`
+	rep, sc, _, b := benchChatAndBatch(t, `
 name: job
 duration: 1s
 warmup: 100ms
@@ -133,25 +125,35 @@ load: {mode: open, levels: [5]}
 streams:
   - {name: batch, band: sheddable, tenant: job, start: 100ms, requests: 40, concurrency: 2, timeout: 20s,
      workload: {kind: uniform, question_tokens: 256, output_tokens: 64}}
-`), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := benchThroughServe(t, sc, 1, benchPolicies(t, sim.PolicyAdaptive))
-	s := rep.Summaries()[0]
-	if len(s.Classes) != 2 {
-		t.Fatalf("classes %+v, want chat and batch", s.Classes)
-	}
+`, 1, benchPolicies(t, sim.PolicyAdaptive))
 	var last time.Duration
 	for _, q := range rep.Runs[0].Requests {
 		last = max(last, q.Sent)
 	}
-	if b := s.Classes[1]; b.Issued != 40 || b.Completed != 40 {
+	if b.Issued != 40 || b.Completed != 40 {
 		t.Errorf("batch %+v: want all 40 of the job issued and completed", b)
 	}
 	if last < sc.Duration {
 		t.Errorf("the last request was sent %v in: the job fit in the %v run, so this test shows nothing", last, sc.Duration)
 	}
+}
+
+// benchChatAndBatch plays the scenario in yamlText through serve
+// (benchThroughServe) and returns the report, the scenario and its two
+// classes, chat and batch, failing the test unless there are exactly
+// those.
+func benchChatAndBatch(t *testing.T, yamlText string, servers int, pols []bench.Policy) (*bench.Report, *scenario.Scenario, report.ClassSummary, report.ClassSummary) {
+	t.Helper()
+	sc, err := sim.ParseScenario([]byte(yamlText), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := benchThroughServe(t, sc, servers, pols)
+	s := rep.Summaries()[0]
+	if len(s.Classes) != 2 || s.Classes[0].Name != "chat" || s.Classes[1].Name != "batch" {
+		t.Fatalf("classes %+v, want chat and batch", s.Classes)
+	}
+	return rep, sc, s.Classes[0], s.Classes[1]
 }
 
 // benchThroughServe plays sc once per policy through an in-process serve
