@@ -108,7 +108,7 @@ type Config struct {
 	// while sharing its prefix — the picks the herd signal counts; the
 	// rest keep the calm weights, so requests whose prefix sits on an
 	// endpoint with room are not sent to recompute it elsewhere).
-	// Default "pool".
+	// Default "herd" (docs/adaptive.md, "Rebalance scope").
 	RebalanceScope string `mapstructure:"rebalance_scope"`
 }
 
@@ -139,7 +139,7 @@ func DefaultConfig() Config {
 		FlapMaxTransitions: 4,
 		FlapWindow:         time.Minute,
 		FlapCooldown:       time.Minute,
-		RebalanceScope:     ScopePool,
+		RebalanceScope:     ScopeHerd,
 	}
 }
 
