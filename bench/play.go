@@ -287,8 +287,7 @@ type streamPlay struct {
 func (p *player) next(s *streamPlay) (r scenario.Rendered, phase int, gap time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	job := s.st.Requests > 0 && s.st.Concurrency > 0
-	if p.now() >= p.sc.Duration && !job || s.st.Requests > 0 && s.issued >= s.st.Requests {
+	if p.now() >= p.sc.Duration && !s.st.Job() || s.st.Requests > 0 && s.issued >= s.st.Requests {
 		return r, 0, 0, false
 	}
 	s.issued++

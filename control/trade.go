@@ -114,10 +114,10 @@ func (c TradeConfig) Validate() error {
 	return nil
 }
 
-// weight returns the trade weight for the scorer called name: its key's,
+// Weight returns the trade weight for the scorer called name: its key's,
 // else that of the first key (in sorted order) equal to it without regard
 // to case.
-func (c TradeConfig) weight(name string) (float64, bool) {
+func (c TradeConfig) Weight(name string) (float64, bool) {
 	if w, ok := c.Weights[name]; ok {
 		return w, true
 	}
@@ -151,7 +151,7 @@ func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []sch
 	}
 	m = min(m, 1)
 	for i := range out {
-		if w, ok := c.Trade.weight(out[i].Name); ok {
+		if w, ok := c.Trade.Weight(out[i].Name); ok {
 			out[i].Weight = (1-m)*out[i].Weight + m*w
 		}
 	}

@@ -171,8 +171,7 @@ func (r *runner) classOf(q *simReq) int {
 func (r *runner) streamEvent(k int, open bool) {
 	st := &r.sc.Streams[k]
 	s := &r.streams[k]
-	job := st.Requests > 0 && st.Concurrency > 0 // issues all, past the end
-	if r.now >= r.end && !job || st.Requests > 0 && s.issued >= st.Requests {
+	if r.now >= r.end && !st.Job() || st.Requests > 0 && s.issued >= st.Requests {
 		return
 	}
 	s.issued++

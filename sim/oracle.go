@@ -202,9 +202,9 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // Baselines of the profile (its own vector, named guard-only since it
 // runs with the profile's guard, the load shares and the built-in static
 // vectors, each under the guard), then each cost scorer the profile has
-// alone (token-load, time-cost) and, with both prefix and time-cost, the
-// trade law's shape (prefix 2 : time-cost 16, configs/adaptive.yaml's
-// adaptive.trade.weights).
+// alone (token-load, time-cost) and the trade law's shape when the
+// profile has one: adaptive.trade.weights alone, the other scorers at 0
+// (configs/adaptive.yaml's: prefix 2 : time-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
 	idx := func(typ string) int {
@@ -217,9 +217,11 @@ func OracleBaselines(f *configs.File) []Candidate {
 			base = append(base, Candidate{typ, w})
 		}
 	}
-	if p, t := idx(scorers.TypePrefix), idx(scorers.TypeTimeCost); p >= 0 && t >= 0 {
+	if len(f.Adaptive.Trade.Weights) > 0 {
 		w := make([]float64, len(f.Scorers))
-		w[p], w[t] = 2, 16
+		for i, s := range f.Scorers {
+			w[i], _ = f.Adaptive.Trade.Weight(scorerName(s))
+		}
 		base = append(base, Candidate{"trade-shape", w})
 	}
 	return base

@@ -450,16 +450,15 @@ func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 		return
 	}
 	p.reqBlocks.Add(float64(sc.n))
-	held := false // some candidate held the prompt's first block
 	if sc.idsTab == tab {
 		for i, cid := range sc.ids[:len(sc.matched)] {
 			if cid == id {
 				p.hitBlocks.Add(float64(sc.matched[i]))
+				break
 			}
-			held = held || sc.matched[i] > 0
 		}
 	}
-	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && !held && sc.idsTab == tab {
+	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) {
 		p.record(sc, tab, id, chosen)
 	}
 }

@@ -109,6 +109,10 @@ type Stream struct {
 	Workload Workload `yaml:"workload"`
 }
 
+// Job reports whether the stream is a job: a closed-loop stream with
+// Requests, which issues all of them, after Duration too.
+func (s *Stream) Job() bool { return s.Requests > 0 && s.Concurrency > 0 }
+
 // validateFlow checks the streams and the workloads' classes.
 func (s *Scenario) validateFlow() []error {
 	var errs []error
