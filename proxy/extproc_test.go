@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,6 +58,16 @@ func openStream(t *testing.T, ctx context.Context, c extprocv3.ExternalProcessor
 func (s *epStream) send(r *extprocv3.ProcessingRequest) {
 	s.t.Helper()
 	if err := s.s.Send(r); err != nil {
+		s.t.Fatalf("send: %v", err)
+	}
+}
+
+// sendLate sends r where the server may already have answered and ended
+// the stream (a refusal after an earlier message): gRPC's Send then
+// returns io.EOF and the stream's outcome is what Recv reads.
+func (s *epStream) sendLate(r *extprocv3.ProcessingRequest) {
+	s.t.Helper()
+	if err := s.s.Send(r); err != nil && !errors.Is(err, io.EOF) {
 		s.t.Fatalf("send: %v", err)
 	}
 }
