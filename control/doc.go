@@ -20,12 +20,15 @@
 //
 // # The trade law
 //
-// With adaptive.trade on (trade.go), every trade.interval a tick first
-// reads the pool's published calibrations: the spread of the learned
-// prefill throughput, fastest ÷ slowest endpoint, classifies the pool as
-// heterogeneous or homogeneous with hysteresis (spread_on, spread_off),
-// and, in calm mode only, moves the mix between the profile's shape (0)
-// and the trade shape (1) by at most trade.step. A new mix rebuilds the
+// With adaptive.trade on (trade.go), every trade.interval from the first
+// tick that sees a pool, a tick first reads the pool's declared
+// capacities and published calibrations: the speed spread, fastest ÷
+// slowest endpoint, classifies the pool as heterogeneous or homogeneous
+// with hysteresis (spread_on, spread_off), and, in calm mode (or before
+// the configurator's first step) only, moves the mix between the
+// profile's shape (0) and the trade shape (1), by at most trade.step on a
+// learned spread and at once on a declared one; before the first step the
+// new shape is in force without the slew limit. A new mix rebuilds the
 // configurator over the blended profile (continuing the weight versions;
 // the detector keeps its state), is logged ("trade", with its reason) and
 // counted. Its input is router-local: each replica's calibrator learns

@@ -177,7 +177,20 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 		return ""
 	}
 	mcfg, mixed := l.cfg.Mixed(l.prof, next.Mix)
-	conf, err := configurator.New(mcfg.Config, mixed, l.target.Weights())
+	from := l.target.Weights()
+	if l.conf.Mode() == configurator.ModeStatic && from != nil {
+		// Before the configurator's first step (the loop's first tick, or
+		// the first after a reload) the new shape is in force at once:
+		// the slew limit keeps a running loop from jumping, and here
+		// nothing has routed under the loop yet.
+		start := *from
+		start.Values = make([]float64, len(mixed))
+		for i, e := range mixed {
+			start.Values[i] = e.Weight
+		}
+		from = &start
+	}
+	conf, err := configurator.New(mcfg.Config, mixed, from)
 	if err != nil { // CheckProfile checked every reachable mix
 		l.log.Error("trade law: the mixed profile does not build; keeping the shape in force", "reason", why, "err", err)
 		return ""
@@ -318,8 +331,10 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 		}
 	}
 	t := &Tick{At: now, Previous: l.target.Weights()}
-	// The first evaluation waits for the configurator's first step (calm).
-	if l.cfg.Trade.Enabled && !now.Before(l.tradeNext) && l.conf.Mode() != configurator.ModeStatic {
+	// The first evaluation is the first tick that sees a pool, before the
+	// configurator's first step: the shape decides where the first
+	// requests' prefixes live.
+	if l.cfg.Trade.Enabled && l.cfg.Enabled && !now.Before(l.tradeNext) && len(pool) > 0 {
 		l.tradeNext = now.Add(l.cfg.Trade.Interval)
 		t.Trade = l.stepTrade(pool)
 	}

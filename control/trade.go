@@ -51,8 +51,10 @@ type TradeConfig struct {
 	// either threshold (a class learned within the calibrator's 10 %) from
 	// flipping the shape.
 	SpreadOff float64 `mapstructure:"spread_off"`
-	// Step is the largest change of the mix one evaluation makes, in (0, 1].
-	// Default 0.25: a full swing takes four evaluations.
+	// Step is the largest change of the mix one evaluation makes on a
+	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
+	// evaluations. A declared spread at or above SpreadOn moves the mix to
+	// 1 at once: it is configuration, with no estimate to smooth.
 	Step float64 `mapstructure:"step"`
 	// Interval is the time between evaluations, 1s…1h. Default 5s, the
 	// calibrator's publishing interval: evaluating faster re-reads the
@@ -265,9 +267,9 @@ type TradeInput struct {
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
 func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
-	spread, src := max(in.Declared, 1), "declared capacity"
+	spread, src, declared := max(in.Declared, 1), "declared capacity", true
 	if in.Endpoints >= 2 && in.Spread > spread {
-		spread, src = in.Spread, fmt.Sprintf("learned prefill, %d endpoints", in.Endpoints)
+		spread, src, declared = in.Spread, fmt.Sprintf("learned prefill, %d endpoints", in.Endpoints), false
 	}
 	if in.Endpoints >= 2 || spread >= c.SpreadOn {
 		switch {
@@ -281,14 +283,20 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	if s.Heterogeneous {
 		target = 1
 	}
-	if s.Mix == target || in.LoopMode != configurator.ModeCalm {
+	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
 		return s, ""
 	}
-	from := s.Mix
+	from, step := s.Mix, c.Step
+	if declared && s.Heterogeneous && spread >= c.SpreadOn {
+		// A declared spread is configuration, the same on every replica:
+		// there is no estimate to smooth, and the shape of the first
+		// seconds decides where each prefix lives.
+		step = 1
+	}
 	if target > s.Mix {
-		s.Mix = min(target, s.Mix+c.Step)
+		s.Mix = min(target, s.Mix+step)
 	} else {
-		s.Mix = max(target, s.Mix-c.Step)
+		s.Mix = max(target, s.Mix-step)
 	}
 	why := fmt.Sprintf("speed spread %.2f (%s)", spread, src)
 	if s.Heterogeneous {
@@ -296,5 +304,5 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	} else {
 		why += fmt.Sprintf(" (homogeneous: crossed spread_off %.2f)", c.SpreadOff)
 	}
-	return s, fmt.Sprintf("%s: mix %.3g → %.3g (step %.3g)", why, from, s.Mix, c.Step)
+	return s, fmt.Sprintf("%s: mix %.3g → %.3g (step %.3g)", why, from, s.Mix, step)
 }

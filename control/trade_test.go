@@ -61,13 +61,21 @@ func TestTradeNext(t *testing.T) {
 		// No counted endpoint: the heterogeneous state and its mix hold.
 		{"no endpoints", TradeState{1, true}, TradeInput{1, 0, 1, calm}, TradeState{1, true}, ""},
 		// Declared capacities 1 and 3 (spread 3 ≥ 2) count before anything
-		// is learned: 0 + 0.25.
-		{"declared", TradeState{}, TradeInput{1, 0, 3, calm}, TradeState{0.25, true}, "speed spread 3.00 (declared capacity)"},
-		// The learned spread decides when it is the larger: 3.8 > 3.
-		{"learned above declared", TradeState{}, TradeInput{3.8, 4, 3, calm}, TradeState{0.25, true}, "speed spread 3.80 (learned prefill, 4 endpoints)"},
+		// is learned, and move the mix to the target at once: configuration,
+		// not an estimate to smooth.
+		{"declared", TradeState{}, TradeInput{1, 0, 3, calm}, TradeState{1, true}, "speed spread 3.00 (declared capacity) (heterogeneous: crossed spread_on 2.00): mix 0 → 1 (step 1)"},
+		// Before the configurator's first step (static: the loop's first
+		// tick) the law acts too: the first requests route in its shape.
+		{"declared at the first tick", TradeState{}, TradeInput{1, 0, 3, configurator.ModeStatic}, TradeState{1, true}, "mix 0 → 1"},
+		// The learned spread decides when it is the larger (3.8 > 3), and
+		// moves the mix by a step.
+		{"learned above declared", TradeState{}, TradeInput{3.8, 4, 3, calm}, TradeState{0.25, true}, "speed spread 3.80 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25 (step 0.25)"},
 		// A declared spread of 3 keeps the pool heterogeneous even when the
 		// learned one reads 1.1 ≤ 1.5: max(3, 1.1) = 3.
 		{"declared holds", TradeState{1, true}, TradeInput{1.1, 4, 3, calm}, TradeState{1, true}, ""},
+		// Back to homogeneous (learned 1.0, declared 1): the way back is
+		// always a step, a reading rather than configuration.
+		{"declared equals steps back", TradeState{1, true}, TradeInput{1, 4, 1, calm}, TradeState{0.75, false}, "mix 1 → 0.75 (step 0.25)"},
 		// A declared spread of 1.7 alone is inside the band and says nothing.
 		{"declared in band", TradeState{}, TradeInput{1, 0, 1.7, calm}, TradeState{}, ""},
 	}
@@ -232,14 +240,14 @@ func tradePool(t *testing.T, s *scheduler.Scheduler, rate float64) []*scheduler.
 
 // TestLoopTrade runs the loop with the trade law (interval 5 s, step 0.5,
 // spread_on 1.5, spread_off 1.25) on a calm pool of two endpoints of
-// capacity 1. The first evaluation waits for calm (the second tick, 50
-// ms), so evaluations fall at 0.05 + 5k s. Homogeneous (14,410 ÷ 13,100 =
+// capacity 1. The first evaluation is the first tick (0 s), so
+// evaluations fall at 5k s. Homogeneous (14,410 ÷ 13,100 =
 // 1.1) for 60 s: no change. Then b learns 39,300 (spread 3 ≥ 1.5): the
-// evaluations at 60.05 s and 65.05 s move the mix 0 → 0.5 → 1, and the
+// evaluations at 65 s and 70 s move the mix 0 → 0.5 → 1, and the
 // calm weights settle at the second shape: prefix 1, queue 6, bias 0.5, kv
 // 2, lora 1 (T = 10, D = 8/10, prefix 10·0.2·1/2 = 1, queue 10·0.8·6/8 =
-// 6). Back to 14,410 after 90 s (1.1 ≤ 1.25): 1 → 0.5 → 0 at 90.05 s and
-// 95.05 s. Four changes, each logged with its reason and counted; a second
+// 6). Back to 14,410 after 90 s (1.1 ≤ 1.25): 1 → 0.5 → 0 at 95 s and
+// 100 s. Four changes, each logged with its reason and counted; a second
 // loop fed the same pools publishes the same weights at every tick.
 func TestLoopTrade(t *testing.T) {
 	cfg := tradeConfig()
@@ -272,7 +280,7 @@ func TestLoopTrade(t *testing.T) {
 			}
 		}
 	}
-	if want := []time.Duration{60*time.Second + tick, 65*time.Second + tick, 90*time.Second + tick, 95*time.Second + tick}; !slices.Equal(changes, want) {
+	if want := []time.Duration{65 * time.Second, 70 * time.Second, 95 * time.Second, 100 * time.Second}; !slices.Equal(changes, want) {
 		t.Errorf("mix changed at %v, want %v", changes, want)
 	}
 	if w := sa.Weights(); !slices.Equal(w.Values, []float64{3, 2, 0.5, 2, 1}) {
@@ -349,9 +357,10 @@ func TestCapacitySpread(t *testing.T) {
 }
 
 // TestLoopTradeDeclared: two endpoints declaring capacities 1 and 3 and
-// nothing learned: the declared spread 3 ≥ spread_on 1.5 moves the mix by
-// 0.25 at each evaluation from the first calm tick, 0.05, 5.05, 10.05 and
-// 15.05 s, to 1, and nothing after.
+// nothing learned: the declared spread 3 ≥ spread_on 1.5 moves the mix to
+// 1 at the first tick (0 s, before the configurator's first step, so the
+// first requests already route in the second shape), and nothing after;
+// the first tick's weights are the second shape's.
 func TestLoopTradeDeclared(t *testing.T) {
 	s := target(t)
 	s.SetEndpoints([]scheduler.Endpoint{{Address: "a:1", Capacity: 1}, {Address: "b:1", Capacity: 3}})
@@ -363,8 +372,13 @@ func TestLoopTradeDeclared(t *testing.T) {
 		if tk := l.Tick(t0.Add(at), s.Pool().Pointers()); tk.Trade != "" {
 			changes = append(changes, at)
 		}
+		if n == 0 {
+			if w := s.Weights(); w.Mode != configurator.ModeCalm || !closeTo(w.Values[0], 1, 1e-9) || !closeTo(w.Values[1], 6, 1e-9) {
+				t.Errorf("after the first tick: %+v, want calm in the second shape (prefix 1, queue 6)", w)
+			}
+		}
 	}
-	if want := []time.Duration{tick, 5*time.Second + tick, 10*time.Second + tick, 15*time.Second + tick}; !slices.Equal(changes, want) {
+	if want := []time.Duration{0}; !slices.Equal(changes, want) {
 		t.Errorf("mix changed at %v, want %v", changes, want)
 	}
 	if l.Trade() != (TradeState{Mix: 1, Heterogeneous: true}) || testutil.ToFloat64(l.m.tradeDeclared) != 3 {

@@ -209,7 +209,7 @@ func (r *runner) setup() error {
 
 	r.h.push(event{at: r.sc.ScrapeInterval, kind: evScrape})
 	if r.ctl != nil {
-		r.h.push(event{at: r.ctl.Interval(), kind: evControl})
+		r.h.push(event{at: 0, kind: evControl}) // trimtab serve ticks at start
 	}
 	if r.syncing() {
 		r.h.push(event{at: r.sc.Routers.SyncInterval, kind: evSync})
