@@ -653,6 +653,12 @@ func TestProfile(t *testing.T) {
 		if sc.Type != def.Scorers[i].Type || *sc.Weight != *def.Scorers[i].Weight {
 			t.Errorf("scorers[%d] = %s %v, configs/adaptive.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
 		}
+		// When the index learns and the cache bound of its join.
+		for _, k := range []string{"learn", "join_kv_util", "cache_credit"} {
+			if fmt.Sprint(sc.Params[k]) != fmt.Sprint(def.Scorers[i].Params[k]) {
+				t.Errorf("scorers[%d] (%s) %s: %v, configs/adaptive.yaml has %v", i, sc.Type, k, sc.Params[k], def.Scorers[i].Params[k])
+			}
+		}
 	}
 	if f.Adaptive.RebalanceScope != def.Adaptive.RebalanceScope || f.Adaptive.Trade.Enabled != def.Adaptive.Trade.Enabled || !maps.Equal(f.Adaptive.Trade.Weights, def.Adaptive.Trade.Weights) {
 		t.Errorf("adaptive: rebalance_scope %q, trade %v %v; configs/adaptive.yaml has %q, %v %v", f.Adaptive.RebalanceScope, f.Adaptive.Trade.Enabled, f.Adaptive.Trade.Weights,

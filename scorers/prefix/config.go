@@ -32,6 +32,15 @@ type Config struct {
 	// prefill runs join the endpoint computing it instead of each
 	// computing it somewhere else.
 	Learn string `mapstructure:"learn"`
+	// JoinKVUtil, with learn: join_new, is the mean scraped KV-cache
+	// utilisation of the request's candidates with fresh metrics at or
+	// above which a new prefix is recorded at the pick, in [0, 1]; 0
+	// (the default): always. Below it, and when no candidate has fresh
+	// metrics, the prefix is recorded at the first byte as with
+	// first_byte: while the caches have room a new prefix computed on
+	// several pods costs only the prefill, and spreads its demand; once
+	// they are full each copy evicts another prefix.
+	JoinKVUtil float64 `mapstructure:"join_kv_util"`
 }
 
 // DefaultConfig returns the defaults: 64-token blocks of 4 bytes a
@@ -64,6 +73,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefix.shards: must be a power of two in 1…1024, got %d", c.Shards)
 	case c.Learn != LearnFirstByte && c.Learn != LearnPick && c.Learn != LearnJoinNew:
 		return fmt.Errorf("prefix.learn: must be %q, %q or %q, got %q", LearnFirstByte, LearnPick, LearnJoinNew, c.Learn)
+	case !(c.JoinKVUtil >= 0 && c.JoinKVUtil <= 1):
+		return fmt.Errorf("prefix.join_kv_util: must be in [0, 1], got %v", c.JoinKVUtil)
+	case c.JoinKVUtil > 0 && c.Learn != LearnJoinNew:
+		return fmt.Errorf("prefix.join_kv_util: applies to learn: %s only (learn is %q)", LearnJoinNew, c.Learn)
 	}
 	return nil
 }

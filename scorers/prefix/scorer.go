@@ -458,7 +458,7 @@ func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			}
 		}
 	}
-	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) {
+	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.kvScarce(sc.idsFor) {
 		p.record(sc, tab, id, chosen)
 	}
 }
@@ -478,4 +478,22 @@ func (p *Scorer) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	if id := tab.id(ep); id != 0 {
 		p.record(sc, tab, id, ep)
 	}
+}
+
+// kvScarce says whether the mean scraped KV-cache utilisation of eps
+// with fresh metrics is at or above JoinKVUtil (always with 0; never
+// when none is fresh).
+func (p *Scorer) kvScarce(eps []*scheduler.Endpoint) bool {
+	if p.cfg.JoinKVUtil <= 0 {
+		return true
+	}
+	var sum float64
+	var n int
+	for _, e := range eps {
+		if e.State == scheduler.StateFresh {
+			sum += e.KVUtil
+			n++
+		}
+	}
+	return n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil
 }

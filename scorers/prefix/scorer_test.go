@@ -631,6 +631,53 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 			d.Done(scheduler.Outcome{})
 		}
 	})
+	// join_kv_util 0.6 gates the pick-time record on the candidates'
+	// mean KV use (fresh metrics only): at 0.5 a new prompt's second
+	// request does not see the first's pod; at 0.7 it joins it; with
+	// every candidate's metrics stale it does not (no reading, no join).
+	t.Run(LearnJoinNew+" join_kv_util", func(t *testing.T) {
+		for _, tt := range []struct {
+			name  string
+			kv    float64
+			state scheduler.State
+			want  []float64
+		}{
+			{"caches with room", 0.5, scheduler.StateFresh, []float64{0, 0, 0}},
+			{"caches full", 0.7, scheduler.StateFresh, []float64{1, 0, 0}},
+			{"metrics stale", 0.9, scheduler.StateStale, []float64{0, 0, 0}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				cfg := smallPrefix()
+				cfg.Learn, cfg.JoinKVUtil = LearnJoinNew, 0.6
+				eps := scorertest.Eps("a:1", "b:1", "c:1")
+				for i := range eps {
+					eps[i].KVUtil, eps[i].State = tt.kv, tt.state
+				}
+				h := scorertest.NewHarness(t, mustPrefix(t, cfg), eps)
+				d1, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d2, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var scores []float64
+				for i := range d2.Candidates() {
+					scores = append(scores, d2.Score(0, i))
+				}
+				if !slices.Equal(scores, tt.want) {
+					t.Errorf("KV use %v (%v): the second request's scores %v, want %v", tt.kv, tt.state, scores, tt.want)
+				}
+				d1.FirstByte()
+				if scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}); scores[0] != 1 {
+					t.Errorf("after the first byte: a scores %v, want 1", scores[0])
+				}
+				d1.Done(scheduler.Outcome{})
+				d2.Done(scheduler.Outcome{})
+			})
+		}
+	})
 	t.Run("failed before the first byte", func(t *testing.T) {
 		h := scorertest.NewHarness(t, mustPrefix(t, smallPrefix()), scorertest.Eps("a:1"))
 		d, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
