@@ -551,6 +551,26 @@ func TestPrefixDefaultCoversLongPrompts(t *testing.T) {
 	scorertest.CheckScores(t, got, []float64{0, 0}) // block 0 differs: every hash differs
 }
 
+// pickWhileFirstComputes picks ABCD on a:1, then ABCD again among every
+// endpoint while the first is still computing it (kept open, so it
+// records nothing at a first byte), and returns both decisions and the
+// second's prefix scores.
+func pickWhileFirstComputes(t *testing.T, h *scorertest.Harness) (first, second *scheduler.Decision, scores []float64) {
+	t.Helper()
+	first, err := h.S.Pick(context.Background(), &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err = h.S.Pick(context.Background(), &scheduler.Request{Prompt: prompt("ABCD")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range second.Candidates() {
+		scores = append(scores, second.Score(0, i))
+	}
+	return first, second, scores
+}
+
 // TestPrefixLearnsAtFirstByte: with learn: first_byte (the default) a
 // request's blocks count as held by its endpoint only once the endpoint's
 // first response byte arrived (or the request ended without one); with
@@ -563,21 +583,7 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 			cfg := smallPrefix()
 			cfg.Learn = learn
 			h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
-			first := scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}
-			d, err := h.S.Pick(ctx, &first)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A second request with the same prompt while the first is
-			// still computing it (kept open, so it records nothing).
-			d2, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var scores []float64
-			for i := range d2.Candidates() {
-				scores = append(scores, d2.Score(0, i))
-			}
+			d, d2, scores := pickWhileFirstComputes(t, h)
 			wantPending := []float64{0, 0, 0}
 			if learn == LearnPick {
 				wantPending = []float64{1, 0, 0}
@@ -654,18 +660,7 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 					eps[i].KVUtil, eps[i].State = tt.kv, tt.state
 				}
 				h := scorertest.NewHarness(t, mustPrefix(t, cfg), eps)
-				d1, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				d2, err := h.S.Pick(ctx, &scheduler.Request{Prompt: prompt("ABCD")})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var scores []float64
-				for i := range d2.Candidates() {
-					scores = append(scores, d2.Score(0, i))
-				}
+				d1, d2, scores := pickWhileFirstComputes(t, h)
 				if !slices.Equal(scores, tt.want) {
 					t.Errorf("KV use %v (%v): the second request's scores %v, want %v", tt.kv, tt.state, scores, tt.want)
 				}
