@@ -155,11 +155,17 @@ func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 }
 
 func (l *Loop) storeBase(profile []scheduler.ScorerEntry) {
-	base := make([]float64, len(profile))
-	for i, e := range profile {
-		base[i] = e.Weight
-	}
+	base := weightsOf(profile)
 	l.base.Store(&base)
+}
+
+// weightsOf returns profile's weights, index-aligned, in a new slice.
+func weightsOf(profile []scheduler.ScorerEntry) []float64 {
+	w := make([]float64, len(profile))
+	for i, e := range profile {
+		w[i] = e.Weight
+	}
+	return w
 }
 
 // stepTrade evaluates the trade law on pool and, when the mix moves,
@@ -184,10 +190,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 		// the slew limit keeps a running loop from jumping, and here
 		// nothing has routed under the loop yet.
 		start := *from
-		start.Values = make([]float64, len(mixed))
-		for i, e := range mixed {
-			start.Values[i] = e.Weight
-		}
+		start.Values = weightsOf(mixed)
 		from = &start
 	}
 	conf, err := configurator.New(mcfg.Config, mixed, from)
@@ -279,11 +282,7 @@ var ErrReloaded = errors.New("control: the profile was reloaded meanwhile")
 func (l *Loop) Calm() (weights []float64, cfg Config, gen uint64) {
 	l.reloadMu.Lock()
 	defer l.reloadMu.Unlock()
-	weights = make([]float64, len(l.want.profile))
-	for i, e := range l.want.profile {
-		weights[i] = e.Weight
-	}
-	return weights, l.want.cfg, l.gen
+	return weightsOf(l.want.profile), l.want.cfg, l.gen
 }
 
 // ReloadCalm queues new base weights under the newest profile's
