@@ -35,11 +35,11 @@ type Config struct {
 	// JoinKVUtil, with learn: join_new, is the mean scraped KV-cache
 	// utilisation of the request's candidates with fresh metrics at or
 	// above which a new prefix is recorded at the pick, in [0, 1]; 0
-	// (the default): this gate is off (see JoinCacheFill). Below it, and when no candidate has fresh
-	// metrics, the prefix is recorded at the first byte as with
-	// first_byte: while the caches have room a new prefix computed on
-	// several pods costs only the prefill, and spreads its demand; once
-	// they are full each copy evicts another prefix.
+	// (the default): this gate is off (see JoinCacheFill). Below it, and
+	// when no candidate has fresh metrics, the prefix is recorded at the
+	// first byte as with first_byte: while the caches have room a new
+	// prefix computed on several pods costs only the prefill, and spreads
+	// its demand; once they are full each copy evicts another prefix.
 	JoinKVUtil float64 `mapstructure:"join_kv_util"`
 	// JoinCacheFill, with learn: join_new, is the mean share of the
 	// candidates' prefix caches this index holds (blocks recorded on an
