@@ -86,6 +86,8 @@ func TestInTreeRejectsBadParams(t *testing.T) {
 		{TypePrefix, map[string]any{"learn": "done"}, `prefix.learn: must be "first_byte", "pick" or "join_new", got "done"`},
 		{TypePrefix, map[string]any{"learn": "join_new", "join_kv_util": 1.5}, "prefix.join_kv_util: must be in [0, 1], got 1.5"},
 		{TypePrefix, map[string]any{"join_kv_util": 0.6}, `prefix.join_kv_util: applies to learn: join_new only (learn is "first_byte")`},
+		{TypePrefix, map[string]any{"learn": "join_new", "join_cache_fill": -0.1}, "prefix.join_cache_fill: must be in [0, 1], got -0.1"},
+		{TypePrefix, map[string]any{"learn": "pick", "join_cache_fill": 0.5}, `prefix.join_cache_fill: applies to learn: join_new only (learn is "pick")`},
 		{TypePrefix, map[string]any{"block_sise": 64}, "block_sise"}, // unknown key
 		{TypeSession, map[string]any{"load_factor": 0.5}, "session.load_factor"},
 		{TypeSession, map[string]any{"max_sessions": 0}, "session.max_sessions"},

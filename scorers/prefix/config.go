@@ -35,12 +35,22 @@ type Config struct {
 	// JoinKVUtil, with learn: join_new, is the mean scraped KV-cache
 	// utilisation of the request's candidates with fresh metrics at or
 	// above which a new prefix is recorded at the pick, in [0, 1]; 0
-	// (the default): always. Below it, and when no candidate has fresh
-	// metrics, the prefix is recorded at the first byte as with
-	// first_byte: while the caches have room a new prefix computed on
-	// several pods costs only the prefill, and spreads its demand; once
-	// they are full each copy evicts another prefix.
+	// (the default): this gate is off (see JoinCacheFill). Below it, and
+	// when no candidate has fresh metrics, the prefix is recorded at the
+	// first byte as with first_byte: while the caches have room a new
+	// prefix computed on several pods costs only the prefill, and spreads
+	// its demand; once they are full each copy evicts another prefix.
 	JoinKVUtil float64 `mapstructure:"join_kv_util"`
+	// JoinCacheFill, with learn: join_new, is the mean share of the
+	// candidates' prefix caches this index holds (blocks recorded on an
+	// endpoint ÷ its capacity, sized from cache_config_info), at or above
+	// which a new prefix is recorded at the pick, in [0, 1]; 0 (the
+	// default): this gate is off. Unlike the scraped KV-cache use, it
+	// counts the blocks a server keeps cached after their requests
+	// finished, so it sees full caches on a fleet whose running requests
+	// use little of its KV. When both this and JoinKVUtil are 0 the join
+	// is always made; otherwise it is made when either gate is open.
+	JoinCacheFill float64 `mapstructure:"join_cache_fill"`
 }
 
 // DefaultConfig returns the defaults: 64-token blocks of 4 bytes a
@@ -77,6 +87,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefix.join_kv_util: must be in [0, 1], got %v", c.JoinKVUtil)
 	case c.JoinKVUtil > 0 && c.Learn != LearnJoinNew:
 		return fmt.Errorf("prefix.join_kv_util: applies to learn: %s only (learn is %q)", LearnJoinNew, c.Learn)
+	case !(c.JoinCacheFill >= 0 && c.JoinCacheFill <= 1):
+		return fmt.Errorf("prefix.join_cache_fill: must be in [0, 1], got %v", c.JoinCacheFill)
+	case c.JoinCacheFill > 0 && c.Learn != LearnJoinNew:
+		return fmt.Errorf("prefix.join_cache_fill: applies to learn: %s only (learn is %q)", LearnJoinNew, c.Learn)
 	}
 	return nil
 }

@@ -60,6 +60,9 @@ type lruList struct {
 	// window is promotionWindow as of the list's last record, for
 	// optimistic readers (fresh).
 	window uint32
+	// held is N as of the list's last change, for optimistic readers
+	// (Scorer.filled).
+	held uint32
 }
 
 // shard is one shard of the prefix index: an open-addressing
@@ -227,6 +230,7 @@ func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, se
 	}
 	atomic.StoreUint32(&l.tick, base+placed)
 	atomic.StoreUint32(&l.window, promotionWindow(capacity, l.N))
+	atomic.StoreUint32(&l.held, l.N)
 }
 
 // probe returns the slot holding key and true, or the empty slot that ends
@@ -349,6 +353,7 @@ func (s *shard) purge(id uint32) {
 	for s.lists[id].Head != nilIdx {
 		s.remove(s.lists[id].Head)
 	}
+	atomic.StoreUint32(&s.lists[id].held, 0)
 	if len(s.slots) > minSlots && s.used*5 < len(s.slots) {
 		s.resize(max(minSlots, s.used*5/2))
 	}

@@ -68,11 +68,20 @@ func TestPickWithPickLogAllocatesNothing(t *testing.T) {
 }
 
 // TestPrefixConcurrent races picks (scoring and recording), pool changes
-// and metric scrapes; run it with -race.
+// and metric scrapes, and with learn: join_new the join gate's lock-free
+// read of the index's fill; run it with -race.
 func TestPrefixConcurrent(t *testing.T) {
+	t.Run(prefix.LearnFirstByte, func(t *testing.T) { prefixConcurrent(t, prefix.LearnFirstByte) })
+	t.Run(prefix.LearnJoinNew, func(t *testing.T) { prefixConcurrent(t, prefix.LearnJoinNew) })
+}
+
+func prefixConcurrent(t *testing.T, learn string) {
 	reg := prometheus.NewRegistry()
 	cfg := prefix.SmallConfig()
 	cfg.Capacity = 256
+	if cfg.Learn = learn; learn == prefix.LearnJoinNew {
+		cfg.JoinCacheFill = 0.01
+	}
 	p, err := prefix.New("prefix", cfg, prefix.Deps{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

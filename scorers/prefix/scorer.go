@@ -458,7 +458,7 @@ func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			}
 		}
 	}
-	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.kvScarce(sc.idsFor) {
+	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.cachesFull(tab, sc.idsFor) {
 		p.record(sc, tab, id, chosen)
 	}
 }
@@ -480,12 +480,48 @@ func (p *Scorer) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	}
 }
 
-// kvScarce says whether the mean scraped KV-cache utilisation of eps
-// with fresh metrics is at or above JoinKVUtil (always with 0; never
-// when none is fresh).
-func (p *Scorer) kvScarce(eps []*scheduler.Endpoint) bool {
-	if p.cfg.JoinKVUtil <= 0 {
+// filled is the mean over eps of the share of each endpoint's capacity
+// the index holds (0 when none is indexed): the router's own account of
+// how full each server's prefix cache is, counting the blocks a server
+// keeps after their requests finished, which its scraped KV-cache use
+// does not. Lock-free, like fresh: each list publishes its length.
+func (p *Scorer) filled(tab *idTable, eps []*scheduler.Endpoint) float64 {
+	var sum float64
+	var n int
+	for _, e := range eps {
+		id := tab.id(e)
+		if id == 0 || tab.capacity[id] == 0 {
+			continue
+		}
+		var held uint64
+		for s := range p.shards {
+			if v := p.shards[s].view.Load(); v != nil && int(id) < len(v.lists) {
+				held += uint64(atomic.LoadUint32(&v.lists[id].held))
+			}
+		}
+		sum += min(1, float64(held)/float64(tab.capacity[id]))
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// cachesFull is the join gate of learn: join_new: whether the caches of
+// eps are full enough that a new prefix computed on several of them
+// evicts others — by scraped KV-cache use (JoinKVUtil, fresh metrics
+// only) or by the index's own fill (JoinCacheFill). With neither set the
+// join is always made.
+func (p *Scorer) cachesFull(tab *idTable, eps []*scheduler.Endpoint) bool {
+	if p.cfg.JoinKVUtil <= 0 && p.cfg.JoinCacheFill <= 0 {
 		return true
+	}
+	if p.cfg.JoinCacheFill > 0 && p.filled(tab, eps) >= p.cfg.JoinCacheFill {
+		return true
+	}
+	if p.cfg.JoinKVUtil <= 0 {
+		return false
 	}
 	var sum float64
 	var n int

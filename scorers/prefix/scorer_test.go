@@ -571,6 +571,37 @@ func pickWhileFirstComputes(t *testing.T, h *scorertest.Harness) (first, second 
 	return first, second, scores
 }
 
+// TestPrefixCacheFill: the fill the join_cache_fill gate reads is each
+// endpoint's held blocks over its capacity, averaged over the candidates:
+// it grows with records, stays at 1 once eviction holds an endpoint at
+// its capacity, and drops to 0 for an endpoint purged from the pool.
+func TestPrefixCacheFill(t *testing.T) {
+	cfg := smallPrefix()
+	cfg.Capacity, cfg.Shards = 8, 1
+	p := mustPrefix(t, cfg)
+	eps := scorertest.Eps("a:1", "b:1")
+	h := scorertest.NewHarness(t, p, eps)
+	cands := []*scheduler.Endpoint{&eps[0], &eps[1]} // found by address
+	fill := func() float64 { return p.filled(p.tab.Load(), cands) }
+	if f := fill(); f != 0 {
+		t.Fatalf("empty index: fill %v, want 0", f)
+	}
+	route(t, h, scheduler.Request{Prompt: prompt("ABCD")}, "a:1")
+	if f := fill(); f != 0.25 {
+		t.Errorf("4 of 8 blocks on a, none on b: fill %v, want 0.25", f)
+	}
+	route(t, h, scheduler.Request{Prompt: prompt("EFGHIJKL")}, "a:1")
+	route(t, h, scheduler.Request{Prompt: prompt("MNOP")}, "b:1")
+	if f := fill(); f != 0.75 {
+		t.Errorf("a at its capacity (12 blocks recorded), b half: fill %v, want 0.75", f)
+	}
+	h.S.SetEndpoints(scorertest.Eps("b:1"))
+	h.S.SetEndpoints(eps)
+	if f := fill(); f != 0.25 {
+		t.Errorf("a purged and back: fill %v, want 0.25 (b's half over two)", f)
+	}
+}
+
 // TestPrefixLearnsAtFirstByte: with learn: first_byte (the default) a
 // request's blocks count as held by its endpoint only once the endpoint's
 // first response byte arrived (or the request ended without one); with
@@ -667,6 +698,34 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 				d1.FirstByte()
 				if scores, _ := h.Pick(t, &scheduler.Request{Prompt: prompt("ABCD"), Subset: []string{"a:1"}}); scores[0] != 1 {
 					t.Errorf("after the first byte: a scores %v, want 1", scores[0])
+				}
+				d1.Done(scheduler.Outcome{})
+				d2.Done(scheduler.Outcome{})
+			})
+		}
+	})
+	// join_cache_fill 0.5 gates the pick-time record on the share of the
+	// candidates' caches the index holds (8 blocks each here), whatever
+	// their scraped KV use: with a quarter held a new prompt's second
+	// request does not see the first's pod, with half held it joins it.
+	t.Run(LearnJoinNew+" join_cache_fill", func(t *testing.T) {
+		for _, tt := range []struct {
+			name, held string
+			want       []float64
+		}{
+			{"caches with room", "EF", []float64{0, 0, 0}},
+			{"caches full", "EFGH", []float64{1, 0, 0}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				cfg := smallPrefix()
+				cfg.Learn, cfg.JoinCacheFill, cfg.Capacity, cfg.Shards = LearnJoinNew, 0.5, 8, 1
+				h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
+				for _, addr := range []string{"a:1", "b:1", "c:1"} {
+					route(t, h, scheduler.Request{Prompt: prompt(tt.held)}, addr)
+				}
+				d1, d2, scores := pickWhileFirstComputes(t, h)
+				if !slices.Equal(scores, tt.want) {
+					t.Errorf("%d of 8 blocks held on each: the second request's scores %v, want %v", len(tt.held), scores, tt.want)
 				}
 				d1.Done(scheduler.Outcome{})
 				d2.Done(scheduler.Outcome{})
