@@ -89,13 +89,56 @@ func FuzzReadStream(f *testing.F) {
 	f.Add("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")
 	f.Add("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":-1}}}\n")
 	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\ndata: nope\n: comment\n")
+	f.Add("data: {\"choices\":[],\"fakeserver\":{\"ttft_ms\":-5}}\ndata: {\"choices\":[],\"fakeserver\":{\"ttft_ms\":1e300}}\n")
 	f.Fuzz(func(t *testing.T, body string) {
 		var r Request
 		readStream(strings.NewReader(body), clock.RealClock{}, time.Now(), &r)
-		if r.Tokens < 0 || r.PromptTokens < 0 || r.CachedTokens < 0 {
+		if r.Tokens < 0 || r.PromptTokens < 0 || r.CachedTokens < 0 || r.ServerTTFT < 0 || r.ServerTTFT > time.Hour {
 			t.Fatalf("bad result %+v", r)
 		}
 	})
+}
+
+// TestReadStreamServerTTFT: a fakeserver's usage chunk gives the
+// request its server TTFT; a value out of (0, 1 h] is ignored.
+func TestReadStreamServerTTFT(t *testing.T) {
+	for _, tt := range []struct {
+		ms   string
+		want time.Duration
+	}{{"12.5", 12500 * time.Microsecond}, {"0", 0}, {"-3", 0}, {"4e6", 0}} {
+		var r Request
+		body := "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1},\"fakeserver\":{\"ttft_ms\":" + tt.ms + "}}\n\ndata: [DONE]\n\n"
+		if !readStream(strings.NewReader(body), clock.RealClock{}, time.Now(), &r) {
+			t.Fatalf("ttft_ms %s: stream not done", tt.ms)
+		}
+		if r.ServerTTFT != tt.want {
+			t.Errorf("ttft_ms %s: server TTFT %v, want %v", tt.ms, r.ServerTTFT, tt.want)
+		}
+	}
+}
+
+// TestClassServerTTFT: with servers that report their TTFT a class has
+// the p99 of it (failures at their timeout) and of the client's TTFT
+// minus it over completed requests; without, neither.
+func TestClassServerTTFT(t *testing.T) {
+	ms := time.Millisecond
+	r := &RunResult{Warm: 0, End: time.Second, Timeout: time.Second, Classes: []string{"chat", "batch"}}
+	for i := range 99 {
+		d := time.Duration(i+1) * ms
+		r.Requests = append(r.Requests, Request{Class: 0, Measured: true, TTFT: d + 2*ms, ServerTTFT: d, E2E: 2 * d, Tokens: 2, Timeout: time.Second})
+	}
+	r.Requests = append(r.Requests,
+		Request{Class: 0, Measured: true, Err: ErrTimeout, Timeout: 500 * ms},
+		Request{Class: 1, Measured: true, TTFT: 5 * ms, E2E: 9 * ms, Tokens: 2, Timeout: time.Second})
+	cs := r.classes(time.Second)
+	// chat: server 1…99 ms and the time-out at 500: p99 rank 99 → 99 ms;
+	// in front: 2 ms each.
+	if c := cs[0]; c.ServerTTFTP99 == nil || *c.ServerTTFTP99 != 99 || c.RouterTTFTP99 == nil || *c.RouterTTFTP99 != 2 {
+		t.Errorf("chat server / router TTFT p99 %v / %v, want 99 / 2", c.ServerTTFTP99, c.RouterTTFTP99)
+	}
+	if c := cs[1]; c.ServerTTFTP99 != nil || c.RouterTTFTP99 != nil {
+		t.Errorf("batch, no server report: server / router TTFT p99 %v / %v, want none", c.ServerTTFTP99, c.RouterTTFTP99)
+	}
 }
 
 // TestClassDropReasons: a class's requests refused by the router's flow
