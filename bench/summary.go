@@ -266,14 +266,20 @@ func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 			c.Measured++
 			if q.Err == "" {
 				lat.Complete(q.TTFT, q.E2E, q.Tokens, r.SLO)
-				if q.ServerTTFT > 0 {
+				if q.ServerTTFT > 0 && q.ServerTTFT <= q.TTFT {
 					reported = true
 					server = append(server, msOf(q.ServerTTFT))
 					front = append(front, msOf(q.TTFT-q.ServerTTFT))
 				}
 			} else {
 				lat.Miss(q.TTFT, q.Timeout)
-				server = append(server, msOf(q.Timeout))
+				if q.DropReason == "" { // a refusal never reached a server
+					t := q.TTFT
+					if t <= 0 || t > q.Timeout {
+						t = q.Timeout
+					}
+					server = append(server, msOf(t))
+				}
 			}
 		}
 		lat.Sort()

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -118,27 +119,38 @@ func TestReadStreamServerTTFT(t *testing.T) {
 }
 
 // TestClassServerTTFT: with servers that report their TTFT a class has
-// the p99 of it (failures at their timeout) and of the client's TTFT
-// minus it over completed requests; without, neither.
+// the p99 of it — a failure as in the TTFT p99 (its TTFT, or the timeout
+// without one), a refusal by the router not at all — and of the client's
+// TTFT minus it over completed requests; without reports, neither.
 func TestClassServerTTFT(t *testing.T) {
 	ms := time.Millisecond
 	r := &RunResult{Warm: 0, End: time.Second, Timeout: time.Second, Classes: []string{"chat", "batch"}}
-	for i := range 99 {
-		d := time.Duration(i+1) * ms
-		r.Requests = append(r.Requests, Request{Class: 0, Measured: true, TTFT: d + 2*ms, ServerTTFT: d, E2E: 2 * d, Tokens: 2, Timeout: time.Second})
+	for _, i := range rand.New(rand.NewPCG(1, 2)).Perm(98) {
+		server, front := time.Duration(i+1)*ms, time.Duration(i+1)*ms/10 // 1…98 ms, 0.1…9.8 ms
+		r.Requests = append(r.Requests, Request{Class: 0, Measured: true, TTFT: server + front, ServerTTFT: server, E2E: 2 * (server + front), Tokens: 2, Timeout: time.Second})
 	}
 	r.Requests = append(r.Requests,
-		Request{Class: 0, Measured: true, Err: ErrTimeout, Timeout: 500 * ms},
+		Request{Class: 0, Measured: true, Err: ErrTimeout, Timeout: 500 * ms},                      // no token: 500
+		Request{Class: 0, Measured: true, Err: ErrCutStream, TTFT: 300 * ms, Timeout: time.Second}, // 300
+		Request{Class: 0, Measured: true, Err: "http_429", DropReason: "shed", Timeout: time.Second},
+		Request{Class: 0, Measured: true, TTFT: 5 * ms, ServerTTFT: 6 * ms, E2E: 9 * ms, Tokens: 2, Timeout: time.Second}, // after the client: ignored
 		Request{Class: 1, Measured: true, TTFT: 5 * ms, E2E: 9 * ms, Tokens: 2, Timeout: time.Second})
 	cs := r.classes(time.Second)
-	// chat: server 1…99 ms and the time-out at 500: p99 rank 99 → 99 ms;
-	// in front: 2 ms each.
-	if c := cs[0]; c.ServerTTFTP99 == nil || *c.ServerTTFTP99 != 99 || c.RouterTTFTP99 == nil || *c.RouterTTFTP99 != 2 {
-		t.Errorf("chat server / router TTFT p99 %v / %v, want 99 / 2", c.ServerTTFTP99, c.RouterTTFTP99)
+	// chat: server 1…98, 300, 500 → p99 rank 99 of 100 → 300 ms; in front
+	// 0.1…9.8 ms → rank 98 of 98 → 9.8 ms.
+	if c := cs[0]; c.ServerTTFTP99 == nil || *c.ServerTTFTP99 != 300 || c.RouterTTFTP99 == nil || math.Abs(*c.RouterTTFTP99-9.8) > 1e-9 {
+		t.Errorf("chat server / router TTFT p99 %v / %v, want 300 / 9.8", deref(c.ServerTTFTP99), deref(c.RouterTTFTP99))
 	}
 	if c := cs[1]; c.ServerTTFTP99 != nil || c.RouterTTFTP99 != nil {
 		t.Errorf("batch, no server report: server / router TTFT p99 %v / %v, want none", c.ServerTTFTP99, c.RouterTTFTP99)
 	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 // TestClassDropReasons: a class's requests refused by the router's flow
