@@ -37,6 +37,10 @@ type Request struct {
 	Endpoint string
 	// TTFT is 0 when no token arrived.
 	TTFT, E2E time.Duration
+	// ServerTTFT is the server's own time to first token, which a trimtab
+	// fakeserver reports in a stream's usage chunk ({"fakeserver":
+	// {"ttft_ms": …}}); 0 when the server reported none.
+	ServerTTFT time.Duration
 	// Gaps are the times between consecutive chunks with text (ITL).
 	Gaps []time.Duration
 	// Tokens is usage.completion_tokens, or the chunks with text.
@@ -63,6 +67,10 @@ type Request struct {
 	DropReason string
 }
 
+// maxServerTTFTMs bounds a server's reported time to first token (an
+// hour); a value outside (0, maxServerTTFTMs] is ignored.
+const maxServerTTFTMs = 3.6e6
+
 // headerDropReason is the header a trimtab router's flow control sets on
 // a request it refuses (flow.HeaderDropReason).
 const headerDropReason = "X-Trimtab-Drop-Reason"
@@ -81,6 +89,9 @@ type chunk struct {
 			CachedTokens *int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
+	Fakeserver *struct {
+		TTFTMs float64 `json:"ttft_ms"`
+	} `json:"fakeserver"`
 }
 
 type completionBody struct {
@@ -194,6 +205,9 @@ func readStream(body io.Reader, clk clock.PassiveClock, start time.Time, res *Re
 			if u.Details != nil && u.Details.CachedTokens != nil {
 				res.CachedTokens, res.CachedKnown = max(*u.Details.CachedTokens, 0), true
 			}
+		}
+		if f := c.Fakeserver; f != nil && f.TTFTMs > 0 && f.TTFTMs <= maxServerTTFTMs {
+			res.ServerTTFT = time.Duration(f.TTFTMs * float64(time.Millisecond))
 		}
 		if len(c.Choices) == 0 || c.Choices[0].Text == "" && c.Choices[0].Delta.Content == "" {
 			continue

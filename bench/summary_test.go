@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -89,13 +90,67 @@ func FuzzReadStream(f *testing.F) {
 	f.Add("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")
 	f.Add("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":-1}}}\n")
 	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\ndata: nope\n: comment\n")
+	f.Add("data: {\"choices\":[],\"fakeserver\":{\"ttft_ms\":-5}}\ndata: {\"choices\":[],\"fakeserver\":{\"ttft_ms\":1e300}}\n")
 	f.Fuzz(func(t *testing.T, body string) {
 		var r Request
 		readStream(strings.NewReader(body), clock.RealClock{}, time.Now(), &r)
-		if r.Tokens < 0 || r.PromptTokens < 0 || r.CachedTokens < 0 {
+		if r.Tokens < 0 || r.PromptTokens < 0 || r.CachedTokens < 0 || r.ServerTTFT < 0 || r.ServerTTFT > time.Hour {
 			t.Fatalf("bad result %+v", r)
 		}
 	})
+}
+
+// TestReadStreamServerTTFT: a fakeserver's usage chunk gives the
+// request its server TTFT; a value out of (0, 1 h] is ignored.
+func TestReadStreamServerTTFT(t *testing.T) {
+	for _, tt := range []struct {
+		ms   string
+		want time.Duration
+	}{{"12.5", 12500 * time.Microsecond}, {"0", 0}, {"-3", 0}, {"4e6", 0}} {
+		var r Request
+		body := "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1},\"fakeserver\":{\"ttft_ms\":" + tt.ms + "}}\n\ndata: [DONE]\n\n"
+		if !readStream(strings.NewReader(body), clock.RealClock{}, time.Now(), &r) {
+			t.Fatalf("ttft_ms %s: stream not done", tt.ms)
+		}
+		if r.ServerTTFT != tt.want {
+			t.Errorf("ttft_ms %s: server TTFT %v, want %v", tt.ms, r.ServerTTFT, tt.want)
+		}
+	}
+}
+
+// TestClassServerTTFT: with servers that report their TTFT a class has
+// the p99 of it — a failure as in the TTFT p99 (its TTFT, or the timeout
+// without one), a refusal by the router not at all — and of the client's
+// TTFT minus it over completed requests; without reports, neither.
+func TestClassServerTTFT(t *testing.T) {
+	ms := time.Millisecond
+	r := &RunResult{Warm: 0, End: time.Second, Timeout: time.Second, Classes: []string{"chat", "batch"}}
+	for _, i := range rand.New(rand.NewPCG(1, 2)).Perm(98) {
+		server, front := time.Duration(i+1)*ms, time.Duration(i+1)*ms/10 // 1…98 ms, 0.1…9.8 ms
+		r.Requests = append(r.Requests, Request{Class: 0, Measured: true, TTFT: server + front, ServerTTFT: server, E2E: 2 * (server + front), Tokens: 2, Timeout: time.Second})
+	}
+	r.Requests = append(r.Requests,
+		Request{Class: 0, Measured: true, Err: ErrTimeout, Timeout: 500 * ms},                      // no token: 500
+		Request{Class: 0, Measured: true, Err: ErrCutStream, TTFT: 300 * ms, Timeout: time.Second}, // 300
+		Request{Class: 0, Measured: true, Err: "http_429", DropReason: "shed", Timeout: time.Second},
+		Request{Class: 0, Measured: true, TTFT: 5 * ms, ServerTTFT: 6 * ms, E2E: 9 * ms, Tokens: 2, Timeout: time.Second}, // after the client: ignored
+		Request{Class: 1, Measured: true, TTFT: 5 * ms, E2E: 9 * ms, Tokens: 2, Timeout: time.Second})
+	cs := r.classes(time.Second)
+	// chat: server 1…98, 300, 500 → p99 rank 99 of 100 → 300 ms; in front
+	// 0.1…9.8 ms → rank 98 of 98 → 9.8 ms.
+	if c := cs[0]; c.ServerTTFTP99 == nil || *c.ServerTTFTP99 != 300 || c.RouterTTFTP99 == nil || math.Abs(*c.RouterTTFTP99-9.8) > 1e-9 {
+		t.Errorf("chat server / router TTFT p99 %v / %v, want 300 / 9.8", deref(c.ServerTTFTP99), deref(c.RouterTTFTP99))
+	}
+	if c := cs[1]; c.ServerTTFTP99 != nil || c.RouterTTFTP99 != nil {
+		t.Errorf("batch, no server report: server / router TTFT p99 %v / %v, want none", c.ServerTTFTP99, c.RouterTTFTP99)
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 // TestClassDropReasons: a class's requests refused by the router's flow

@@ -43,7 +43,9 @@ type Config struct {
 	JoinKVUtil float64 `mapstructure:"join_kv_util"`
 	// JoinCacheFill, with learn: join_new, is the mean share of the
 	// candidates' prefix caches this index holds (blocks recorded on an
-	// endpoint ÷ its capacity, sized from cache_config_info), at or above
+	// endpoint ÷ its capacity: from cache_config_info, else capacity, so
+	// a server that does not report its KV size fills this only as far
+	// as capacity says), at or above
 	// which a new prefix is recorded at the pick, in [0, 1]; 0 (the
 	// default): this gate is off. Unlike the scraped KV-cache use, it
 	// counts the blocks a server keeps cached after their requests

@@ -217,6 +217,8 @@ type cycleScratch struct {
 	touch uint64
 	// matchOut is Match's throw-away score buffer.
 	matchOut []float64
+	// fill is filled's per-candidate count of held blocks.
+	fill []uint64
 }
 
 type seenAt struct{ pos, id uint32 }
@@ -458,7 +460,7 @@ func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			}
 		}
 	}
-	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.cachesFull(tab, sc.idsFor) {
+	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.cachesFull(sc, tab) {
 		p.record(sc, tab, id, chosen)
 	}
 }
@@ -480,26 +482,36 @@ func (p *Scorer) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	}
 }
 
-// filled is the mean over eps of the share of each endpoint's capacity
-// the index holds (0 when none is indexed): the router's own account of
-// how full each server's prefix cache is, counting the blocks a server
-// keeps after their requests finished, which its scraped KV-cache use
-// does not. Lock-free, like fresh: each list publishes its length.
-func (p *Scorer) filled(tab *idTable, eps []*scheduler.Endpoint) float64 {
-	var sum float64
-	var n int
-	for _, e := range eps {
-		id := tab.id(e)
-		if id == 0 || tab.capacity[id] == 0 {
+// filled is the mean over the candidates (ids, resolved with tab) of the
+// share of what the index can hold for each that it holds: the router's
+// own account of how full each server's prefix cache is, counting the
+// blocks a server keeps after their requests finished, which its scraped
+// KV-cache use does not. Lock-free, like fresh: each list publishes its
+// length; one view load per shard.
+func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
+	sc.fill = grow(sc.fill, len(ids))
+	clear(sc.fill)
+	for s := range p.shards {
+		v := p.shards[s].view.Load()
+		if v == nil {
 			continue
 		}
-		var held uint64
-		for s := range p.shards {
-			if v := p.shards[s].view.Load(); v != nil && int(id) < len(v.lists) {
-				held += uint64(atomic.LoadUint32(&v.lists[id].held))
+		for i, id := range ids {
+			if id != 0 && int(id) < len(v.lists) {
+				sc.fill[i] += uint64(atomic.LoadUint32(&v.lists[id].held))
 			}
 		}
-		sum += min(1, float64(held)/float64(tab.capacity[id]))
+	}
+	var sum float64
+	var n int
+	for i, id := range ids {
+		if id == 0 || int(id) >= len(tab.perShard) || tab.perShard[id] == 0 {
+			continue
+		}
+		// Eviction holds each shard's list to perShard, so this is what
+		// the index can hold for the endpoint.
+		room := uint64(tab.perShard[id]) * uint64(len(p.shards))
+		sum += min(1, float64(sc.fill[i])/float64(room))
 		n++
 	}
 	if n == 0 {
@@ -509,27 +521,27 @@ func (p *Scorer) filled(tab *idTable, eps []*scheduler.Endpoint) float64 {
 }
 
 // cachesFull is the join gate of learn: join_new: whether the caches of
-// eps are full enough that a new prefix computed on several of them
-// evicts others — by scraped KV-cache use (JoinKVUtil, fresh metrics
-// only) or by the index's own fill (JoinCacheFill). With neither set the
-// join is always made.
-func (p *Scorer) cachesFull(tab *idTable, eps []*scheduler.Endpoint) bool {
+// the request's candidates (sc.idsFor, resolved with tab) are full enough
+// that a new prefix computed on several of them evicts others — by
+// scraped KV-cache use (JoinKVUtil, fresh metrics only; checked first, it
+// is cheaper) or by the index's own fill (JoinCacheFill). With neither set
+// the join is always made.
+func (p *Scorer) cachesFull(sc *cycleScratch, tab *idTable) bool {
 	if p.cfg.JoinKVUtil <= 0 && p.cfg.JoinCacheFill <= 0 {
 		return true
 	}
-	if p.cfg.JoinCacheFill > 0 && p.filled(tab, eps) >= p.cfg.JoinCacheFill {
-		return true
-	}
-	if p.cfg.JoinKVUtil <= 0 {
-		return false
-	}
-	var sum float64
-	var n int
-	for _, e := range eps {
-		if e.State == scheduler.StateFresh {
-			sum += e.KVUtil
-			n++
+	if p.cfg.JoinKVUtil > 0 {
+		var sum float64
+		var n int
+		for _, e := range sc.idsFor {
+			if e.State == scheduler.StateFresh {
+				sum += e.KVUtil
+				n++
+			}
+		}
+		if n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil {
+			return true
 		}
 	}
-	return n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil
+	return p.cfg.JoinCacheFill > 0 && p.filled(sc, tab, sc.ids[:len(sc.idsFor)]) >= p.cfg.JoinCacheFill
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -486,6 +487,9 @@ func checkIndex(t *testing.T, p *Scorer) {
 			if id < len(tab.perShard) && tab.perShard[id] > 0 && l.N > tab.perShard[id] {
 				err = fmt.Errorf("id %d holds %d entries, per-shard capacity %d", id, l.N, tab.perShard[id])
 			}
+			if held := atomic.LoadUint32(&l.held); held != l.N {
+				err = fmt.Errorf("id %d holds %d entries, publishes %d (held)", id, l.N, held)
+			}
 		}
 		sh.mu.RUnlock()
 		if err != nil {
@@ -581,8 +585,10 @@ func TestPrefixCacheFill(t *testing.T) {
 	p := mustPrefix(t, cfg)
 	eps := scorertest.Eps("a:1", "b:1")
 	h := scorertest.NewHarness(t, p, eps)
-	cands := []*scheduler.Endpoint{&eps[0], &eps[1]} // found by address
-	fill := func() float64 { return p.filled(p.tab.Load(), cands) }
+	fill := func() float64 {
+		tab := p.tab.Load()
+		return p.filled(&cycleScratch{}, tab, []uint32{tab.id(&eps[0]), tab.id(&eps[1])}) // found by address
+	}
 	if f := fill(); f != 0 {
 		t.Fatalf("empty index: fill %v, want 0", f)
 	}

@@ -153,6 +153,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
+	arrived := s.clk.Now()
 	req, prompt, maxTokens, ok := s.parse(w, r, chat)
 	if !ok {
 		return
@@ -163,6 +164,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	er.arrived = arrived
 	if s.cfg.Name != "" {
 		w.Header().Set("X-Fakeserver-Name", s.cfg.Name)
 	}
@@ -252,6 +254,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, er *request, id 
 				choice = map[string]any{"index": 0, "text": piece.String(), "finish_reason": finish}
 			}
 			b, _ := json.Marshal(map[string]any{"id": id, "object": obj, "created": created, "model": s.cfg.Model, "choices": []any{choice}})
+			if first && piece.Len() > 0 {
+				er.firstAt = s.clk.Now()
+			}
 			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
 				s.cancel(er)
 				return

@@ -219,6 +219,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 type request struct {
 	seq    engine.Seq
 	events chan tokenEvent
+	// arrived is when the handler began reading the request and firstAt
+	// when its first token was written (zero: not yet; streams only):
+	// the server's own time to first token, which a stream's usage chunk
+	// reports (usage.go) so a client can tell the server's share of its
+	// TTFT from what lies in front of the server.
+	arrived, firstAt time.Time
 }
 
 // tokenEvent is an engine event with the number of tokens generated so

@@ -376,3 +376,47 @@ func TestMetricsGolden(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestStreamReportsServerTTFT: a stream's usage chunk carries the
+// server's own time to first token, from the handler's start to the
+// first token's write: above 0 and at most the TTFT the client measured
+// around it (the first token is written before the client reads it and
+// long before the last of 48 tokens).
+func TestStreamReportsServerTTFT(t *testing.T) {
+	_, base := start(t, func(c *Config) { c.TimeScale = 10 })
+	sent := time.Now()
+	resp := post(t, base+"/v1/completions", `{"prompt":"`+strings.Repeat("word ", 2000)+`","max_tokens":48,"stream":true,"stream_options":{"include_usage":true}}`)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var clientTTFT time.Duration
+	var server *float64
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Fakeserver *struct {
+				TTFTMs float64 `json:"ttft_ms"`
+			} `json:"fakeserver"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("chunk %q: %v", data, err)
+		}
+		if clientTTFT == 0 && len(c.Choices) > 0 && c.Choices[0].Text != "" {
+			clientTTFT = time.Since(sent)
+		}
+		if c.Fakeserver != nil {
+			server = &c.Fakeserver.TTFTMs
+		}
+	}
+	if server == nil {
+		t.Fatal("no fakeserver.ttft_ms in the stream")
+	}
+	if got := time.Duration(*server * float64(time.Millisecond)); got <= 0 || got > clientTTFT {
+		t.Errorf("server TTFT %v, want in (0, %v] (the client's TTFT)", got, clientTTFT)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 )
 
 // streamOptions is the OpenAI stream_options object.
@@ -25,9 +26,18 @@ func (r *request) usage(completion int) map[string]any {
 }
 
 // writeUsageChunk writes the stream's usage chunk (stream_options.include_usage).
+// Beside the usage it carries the server's own time to first token in
+// milliseconds, {"fakeserver": {"ttft_ms": …}}, from the handler's start
+// to the first token's write, when the stream wrote one and the handler
+// timed its start (trimtab bench reports it per class: the server's
+// share of the client's TTFT; OpenAI clients ignore unknown fields).
 func writeUsageChunk(w io.Writer, r *request, id, obj, model string, created int64, completion int) error {
-	b, _ := json.Marshal(map[string]any{"id": id, "object": obj, "created": created, "model": model,
-		"choices": []any{}, "usage": r.usage(completion)})
+	m := map[string]any{"id": id, "object": obj, "created": created, "model": model,
+		"choices": []any{}, "usage": r.usage(completion)}
+	if !r.arrived.IsZero() && !r.firstAt.IsZero() {
+		m["fakeserver"] = map[string]float64{"ttft_ms": float64(r.firstAt.Sub(r.arrived)) / float64(time.Millisecond)}
+	}
+	b, _ := json.Marshal(m)
 	_, err := fmt.Fprintf(w, "data: %s\n\n", b)
 	return err
 }

@@ -93,7 +93,17 @@ type ClassSummary struct {
 	TTFTP99  *float64 `json:"ttft_p99_ms"`
 	E2EP99   *float64 `json:"e2e_p99_ms"`
 	Goodput  *float64 `json:"goodput"`
-	Measured int      `json:"measured"`
+	// ServerTTFTP99 is the p99 of the servers' own time to first token,
+	// the failed and timed-out requests the router did not refuse counted
+	// as in TTFTP99 (their TTFT, or the timeout without one), and
+	// RouterTTFTP99 the p99 over completed requests of the client's TTFT
+	// minus the server's: what lies in front of the servers (router,
+	// proxy, network, the client). trimtab bench against trimtab
+	// fakeservers, which report it for completion streams; nil when no
+	// completed request of the class reported it.
+	ServerTTFTP99 *float64 `json:"server_ttft_p99_ms,omitempty"`
+	RouterTTFTP99 *float64 `json:"router_ttft_p99_ms,omitempty"`
+	Measured      int      `json:"measured"`
 	// Issued = Completed + Dropped (refused by flow control) + TimedOut
 	// + Failed.
 	Issued    int `json:"issued"`
