@@ -1,0 +1,75 @@
+package prefix
+
+import (
+	"sync/atomic"
+
+	"github.com/trimtab/trimtab/scheduler"
+)
+
+// The join gate of learn: join_new: whether a new prefix is recorded on
+// its pod at the pick (Picked), so the prompts that share it and arrive
+// during its first prefill join that pod.
+
+// filled is the mean over the candidates (ids, resolved with tab) of the
+// share of what the index can hold for each that it holds: the router's
+// own account of how full each server's prefix cache is, counting the
+// blocks a server keeps after their requests finished, which its scraped
+// KV-cache use does not. Lock-free, like fresh: each list publishes its
+// length; one view load per shard.
+func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
+	sc.fill = grow(sc.fill, len(ids))
+	clear(sc.fill)
+	for s := range p.shards {
+		v := p.shards[s].view.Load()
+		if v == nil {
+			continue
+		}
+		for i, id := range ids {
+			if id != 0 && int(id) < len(v.lists) {
+				sc.fill[i] += uint64(atomic.LoadUint32(&v.lists[id].held))
+			}
+		}
+	}
+	var sum float64
+	var n int
+	for i, id := range ids {
+		if id == 0 || int(id) >= len(tab.perShard) || tab.perShard[id] == 0 {
+			continue
+		}
+		// Eviction holds each shard's list to perShard, so this is what
+		// the index can hold for the endpoint.
+		room := uint64(tab.perShard[id]) * uint64(len(p.shards))
+		sum += min(1, float64(sc.fill[i])/float64(room))
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// cachesFull is the join gate of learn: join_new: whether the caches of
+// the request's candidates (sc.idsFor, resolved with tab) are full enough
+// that a new prefix computed on several of them evicts others — by
+// scraped KV-cache use (JoinKVUtil, fresh metrics only; checked first, it
+// is cheaper) or by the index's own fill (JoinCacheFill). With neither set
+// the join is always made.
+func (p *Scorer) cachesFull(sc *cycleScratch, tab *idTable) bool {
+	if p.cfg.JoinKVUtil <= 0 && p.cfg.JoinCacheFill <= 0 {
+		return true
+	}
+	if p.cfg.JoinKVUtil > 0 {
+		var sum float64
+		var n int
+		for _, e := range sc.idsFor {
+			if e.State == scheduler.StateFresh {
+				sum += e.KVUtil
+				n++
+			}
+		}
+		if n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil {
+			return true
+		}
+	}
+	return p.cfg.JoinCacheFill > 0 && p.filled(sc, tab, sc.ids[:len(sc.idsFor)]) >= p.cfg.JoinCacheFill
+}
