@@ -138,10 +138,53 @@ func (rep *Report) WriteTables(w io.Writer) error {
 					p(func(s *report.PhaseSummary) float64 { return s.OnsetBusiestRatio }).ratio())
 			}
 		}
+		writeClassTable(&b, rep.Scenario.LevelUnit(), level, rep.Config.Policies, sums)
 		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeClassTable writes the per-class table of a level when the runs
+// have classes (workload.class, streams): counts over the whole run,
+// latencies of the measured requests, and, against servers that report
+// their own TTFT (trimtab fakeservers), its p99 and the p99 of what lies
+// in front of the servers.
+func writeClassTable(b *strings.Builder, unit string, level float64, pols []Policy, sums []report.RunSummary) {
+	header := false
+	for _, pol := range pols {
+		rs := group(sums, pol.Name, level)
+		if len(rs) == 0 {
+			continue
+		}
+		for ci, cl := range rs[0].Classes {
+			if !header {
+				fmt.Fprintf(b, "\n### %s %g: per class\n\n", unit, level)
+				b.WriteString("| class | policy | completed of issued | dropped | timed out / failed | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | goodput req/s | server TTFT p99 ms | in front of the servers p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+				header = true
+			}
+			c := func(f func(*report.ClassSummary) float64) spread {
+				return col(rs, func(s *report.RunSummary) float64 {
+					if ci >= len(s.Classes) {
+						return math.NaN()
+					}
+					return f(&s.Classes[ci])
+				})
+			}
+			fmt.Fprintf(b, "| %s | %s | %s of %s | %s | %s / %s | %s | %s | %s | %s | %s | %s |\n", cl.Name, pol.Name,
+				c(func(s *report.ClassSummary) float64 { return float64(s.Completed) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return float64(s.Issued) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return float64(s.Dropped) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return float64(s.TimedOut) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return float64(s.Failed) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return val(s.TTFTP50) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return val(s.TTFTP99) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return val(s.E2EP99) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return val(s.Goodput) }).ratio(),
+				c(func(s *report.ClassSummary) float64 { return val(s.ServerTTFTP99) }).ms(),
+				c(func(s *report.ClassSummary) float64 { return val(s.RouterTTFTP99) }).ms())
+		}
+	}
 }
 
 func kindList(m map[string]int) string {

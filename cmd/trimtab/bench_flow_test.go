@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,21 @@ streams:
 	for _, q := range rep.Runs[0].Requests {
 		if q.DropReason != "" && (q.DropReason != "ttl-expired" || q.Err != "http_429") {
 			t.Fatalf("dropped request: %s (%s), want ttl-expired with 429", q.DropReason, q.Err)
+		}
+	}
+	// The fake servers report their own TTFT: every chat request completed,
+	// so the servers' p99 is within the client's and what lies in front of
+	// them is not negative; the report has the per-class table.
+	if chat.ServerTTFTP99 == nil || chat.RouterTTFTP99 == nil || *chat.ServerTTFTP99 <= 0 || *chat.ServerTTFTP99 > *chat.TTFTP99 || *chat.RouterTTFTP99 < 0 {
+		t.Errorf("chat server / in-front TTFT p99 %v / %v against the client's %v: want both, the server's in (0, client's]", chat.ServerTTFTP99, chat.RouterTTFTP99, *chat.TTFTP99)
+	}
+	var md strings.Builder
+	if err := rep.WriteMarkdown(&md, "-", "cmd", "setup"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{": per class", "| chat | " + rep.Config.Policies[0].Name + " | ", "| batch | " + rep.Config.Policies[0].Name + " | "} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
 	}
 }
