@@ -88,11 +88,11 @@ type RunSummary struct {
 // cover its measured requests, misses included (see RunSummary); the
 // counts cover all of its requests in the run, the warm-up included.
 type ClassSummary struct {
-	Name     string   `json:"name"`
-	TTFTP50  *float64 `json:"ttft_p50_ms"`
-	TTFTP99  *float64 `json:"ttft_p99_ms"`
-	E2EP99   *float64 `json:"e2e_p99_ms"`
-	Goodput  *float64 `json:"goodput"`
+	Name    string   `json:"name"`
+	TTFTP50 *float64 `json:"ttft_p50_ms"`
+	TTFTP99 *float64 `json:"ttft_p99_ms"`
+	E2EP99  *float64 `json:"e2e_p99_ms"`
+	Goodput *float64 `json:"goodput"`
 	// ServerTTFTP99 is the p99 of the servers' own time to first token,
 	// the failed and timed-out requests the router did not refuse counted
 	// as in TTFTP99 (their TTFT, or the timeout without one), and
