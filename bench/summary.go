@@ -242,7 +242,6 @@ func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 		c := report.ClassSummary{Name: name}
 		var lat report.Latencies
 		var server, front []float64 // ms; see report.ClassSummary
-		reported := false
 		for j := range r.Requests {
 			q := &r.Requests[j]
 			if q.Class != i {
@@ -267,24 +266,19 @@ func (r *RunResult) classes(win time.Duration) []report.ClassSummary {
 			if q.Err == "" {
 				lat.Complete(q.TTFT, q.E2E, q.Tokens, r.SLO)
 				if q.ServerTTFT > 0 && q.ServerTTFT <= q.TTFT {
-					reported = true
 					server = append(server, msOf(q.ServerTTFT))
 					front = append(front, msOf(q.TTFT-q.ServerTTFT))
 				}
 			} else {
 				lat.Miss(q.TTFT, q.Timeout)
 				if q.DropReason == "" { // a refusal never reached a server
-					t := q.TTFT
-					if t <= 0 || t > q.Timeout {
-						t = q.Timeout
-					}
-					server = append(server, msOf(t))
+					server = append(server, lat.TTFT[len(lat.TTFT)-1]) // as Miss counts it
 				}
 			}
 		}
 		lat.Sort()
 		c.TTFTP50, c.TTFTP99 = ptr(report.Percentile(lat.TTFT, 50)), ptr(report.Percentile(lat.TTFT, 99))
-		if reported {
+		if len(front) > 0 { // a completed request reported its server's TTFT
 			slices.Sort(server)
 			slices.Sort(front)
 			c.ServerTTFTP99, c.RouterTTFTP99 = ptr(report.Percentile(server, 99)), ptr(report.Percentile(front, 99))

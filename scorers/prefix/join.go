@@ -33,7 +33,7 @@ func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
 	var sum float64
 	var n int
 	for i, id := range ids {
-		if id == 0 || int(id) >= len(tab.perShard) || tab.perShard[id] == 0 {
+		if id == 0 || tab.perShard[id] == 0 {
 			continue
 		}
 		// Eviction holds each shard's list to perShard, so this is what
