@@ -64,6 +64,9 @@ type EndpointCalibration struct {
 	UncachedShare float64 `json:"uncached_share"`
 	// MeanPromptTokens is the mean prompt of the recent observations.
 	MeanPromptTokens float64 `json:"mean_prompt_tokens"`
+	// MeanOutputTokens is the mean output of the recent observations
+	// that reported one (usage, else the stream's chunks); 0: none.
+	MeanOutputTokens float64 `json:"mean_output_tokens"`
 	// Pooled says the published prefill throughput is its class's fit
 	// (endpoints of the same capacity and models, their points together).
 	Pooled bool `json:"pooled"`
@@ -201,11 +204,45 @@ type sample struct {
 	ttft      float64 // seconds; 0: none
 	batch     float64 // in-flight at the pick + 1
 	itl       float64 // seconds per output token after the first; 0: unknown
+	out       float64 // output tokens (reported, else the stream's chunks); 0: unknown
 }
 
 // fb returns the time the sample's first byte reached the router.
 func (s *sample) fb() time.Time {
 	return s.pick.Add(time.Duration(s.ttft * float64(time.Second)))
+}
+
+// span is one request's decode on its endpoint, [from, to] in seconds
+// since the estimate's cutoff: from its first byte to its last token.
+type span struct{ from, to float64 }
+
+// decodeSpan returns s's decode interval relative to base, and false when
+// it is unknown (no arrival time, or fewer than two output tokens).
+func (s *sample) decodeSpan(base time.Time) (span, bool) {
+	if s.pick.IsZero() || !(s.itl > 0) || s.out < 2 {
+		return span{}, false
+	}
+	from := s.fb().Sub(base).Seconds()
+	return span{from, from + s.itl*(s.out-1)}, true
+}
+
+// decodeBatch is the mean number of sequences decoding beside and
+// including the request whose decode is d, over d: the sum of every
+// span's overlap with d (d's own included) divided by d's length. It is
+// the batch the request's inter-token time was measured at, where the
+// in-flight count at its pick is only where that batch started.
+func decodeBatch(spans []span, d span) float64 {
+	n := d.to - d.from
+	if !(n > 0) {
+		return 1
+	}
+	var sum float64
+	for _, o := range spans {
+		if lo, hi := max(o.from, d.from), min(o.to, d.to); hi > lo {
+			sum += hi - lo
+		}
+	}
+	return max(sum/n, 1)
 }
 
 // epCal is one endpoint's window of samples (a ring), its last known KV
@@ -215,6 +252,7 @@ type epCal struct {
 	next, n          int
 	blockSize, block int // last scraped cache config (kept when metrics go stale)
 	live             []int
+	spans            []span // decode intervals of the live samples (see decodeBatch)
 	xs, ys           []float64
 	rate             float64 // the prefill rate published last (tokens/s; 0: none learned)
 }
@@ -305,6 +343,9 @@ func toSample(now time.Time, o *scheduler.Observation) sample {
 	if out <= 0 {
 		out = o.Usage.Chunks
 	}
+	if out > 0 {
+		s.out = float64(out)
+	}
 	if out >= 2 && o.Latency > o.TTFT {
 		s.itl = (o.Latency - o.TTFT).Seconds() / float64(out-1)
 	}
@@ -324,8 +365,8 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		kv, out.KVSource, out.BlockSize = float64(e.block*e.blockSize), "scraped", e.blockSize
 	}
 
-	var bs, itls []float64
-	var promptSum, reportedPrompt, reportedOwn float64
+	var bs, bd, itls []float64
+	var promptSum, reportedPrompt, reportedOwn, outSum, outN float64
 	if e != nil {
 		cutoff := now.Add(-c.cfg.MaxAge)
 		e.live = e.live[:0]
@@ -336,16 +377,33 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 			}
 			e.live = append(e.live, i)
 			promptSum += s.prompt
+			if s.out > 0 {
+				outSum += s.out
+				outN++
+			}
 			if s.reported {
 				reportedPrompt += s.prompt
 				reportedOwn += s.own
 			}
 		}
-		// The decode line from the newest decodeWindow samples.
+		// The decode line from the newest decodeWindow samples, each at
+		// the batch it decoded in: the router's own requests decoding
+		// on the endpoint beside it (decodeBatch over the window), or,
+		// without its arrival time, the in-flight count at its pick.
+		e.spans = e.spans[:0]
+		for _, i := range e.live {
+			if d, ok := e.win[i].decodeSpan(cutoff); ok {
+				e.spans = append(e.spans, d)
+			}
+		}
 		for k := 1; k <= e.n && len(itls) < decodeWindow; k++ {
 			s := &e.win[(e.next-k+len(e.win))%len(e.win)]
 			if s.itl > 0 && !s.at.Before(cutoff) {
-				bs = append(bs, s.batch)
+				b := s.batch
+				if d, ok := s.decodeSpan(cutoff); ok {
+					b = decodeBatch(e.spans, d)
+				}
+				bs, bd = append(bs, s.batch), append(bd, b)
 				itls = append(itls, s.itl)
 			}
 		}
@@ -354,6 +412,9 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		}
 		if len(e.live) > 0 {
 			out.MeanPromptTokens = promptSum / float64(len(e.live))
+		}
+		if outN > 0 {
+			out.MeanOutputTokens = outSum / outN
 		}
 		sort.Slice(e.live, func(a, b int) bool {
 			sa, sb := &e.win[e.live[a]], &e.win[e.live[b]]
@@ -378,16 +439,27 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	}
 	out.PrefillSamples, out.DecodeSamples = n, len(itls)
 	out.priorR = priorR
+	// Two lines from the same inter-token times: the step a request meets
+	// against the in-flight count at its pick (what a scorer reads at a
+	// pick), published at the median of that count; and the engine's
+	// step line, against the batch each request decoded in (decodeBatch).
+	// The first is attenuated — requests picked later join a decode — so
+	// the engine's line is the second.
+	stepFixed, stepPerSeq := priorFixed, priorPerSeq
 	fixed, perSeq := priorFixed, priorPerSeq
 	if m := len(itls); m >= 2 {
 		w := min(1, float64(m)/float64(c.cfg.MinSamples))
 		lf, ls := c.line(bs, itls)
-		fixed = (1-w)*priorFixed + w*lf
-		perSeq = (1-w)*priorPerSeq + w*ls
+		stepFixed, stepPerSeq = (1-w)*priorFixed+w*lf, (1-w)*priorPerSeq+w*ls
+		lf, ls = c.line(bd, itls)
+		fixed, perSeq = (1-w)*priorFixed+w*lf, (1-w)*priorPerSeq+w*ls
 		out.Batch = medianOf(append(c.scratch[:0], bs...))
 	}
 	out.DecodeStepFixedSeconds, out.DecodeStepPerSeqSeconds = fixed, perSeq
-	step := fixed + perSeq*max(out.Batch, 1)
-	out.Calibration = scheduler.Calibration{DecodeStepSeconds: step, KVCapacityTokens: kv}
+	step := stepFixed + stepPerSeq*max(out.Batch, 1)
+	out.Calibration = scheduler.Calibration{
+		DecodeStepSeconds: step, DecodeFixedSeconds: fixed, DecodeSecondsPerSeq: max(perSeq, 0),
+		OutputTokens: out.MeanOutputTokens, KVCapacityTokens: kv,
+	}
 	return out
 }

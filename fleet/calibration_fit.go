@@ -229,6 +229,7 @@ func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 		}
 		c.scratch = votes[:0]
 	}
+	c.poolDecode(eps, class)
 	for i := range eps {
 		e := &eps[i]
 		r, n := e.LearnedPrefillTokensPerSecond, e.PrefillSamples
@@ -247,6 +248,51 @@ func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 			if n >= c.cfg.MinSamples {
 				e.Source = "learned"
 			}
+		}
+	}
+}
+
+// poolDecode publishes, for every endpoint of a class of two or more, the
+// median of its members' decode step lines, intercept and slope each (one
+// vote per member with at least half of min_samples decode samples, or
+// per member with any when none has). The members share the engine; a
+// member's own slope is identified only by the spread of the batches it
+// decoded in, which routing that evens the batch takes away (its slope
+// then reads noise or 0), and a member sent nothing has only the prior.
+func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
+	members := map[string][]int{}
+	for i := range eps {
+		members[class[i]] = append(members[class[i]], i)
+	}
+	least := max(c.cfg.MinSamples/2, 1)
+	for _, m := range members {
+		if len(m) < 2 {
+			continue
+		}
+		voters := make([]int, 0, len(m))
+		for pass := 0; pass < 2 && len(voters) == 0; pass++ {
+			for _, i := range m {
+				if e := &eps[i]; e.DecodeSamples >= 2 && (pass == 1 || e.DecodeSamples >= least) {
+					voters = append(voters, i)
+				}
+			}
+		}
+		if len(voters) == 0 {
+			continue
+		}
+		votes := c.scratch[:0]
+		for _, i := range voters {
+			votes = append(votes, eps[i].DecodeStepFixedSeconds)
+		}
+		fixed := medianOf(votes)
+		votes = votes[:0]
+		for _, i := range voters {
+			votes = append(votes, eps[i].DecodeStepPerSeqSeconds)
+		}
+		perSeq := medianOf(votes)
+		c.scratch = votes[:0]
+		for _, i := range m {
+			eps[i].Calibration.DecodeFixedSeconds, eps[i].Calibration.DecodeSecondsPerSeq = fixed, max(perSeq, 0)
 		}
 	}
 }
@@ -284,7 +330,10 @@ func (c *Calibrator) theilSen(xs, ys []float64, minDx float64) (slope float64, n
 // line fits y ≈ a + b·x robustly: b the Theil–Sen slope (0 when x never
 // varies), a the median of y − b·x; both at least 0.
 func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
-	b, _ = c.theilSen(xs, ys, math.SmallestNonzeroFloat64)
+	// Pairs whose batches differ by half a sequence or more: the batch
+	// over a decode is a mean (decodeBatch), and two nearly equal ones
+	// give a slope of their noise.
+	b, _ = c.theilSen(xs, ys, 0.5)
 	b = max(b, 0)
 	res := c.scratch[:0]
 	for i := range xs {

@@ -11,6 +11,12 @@ var (
 	descCalDecode = prometheus.NewDesc("trimtab_fleet_calibration_decode_step_seconds",
 		"Decode step time the calibrator publishes for the endpoint at its recent batch: the time between two output tokens of a running request.",
 		[]string{"endpoint"}, nil)
+	descCalPerSeq = prometheus.NewDesc("trimtab_fleet_calibration_decode_seconds_per_sequence",
+		"What each running request adds to the endpoint's decode step, in seconds: the slope of the fitted step against the batch (the prior blended with what was learned).",
+		[]string{"endpoint"}, nil)
+	descCalOutput = prometheus.NewDesc("trimtab_fleet_calibration_output_tokens",
+		"Mean output of the endpoint's recent requests, in tokens (0: none reported one).",
+		[]string{"endpoint"}, nil)
 	descCalKV = prometheus.NewDesc("trimtab_fleet_calibration_kv_capacity_tokens",
 		"KV cache capacity the calibrator publishes for the endpoint, in tokens (scraped cache_config_info, else the prior).",
 		[]string{"endpoint"}, nil)
@@ -32,7 +38,7 @@ var (
 type calCollector struct{ c *Calibrator }
 
 func (cc *calCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalKV, descCalSamples, descCalLearned, descCalObserved, descCalDropped, descCalMin} {
+	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalPerSeq, descCalOutput, descCalKV, descCalSamples, descCalLearned, descCalObserved, descCalDropped, descCalMin} {
 		ch <- d
 	}
 }
@@ -43,6 +49,8 @@ func (cc *calCollector) Collect(ch chan<- prometheus.Metric) {
 		a := e.Address
 		ch <- prometheus.MustNewConstMetric(descCalPrefill, prometheus.GaugeValue, e.Calibration.PrefillTokensPerSecond, a)
 		ch <- prometheus.MustNewConstMetric(descCalDecode, prometheus.GaugeValue, e.Calibration.DecodeStepSeconds, a)
+		ch <- prometheus.MustNewConstMetric(descCalPerSeq, prometheus.GaugeValue, e.Calibration.DecodeSecondsPerSeq, a)
+		ch <- prometheus.MustNewConstMetric(descCalOutput, prometheus.GaugeValue, e.Calibration.OutputTokens, a)
 		ch <- prometheus.MustNewConstMetric(descCalKV, prometheus.GaugeValue, e.Calibration.KVCapacityTokens, a)
 		ch <- prometheus.MustNewConstMetric(descCalSamples, prometheus.GaugeValue, float64(e.Calibration.Samples), a)
 		learned := 0.0

@@ -86,7 +86,7 @@ func TestCalibratorEstimates(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range tc.n {
-				c.Ring().Record(obs("a:1", int64(100*(i+1)), int64(i%8), 11))
+				c.Ring().Record(obs("a:1", int64(100*(i+1)), int64(i%8), int64(11+10*(i%2))))
 			}
 			c.Ring().Record(obs("gone:1", 5000, 0, 11)) // not in the pool: ignored
 			c.Tick(t0)
@@ -99,6 +99,16 @@ func TestCalibratorEstimates(t *testing.T) {
 			if got.KVCapacityTokens != 16000 || e.KVSource != "scraped" {
 				t.Errorf("KV %v tokens (%s), want 16,000 scraped", got.KVCapacityTokens, e.KVSource)
 			}
+			// Output 11 and 21 tokens in turn: mean 16; none reported: 0.
+			if wantOut := map[bool]float64{true: 16, false: 0}[tc.n > 0]; got.OutputTokens != wantOut || e.MeanOutputTokens != wantOut {
+				t.Errorf("output %v tokens (snapshot %v), want %v", got.OutputTokens, e.MeanOutputTokens, wantOut)
+			}
+			if tc.n == 0 && math.Abs(got.DecodeSecondsPerSeq-70e-6) > 1e-12 {
+				t.Errorf("per-sequence step %v with nothing observed, want the prior's 70 µs", got.DecodeSecondsPerSeq)
+			}
+			if tc.n >= 20 && math.Abs(got.DecodeSecondsPerSeq-0.0001) > 1e-7 {
+				t.Errorf("published per-sequence step %v, want the fitted 0.1 ms", got.DecodeSecondsPerSeq)
+			}
 			if tc.n >= 20 {
 				// Decode: 13 ms + 0.1 ms per sequence fitted exactly;
 				// at the median batch, in flight 0…7 → batch 1…8,
@@ -108,6 +118,62 @@ func TestCalibratorEstimates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDecodeBatch(t *testing.T) {
+	spans := []span{{0, 10}, {5, 15}, {10, 20}, {30, 40}}
+	for _, tc := range []struct {
+		d    span
+		want float64
+	}{
+		{span{0, 10}, 1.5},   // itself, and half of it beside {5, 15}
+		{span{5, 15}, 2},     // itself, half beside each neighbour
+		{span{30, 40}, 1},    // alone
+		{span{12, 12}, 1},    // no length: 1
+		{span{50, 60}, 1},    // beside nothing it was not in: at least 1
+		{span{0, 20}, 1.5},   // 10 + 10 + 10 over 20 (a span not in the list)
+		{span{9, 11}, 2},     // 1 + 2 + 1 over 2
+		{span{15, 35}, 0.75}, // 5 + 5 + 5 over 20, floored
+	} {
+		want := max(tc.want, 1)
+		if got := decodeBatch(spans, tc.d); math.Abs(got-want) > 1e-12 {
+			t.Errorf("decodeBatch(%v) = %v, want %v", tc.d, got, want)
+		}
+	}
+}
+
+// TestCalibratorDecodeBatchOverTime: requests arrive in groups of k = 1…8
+// at once (the router's in-flight count at each pick says 0: the group's
+// others were not yet picked), and their inter-token times follow
+// 13 ms + 0.1 ms × k. The batch a request decoded in is what its group
+// shared, so the line is fitted exactly where the in-flight count at the
+// pick would see no batch at all.
+func TestCalibratorDecodeBatchOverTime(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := t0
+	for range 4 {
+		for k := 1; k <= 8; k++ {
+			itl := 0.013 + 0.0001*float64(k)
+			for range k {
+				o := obs("a:1", 1000, 0, 21)
+				o.Arrival = at
+				o.Latency = o.TTFT + time.Duration(itl*20*float64(time.Second))
+				c.Ring().Record(o)
+			}
+			at = at.Add(2 * time.Second) // groups never overlap (each decodes < 0.3 s)
+		}
+	}
+	c.Tick(at)
+	got := tg.got["a:1"]
+	e := c.Snapshot().Endpoints[0]
+	if math.Abs(got.DecodeSecondsPerSeq-0.0001) > 1e-7 || math.Abs(e.DecodeStepFixedSeconds-0.013) > 1e-6 {
+		t.Errorf("decode line %v s + %v s per sequence, want 0.013 + 0.0001", e.DecodeStepFixedSeconds, got.DecodeSecondsPerSeq)
 	}
 }
 
@@ -200,6 +266,52 @@ func TestCalibratorPoolsAClass(t *testing.T) {
 		if got := e.Calibration.PrefillTokensPerSecond; math.Abs(got/want.r-1) > 1e-6 || e.Calibration.Samples != want.samples || e.Pooled != want.pooled || e.Source != "learned" {
 			t.Errorf("%s: %.0f tokens/s on %d samples, pooled %v, %s; want %.0f on %d, pooled %v, learned",
 				want.addr, got, e.Calibration.Samples, e.Pooled, e.Source, want.r, want.samples, want.pooled)
+		}
+	}
+}
+
+// TestCalibratorPoolsTheDecodeSlope: a class publishes the median of its
+// members' decode step lines. a:1, b:1 and c:1 (capacity 1) decode at
+// 13 ms + s per sequence with s = 0.1, 0.3 and 0.2 ms, but c:1 always at
+// the same batch, which identifies no slope (its own line reads 13.2 ms +
+// 0); e:1 was sent nothing. The class publishes median(0.1, 0.3, 0) =
+// 0.1 ms per sequence and median(13, 13, 13.2) = 13 ms for all four; d:1,
+// of capacity 2, alone in its class, publishes its own 13 ms + 0.4 ms.
+func TestCalibratorPoolsTheDecodeSlope(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"}, scheduler.Endpoint{Address: "c:1"}, scheduler.Endpoint{Address: "e:1"}, scheduler.Endpoint{Address: "d:1", Capacity: 2})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []struct {
+		addr    string
+		perSeq  float64
+		batches int // in flight at the pick: i % batches (1: always 0)
+	}{{"a:1", 0.0001, 8}, {"b:1", 0.0003, 8}, {"c:1", 0.0002, 1}, {"d:1", 0.0004, 8}} {
+		for i := range 30 {
+			o := obs(ep.addr, 1000, int64(i%ep.batches), 11)
+			itl := 0.013 + ep.perSeq*float64(i%ep.batches+1)
+			o.Latency = o.TTFT + time.Duration(itl*10*float64(time.Second))
+			c.Ring().Record(o)
+		}
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, want := range []struct {
+		addr     string
+		own, pub float64
+	}{{"a:1", 0.0001, 0.0001}, {"b:1", 0.0003, 0.0001}, {"c:1", 0, 0.0001}, {"e:1", 70e-6, 0.0001}, {"d:1", 0.0004, 0.0004}} {
+		var e EndpointCalibration
+		for _, x := range c.Snapshot().Endpoints {
+			if x.Address == want.addr {
+				e = x
+			}
+		}
+		if math.Abs(e.Calibration.DecodeFixedSeconds-0.013) > 1e-9 {
+			t.Errorf("%s: published fixed step %v, want 0.013", want.addr, e.Calibration.DecodeFixedSeconds)
+		}
+		if math.Abs(e.DecodeStepPerSeqSeconds-want.own) > 1e-9 || math.Abs(e.Calibration.DecodeSecondsPerSeq-want.pub) > 1e-9 || tg.got[want.addr].DecodeSecondsPerSeq != e.Calibration.DecodeSecondsPerSeq {
+			t.Errorf("%s: own %v s per sequence, published %v (target got %v); want %v, %v",
+				want.addr, e.DecodeStepPerSeqSeconds, e.Calibration.DecodeSecondsPerSeq, tg.got[want.addr].DecodeSecondsPerSeq, want.own, want.pub)
 		}
 	}
 }

@@ -14,6 +14,14 @@ type Calibration struct {
 	// recent batch size, i.e. the time between two output tokens of a
 	// running request (≥ 0; 0 unknown).
 	DecodeStepSeconds float64
+	// DecodeFixedSeconds and DecodeSecondsPerSeq are the endpoint's
+	// decode step line, step ≈ fixed + per_seq · batch: what a step costs
+	// whatever runs in it, and what each running request adds to it
+	// (≥ 0; fixed 0 unknown).
+	DecodeFixedSeconds, DecodeSecondsPerSeq float64
+	// OutputTokens is the mean output of the endpoint's recent requests,
+	// in tokens (0 unknown).
+	OutputTokens float64
 	// KVCapacityTokens is how many tokens of KV cache the endpoint holds
 	// (0 unknown).
 	KVCapacityTokens float64

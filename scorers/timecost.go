@@ -49,6 +49,27 @@ type TimeCostConfig struct {
 	// its prefix while waiting there costs less than twice recomputing
 	// the prefix elsewhere. Range [0, 16].
 	CacheCredit float64 `mapstructure:"cache_credit"`
+	// DecodeCredit d (decode_credit, default 0: off) adds the decode
+	// side of the request's end-to-end time: its out_e output tokens, one
+	// per step of e, each step costing fixed_e + per_seq_e · batch with
+	// the requests in flight on e and itself in the batch, so the cost
+	// grows by d · out_e · (fixed_e + per_seq_e · (in_flight_e + 1))
+	// seconds. out_e is e's mean output (Calibration.OutputTokens, else
+	// output_tokens); fixed_e and per_seq_e its learned step line
+	// (Calibration.DecodeFixedSeconds and DecodeSecondsPerSeq, else
+	// step_seconds and decode_seconds_per_running scaled by e's prefill
+	// rate against the prior's). Between endpoints of one engine only the
+	// batch differs: where a decoding sequence costs little (dense 8B
+	// models: microseconds per sequence against milliseconds per step)
+	// the term is small beside the prefill, where decode dominates the
+	// step it outweighs a cached prefix; between engines a slower step
+	// weighs every output token. Range [0, 16].
+	DecodeCredit float64 `mapstructure:"decode_credit"`
+	// OutputTokens is the prior mean output per request, in tokens
+	// (output_tokens, default 256), used by decode_credit until the
+	// calibrator reports the endpoint's own; 0 only without
+	// decode_credit.
+	OutputTokens float64 `mapstructure:"output_tokens"`
 }
 
 // DefaultTimeCostConfig returns the defaults documented on TimeCostConfig.
@@ -59,6 +80,7 @@ func DefaultTimeCostConfig() TimeCostConfig {
 		DecodeSecondsPerRunning: 70e-6,
 		ChunkTokens:             2048,
 		BytesPerToken:           4,
+		OutputTokens:            256,
 	}
 }
 
@@ -77,6 +99,10 @@ func (c TimeCostConfig) Validate() error {
 		return fmt.Errorf("time-cost.bytes_per_token: must be in 1…64, got %d", c.BytesPerToken)
 	case !(c.CacheCredit >= 0 && c.CacheCredit <= 16):
 		return fmt.Errorf("time-cost.cache_credit: must be in [0, 16], got %v", c.CacheCredit)
+	case !(c.DecodeCredit >= 0 && c.DecodeCredit <= 16):
+		return fmt.Errorf("time-cost.decode_credit: must be in [0, 16], got %v", c.DecodeCredit)
+	case (c.DecodeCredit > 0 || c.OutputTokens != 0) && !(c.OutputTokens >= 1 && c.OutputTokens <= 1<<20):
+		return fmt.Errorf("time-cost.output_tokens: must be in [1, 1048576], got %v", c.OutputTokens)
 	}
 	return nil
 }
@@ -86,6 +112,10 @@ func (c TimeCostConfig) Validate() error {
 //
 //	cost_e  = step_e + (work_e + c · uncached_e(r)) / rate_e + ⌈work_e / chunk⌉ · running_e · κ_e
 //	work_e  = queued_e + uncached_e(r)
+//
+// plus, with decode_credit d > 0, d · out_e · (fixed_e + per_seq_e ·
+// (in_flight_e + 1)): the request's decode on e at the batch it would join
+// (see TimeCostConfig.DecodeCredit).
 //
 // with queued_e the uncached prompt tokens already waiting for their first
 // byte on e (Endpoint.PendingTokens, plus other replicas' pending prompt
@@ -126,6 +156,7 @@ func (c TimeCostConfig) Validate() error {
 type TimeCost struct {
 	rate, step, kappa float64
 	credit            float64
+	decode, outTok    float64
 	chunk, bpt        int64
 	noIdx             interface{ Inc() }
 }
@@ -141,8 +172,8 @@ func NewTimeCost(name string, cfg TimeCostConfig, deps Deps) (*TimeCost, error) 
 	}
 	return &TimeCost{
 		rate: cfg.PrefillTokensPerSecond, step: cfg.StepSeconds, kappa: cfg.DecodeSecondsPerRunning,
-		credit: cfg.CacheCredit,
-		chunk:  int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
+		credit: cfg.CacheCredit, decode: cfg.DecodeCredit, outTok: cfg.OutputTokens,
+		chunk: int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
 	}, nil
 }
 
@@ -205,6 +236,17 @@ func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *sch
 	if run := e.Running; fresh(e) && run > 0 && !math.IsInf(run, 0) && t.kappa > 0 {
 		chunks := (work + t.chunk - 1) / t.chunk
 		cost += float64(chunks) * run * t.kappa * scale
+	}
+	if t.decode > 0 {
+		fixed, perSeq := cal.DecodeFixedSeconds, cal.DecodeSecondsPerSeq
+		if !(fixed > 0) || math.IsInf(fixed, 0) || !(perSeq >= 0) || math.IsInf(perSeq, 0) {
+			fixed, perSeq = t.step*scale, t.kappa*scale
+		}
+		out := cal.OutputTokens
+		if !(out > 0) || math.IsInf(out, 0) {
+			out = t.outTok
+		}
+		cost += t.decode * out * (fixed + perSeq*float64(max(e.InFlight(), 0)+1))
 	}
 	return cost
 }

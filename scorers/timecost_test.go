@@ -206,6 +206,79 @@ func TestTimeCostCacheCredit(t *testing.T) {
 	}
 }
 
+// TestTimeCostDecodeCredit: with decode_credit d, the request's decode on
+// each candidate is priced at the batch it would join. Pool a:1 and b:1
+// (priors: 1,000 tokens/s, 10 ms a step, 1 ms per running request, 100
+// output tokens); b:1 calibrated at 1,000 tokens/s, a step line of 4 ms +
+// 2 ms per sequence and 30 output tokens. P is held on a:1 and Q on b:1,
+// both past their first byte (one request in flight on each); R shares
+// P's first 12 tokens:
+//
+//	a: 0.01 + 4/1000  + d · 100 · (0.010 + 0.001 · 2) = 0.014 + 1.2·d
+//	b: 0.01 + 16/1000 + d · 30 · (0.004 + 0.002 · 2)  = 0.026 + 0.24·d
+//
+// so R joins its prefix on a below d = 0.0125 and decodes on b above it.
+func TestTimeCostDecodeCredit(t *testing.T) {
+	for _, tc := range []struct {
+		d        float64
+		a, b     float64
+		choosing string
+	}{
+		{0, 0.014, 0.026, "a:1"},
+		{0.01, 0.026, 0.0284, "a:1"},
+		{0.5, 0.614, 0.146, "b:1"},
+		{1, 1.214, 0.266, "b:1"},
+	} {
+		t.Run(fmt.Sprint("d=", tc.d), func(t *testing.T) {
+			pcfg := prefix.DefaultConfig()
+			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
+			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
+				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
+			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+			s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: 1000, DecodeFixedSeconds: 0.004, DecodeSecondsPerSeq: 0.002, OutputTokens: 30, Samples: 10})
+			held := make([]*scheduler.Decision, 0, 2)
+			for _, r := range []struct{ prompt, on string }{{promptP, "a:1"}, {promptQ, "b:1"}} {
+				h, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(r.prompt), Subset: []string{r.on}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.FirstByte()
+				held = append(held, h)
+			}
+			d, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(promptR)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]float64{"a:1": tc.a, "b:1": tc.b}
+			for i, e := range d.Candidates() {
+				if sec, ok := d.Seconds(1, i); !ok || math.Abs(sec-want[e.Address]) > 1e-12 {
+					t.Errorf("%s: %v seconds (ok %v), want %v", e.Address, sec, ok, want[e.Address])
+				}
+			}
+			if d.Endpoint.Address != tc.choosing {
+				t.Errorf("chose %s, want %s", d.Endpoint.Address, tc.choosing)
+			}
+			d.Done(scheduler.Outcome{})
+			for _, h := range held {
+				h.Done(scheduler.Outcome{})
+			}
+		})
+	}
+}
+
 func TestTimeCostConfigValidate(t *testing.T) {
 	ok := DefaultTimeCostConfig()
 	if err := ok.Validate(); err != nil {
@@ -224,6 +297,11 @@ func TestTimeCostConfigValidate(t *testing.T) {
 		{func(c *TimeCostConfig) { c.CacheCredit = -0.5 }, "time-cost.cache_credit"},
 		{func(c *TimeCostConfig) { c.CacheCredit = math.NaN() }, "time-cost.cache_credit"},
 		{func(c *TimeCostConfig) { c.CacheCredit = 17 }, "time-cost.cache_credit"},
+		{func(c *TimeCostConfig) { c.DecodeCredit = -1 }, "time-cost.decode_credit"},
+		{func(c *TimeCostConfig) { c.DecodeCredit = math.NaN() }, "time-cost.decode_credit"},
+		{func(c *TimeCostConfig) { c.OutputTokens, c.DecodeCredit = 0, 1 }, "time-cost.output_tokens"},
+		{func(c *TimeCostConfig) { c.OutputTokens = -3 }, "time-cost.output_tokens"},
+		{func(c *TimeCostConfig) { c.OutputTokens = math.Inf(1) }, "time-cost.output_tokens"},
 	} {
 		c := DefaultTimeCostConfig()
 		tc.mut(&c)
