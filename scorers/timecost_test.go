@@ -165,24 +165,7 @@ func TestTimeCostCacheCredit(t *testing.T) {
 		{0, 0.1, 0.9, 0.030, 0.026},
 	} {
 		t.Run(fmt.Sprintf("c=%v/w=%v,%v", tc.credit, tc.prefix, tc.tc), func(t *testing.T) {
-			pcfg := prefix.DefaultConfig()
-			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
-			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, CacheCredit: tc.credit}, Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 1},
-				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
-			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, CacheCredit: tc.credit}, 1)
 			if err := s.Publish(&scheduler.Weights{Version: 2, Values: []float64{tc.prefix, tc.tc}, Calm: []float64{1, 1}, Mode: "rebalance"}); err != nil {
 				t.Fatal(err)
 			}
@@ -236,24 +219,7 @@ func TestTimeCostDecodeCredit(t *testing.T) {
 		{1, false, 0.014, 0.026, "a:1"},
 	} {
 		t.Run(fmt.Sprintf("d=%v/calibrated=%v", tc.d, tc.calibrated), func(t *testing.T) {
-			pcfg := prefix.DefaultConfig()
-			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
-			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
-				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
-			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, 0)
 			if tc.calibrated {
 				s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: 1000, DecodeFixedSeconds: 0.004, DecodeSecondsPerSeq: 0.002, OutputTokens: 31, Samples: 10})
 			}
@@ -285,6 +251,32 @@ func TestTimeCostDecodeCredit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoPods is a real scheduler over a:1 and b:1 (capacity 1) with a prefix
+// scorer learning at the pick (4-token blocks of 4 bytes) at weight
+// prefixWeight and the time-cost scorer of cfg at weight 1.
+func twoPods(t *testing.T, cfg TimeCostConfig, prefixWeight float64) *scheduler.Scheduler {
+	t.Helper()
+	pcfg := prefix.DefaultConfig()
+	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
+	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcs, err := NewTimeCost("time-cost", cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: prefixWeight},
+		{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
+	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+	return s
 }
 
 func TestTimeCostConfigValidate(t *testing.T) {
