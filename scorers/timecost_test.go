@@ -20,27 +20,36 @@ import (
 // 8-token chunk.
 func timeRig(t *testing.T, bRunning float64) (*scheduler.Scheduler, *TimeCost) {
 	t.Helper()
+	pool := scorertest.Eps("a:1", "b:1", "c:1")
+	pool[1].Capacity, pool[1].Running = 2, bRunning
+	s, tc := timePool(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4}, 0, pool)
+	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
+	return s, tc
+}
+
+// timePool is a real scheduler over pool with a prefix scorer learning at
+// the pick (4-token blocks of 4 bytes) at weight prefixWeight and the
+// time-cost scorer of cfg at weight 1.
+func timePool(t *testing.T, cfg TimeCostConfig, prefixWeight float64, pool []scheduler.Endpoint) (*scheduler.Scheduler, *TimeCost) {
+	t.Helper()
 	pcfg := prefix.DefaultConfig()
 	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
 	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4}, Deps{})
+	tc, err := NewTimeCost("time-cost", cfg, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
+		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: prefixWeight},
 		{Name: "time-cost", Type: TypeTimeCost, Scorer: tc, Weight: 1},
 	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := scorertest.Eps("a:1", "b:1", "c:1")
-	pool[1].Capacity, pool[1].Running = 2, bRunning
 	s.SetEndpoints(pool)
-	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
 	return s, tc
 }
 
@@ -253,29 +262,10 @@ func TestTimeCostDecodeCredit(t *testing.T) {
 	}
 }
 
-// twoPods is a real scheduler over a:1 and b:1 (capacity 1) with a prefix
-// scorer learning at the pick (4-token blocks of 4 bytes) at weight
-// prefixWeight and the time-cost scorer of cfg at weight 1.
+// twoPods is timePool over a:1 and b:1 (capacity 1).
 func twoPods(t *testing.T, cfg TimeCostConfig, prefixWeight float64) *scheduler.Scheduler {
 	t.Helper()
-	pcfg := prefix.DefaultConfig()
-	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
-	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcs, err := NewTimeCost("time-cost", cfg, Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: prefixWeight},
-		{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
-	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+	s, _ := timePool(t, cfg, prefixWeight, scorertest.Eps("a:1", "b:1"))
 	return s
 }
 
