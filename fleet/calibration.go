@@ -51,9 +51,13 @@ type EndpointCalibration struct {
 	// LearnedPrefillTokensPerSecond is the estimate from the observations
 	// alone (0: none).
 	LearnedPrefillTokensPerSecond float64 `json:"learned_prefill_tokens_per_second"`
-	// DecodeStepFixedSeconds and DecodeStepPerSeqSeconds are the fitted
-	// decode step line, step ≈ fixed + per_seq·batch (blended with the
-	// prior like the rest).
+	// DecodeStepFixedSeconds and DecodeStepPerSeqSeconds are the
+	// endpoint's own decode step line, step ≈ fixed + per_seq·batch, fitted
+	// against the batch each request decoded in (decodeBatch; blended with
+	// the prior like the rest). Calibration's DecodeFixedSeconds and
+	// DecodeSecondsPerSeq are its class's median of these lines when it
+	// has a class of two or more. Calibration.DecodeStepSeconds is another
+	// line's, fitted against the in-flight count at the pick, at Batch.
 	DecodeStepFixedSeconds  float64 `json:"decode_step_fixed_seconds"`
 	DecodeStepPerSeqSeconds float64 `json:"decode_step_per_seq_seconds"`
 	// Batch is the median batch (router in-flight at the pick, plus one)

@@ -16,9 +16,10 @@ import (
 //
 //   - block_size, num_blocks: the scraped cache config (the prior where no
 //     endpoint reported one);
-//   - step_fixed, step_per_decode_seq: the fitted decode step line, less
-//     the prior's attention to the mean context (step_per_context_token ×
-//     mean prompt);
+//   - step_fixed, step_per_decode_seq: the decode step line fitted
+//     against the batch each request decoded in, less the prior's
+//     attention to the mean context over a decode (step_per_context_token
+//     × (mean prompt + mean output / 2));
 //   - step_per_prefill_token: 1/R − step_fixed/max_batched_tokens, less
 //     the prior's prefill attention at the mean prompt, so that the
 //     simulator's engine prefills at the learned R;
@@ -29,7 +30,7 @@ import (
 func (c *Calibrator) EngineFile() []byte {
 	s := c.Snapshot()
 	p := c.cfg.Prior
-	var rs, fixeds, perSeqs, kvs, bss, prompts []float64
+	var rs, fixeds, perSeqs, kvs, bss, prompts, outs []float64
 	samples, learned := 0, 0
 	for _, e := range s.Endpoints {
 		capy := e.Capacity
@@ -40,6 +41,9 @@ func (c *Calibrator) EngineFile() []byte {
 		bss = append(bss, float64(e.BlockSize))
 		if e.MeanPromptTokens > 0 {
 			prompts = append(prompts, e.MeanPromptTokens)
+		}
+		if e.MeanOutputTokens > 0 {
+			outs = append(outs, e.MeanOutputTokens)
 		}
 		samples += e.Calibration.Samples
 		if e.Source == "learned" {
@@ -58,7 +62,9 @@ func (c *Calibrator) EngineFile() []byte {
 	b := float64(p.MaxBatchedTokens)
 	attn := p.PrefillAttentionPer1k.Seconds() * max(prompt-1, 0) / 2000
 	perTok := max(1/r-fixed/b-attn, 0)
-	perSeq = max(perSeq-p.StepPerContextToken.Seconds()*prompt, 0)
+	// A decoding sequence's context over its decode: its prompt and, on
+	// average, half its output.
+	perSeq = max(perSeq-p.StepPerContextToken.Seconds()*(prompt+medianOf(outs)/2), 0)
 
 	var w strings.Builder
 	fmt.Fprintf(&w, "# Engine learned by trimtab's calibrator at %s from %d endpoints\n", s.At.UTC().Format(time.RFC3339), len(s.Endpoints))

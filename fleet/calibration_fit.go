@@ -327,8 +327,8 @@ func (c *Calibrator) theilSen(xs, ys []float64, minDx float64) (slope float64, n
 	return medianOf(sl), n
 }
 
-// line fits y ≈ a + b·x robustly: b the Theil–Sen slope (0 when x never
-// varies), a the median of y − b·x; both at least 0.
+// line fits y ≈ a + b·x robustly: b the Theil–Sen slope (0 when no two x
+// differ by half or more), a the median of y − b·x; both at least 0.
 func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
 	// Pairs whose batches differ by half a sequence or more: the batch
 	// over a decode is a mean (decodeBatch), and two nearly equal ones

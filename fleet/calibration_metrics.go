@@ -12,7 +12,7 @@ var (
 		"Decode step time the calibrator publishes for the endpoint at its recent batch: the time between two output tokens of a running request.",
 		[]string{"endpoint"}, nil)
 	descCalPerSeq = prometheus.NewDesc("trimtab_fleet_calibration_decode_seconds_per_sequence",
-		"What each running request adds to the endpoint's decode step, in seconds: the slope of the fitted step against the batch (the prior blended with what was learned).",
+		"What each running request adds to the endpoint's decode step, in seconds: the slope of the step fitted against the batch each request decoded in, its class's median when it has a class of two or more (the prior blended with what was learned).",
 		[]string{"endpoint"}, nil)
 	descCalOutput = prometheus.NewDesc("trimtab_fleet_calibration_output_tokens",
 		"Mean output of the endpoint's recent requests, in tokens (0: none reported one).",

@@ -157,6 +157,7 @@ func TestCalibratorDecodeBatchOverTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := t0
+	var itls []float64 // as the calibrator computes them, in order
 	for range 4 {
 		for k := 1; k <= 8; k++ {
 			itl := 0.013 + 0.0001*float64(k)
@@ -165,6 +166,7 @@ func TestCalibratorDecodeBatchOverTime(t *testing.T) {
 				o.Arrival = at
 				o.Latency = o.TTFT + time.Duration(itl*20*float64(time.Second))
 				c.Ring().Record(o)
+				itls = append(itls, (o.Latency-o.TTFT).Seconds()/20)
 			}
 			at = at.Add(2 * time.Second) // groups never overlap (each decodes < 0.3 s)
 		}
@@ -174,6 +176,13 @@ func TestCalibratorDecodeBatchOverTime(t *testing.T) {
 	e := c.Snapshot().Endpoints[0]
 	if math.Abs(got.DecodeSecondsPerSeq-0.0001) > 1e-7 || math.Abs(e.DecodeStepFixedSeconds-0.013) > 1e-6 {
 		t.Errorf("decode line %v s + %v s per sequence, want 0.013 + 0.0001", e.DecodeStepFixedSeconds, got.DecodeSecondsPerSeq)
+	}
+	// The published step is still the pick-time line's: every pick saw
+	// nothing in flight (batch 1), so no slope, and the step is the median
+	// of the newest decodeWindow inter-token times.
+	recent := append([]float64(nil), itls[len(itls)-decodeWindow:]...)
+	if want := medianOf(recent); got.DecodeStepSeconds != want || e.Batch != 1 {
+		t.Errorf("published step %v at batch %v, want the pick-time line's %v at 1", got.DecodeStepSeconds, e.Batch, want)
 	}
 }
 

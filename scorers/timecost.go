@@ -50,24 +50,29 @@ type TimeCostConfig struct {
 	// the prefix elsewhere. Range [0, 16].
 	CacheCredit float64 `mapstructure:"cache_credit"`
 	// DecodeCredit d (decode_credit, default 0: off) adds the decode
-	// side of the request's end-to-end time: its out_e output tokens, one
-	// per step of e, each step costing fixed_e + per_seq_e · batch with
-	// the requests in flight on e and itself in the batch, so the cost
-	// grows by d · out_e · (fixed_e + per_seq_e · (in_flight_e + 1))
-	// seconds. out_e is e's mean output (Calibration.OutputTokens, else
-	// output_tokens); fixed_e and per_seq_e its learned step line
-	// (Calibration.DecodeFixedSeconds and DecodeSecondsPerSeq, else
-	// step_seconds and decode_seconds_per_running scaled by e's prefill
-	// rate against the prior's). Between endpoints of one engine only the
-	// batch differs: where a decoding sequence costs little (dense 8B
-	// models: microseconds per sequence against milliseconds per step)
-	// the term is small beside the prefill, where decode dominates the
-	// step it outweighs a cached prefix; between engines a slower step
-	// weighs every output token. Range [0, 16].
+	// side of the request's end-to-end time: its out − 1 tokens after the
+	// first, one per step of e, each step costing fixed_e + per_seq_e ·
+	// batch with this router's requests in flight on e and itself in the
+	// batch: dec_e = (out − 1) · (fixed_e + per_seq_e · (in_flight_e + 1))
+	// seconds. out is the candidates' mean output (the calibrator's
+	// per-endpoint means, else output_tokens): a request's length does not
+	// depend on where it goes. fixed_e and per_seq_e are e's learned step
+	// line (else step_seconds and decode_seconds_per_running scaled by e's
+	// prefill rate against the prior's). The cost grows by d · (dec_e −
+	// the smallest dec over the candidates): the decode seconds e adds
+	// beyond the best candidate's, so the part no choice avoids does not
+	// flatten the score (min cost ÷ cost). Between endpoints of one engine
+	// only the batch differs: where a decoding sequence costs little
+	// (dense 8B models: microseconds per sequence against milliseconds per
+	// step) the term is small beside the prefill, where decode dominates
+	// the step it outweighs a cached prefix; between engines a slower step
+	// weighs every output token. The in-flight count is this router's
+	// own, the batch the calibrator fits the line against (another
+	// replica's requests raise the line it learns instead). Range [0, 16].
 	DecodeCredit float64 `mapstructure:"decode_credit"`
 	// OutputTokens is the prior mean output per request, in tokens
-	// (output_tokens, default 256), used by decode_credit until the
-	// calibrator reports the endpoint's own; 0 only without
+	// (output_tokens, default 256), used by decode_credit while no
+	// candidate's calibration reports a mean output; 0 only without
 	// decode_credit.
 	OutputTokens float64 `mapstructure:"output_tokens"`
 }
@@ -113,8 +118,8 @@ func (c TimeCostConfig) Validate() error {
 //	cost_e  = step_e + (work_e + c · uncached_e(r)) / rate_e + ⌈work_e / chunk⌉ · running_e · κ_e
 //	work_e  = queued_e + uncached_e(r)
 //
-// plus, with decode_credit d > 0, d · out_e · (fixed_e + per_seq_e ·
-// (in_flight_e + 1)): the request's decode on e at the batch it would join
+// plus, with decode_credit d > 0, d · (dec_e − min over the candidates of
+// dec), dec_e the request's decode seconds on e at the batch it would join
 // (see TimeCostConfig.DecodeCredit).
 //
 // with queued_e the uncached prompt tokens already waiting for their first
@@ -183,8 +188,9 @@ func (*TimeCost) Category() scheduler.Category { return scheduler.CategoryDistri
 // ConsumesMatch implements scheduler.MatchConsumer.
 func (*TimeCost) ConsumesMatch() {}
 
-// costs is the scorer's CycleState slot: the last decision's costs.
-type costs struct{ s []float64 }
+// costs is the scorer's CycleState slot: the last decision's costs, and
+// with decode_credit each candidate's decode seconds.
+type costs struct{ s, dec []float64 }
 
 // Score implements scheduler.Scorer.
 func (t *TimeCost) Score(cs *scheduler.CycleState, req *scheduler.Request, eps []*scheduler.Endpoint, out []float64) {
@@ -194,25 +200,35 @@ func (t *TimeCost) Score(cs *scheduler.CycleState, req *scheduler.Request, eps [
 		*cs.Slot() = c
 	}
 	if cap(c.s) < len(eps) {
-		c.s = make([]float64, len(eps))
+		c.s, c.dec = make([]float64, len(eps)), make([]float64, len(eps))
 	}
-	c.s = c.s[:len(eps)]
-	lo := math.Inf(1)
+	c.s, c.dec = c.s[:len(eps)], c.dec[:len(eps)]
 	for i, e := range eps {
-		v := t.Cost(cs, req, e)
-		c.s[i] = v
-		if v < lo {
-			lo = v
+		c.s[i] = t.cost(cs, req, e)
+	}
+	if t.decode > 0 {
+		t.decodeCosts(eps, c.dec)
+		lo := math.Inf(1)
+		for _, v := range c.dec {
+			lo = min(lo, v)
 		}
+		for i, v := range c.dec {
+			c.s[i] += t.decode * (v - lo)
+		}
+	}
+	lo := math.Inf(1)
+	for _, v := range c.s {
+		lo = min(lo, v)
 	}
 	for i, v := range c.s {
 		out[i] = lo / v
 	}
 }
 
-// Cost returns cost_e for req on e, in seconds (see TimeCost), with cs the
-// decision's state (its match, when a MatchProducer ran).
-func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *scheduler.Endpoint) float64 {
+// cost returns cost_e for req on e up to its first token, in seconds (see
+// TimeCost), with cs the decision's state (its match, when a MatchProducer
+// ran).
+func (t *TimeCost) cost(cs *scheduler.CycleState, req *scheduler.Request, e *scheduler.Endpoint) float64 {
 	var work, own int64
 	if m, ok := cs.Match(e); ok {
 		own = m.Uncached()
@@ -223,11 +239,7 @@ func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *sch
 		t.noIdx.Inc()
 	}
 	cal := e.Calibration()
-	rate := cal.PrefillTokensPerSecond
-	if !(rate > 0) || math.IsInf(rate, 0) {
-		rate = t.rate * e.CapacityOrOne()
-	}
-	scale := t.rate / rate // this endpoint's time per token against the prior's
+	rate, scale := t.rateOf(e, cal)
 	step := cal.DecodeStepSeconds
 	if !(step > 0) || math.IsInf(step, 0) {
 		step = t.step * scale
@@ -237,18 +249,49 @@ func (t *TimeCost) Cost(cs *scheduler.CycleState, req *scheduler.Request, e *sch
 		chunks := (work + t.chunk - 1) / t.chunk
 		cost += float64(chunks) * run * t.kappa * scale
 	}
-	if t.decode > 0 {
+	return cost
+}
+
+// rateOf returns e's prefill rate (its calibration's, else the prior's
+// scaled by its capacity) and the prior's rate over it.
+func (t *TimeCost) rateOf(e *scheduler.Endpoint, cal scheduler.Calibration) (rate, scale float64) {
+	rate = cal.PrefillTokensPerSecond
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = t.rate * e.CapacityOrOne()
+	}
+	return rate, t.rate / rate
+}
+
+// decodeCosts writes into dec each candidate's decode seconds for a
+// request of the candidates' mean output (their calibrations' mean
+// outputs, else output_tokens: the request's length does not depend on
+// where it goes), at the batch it would join: (out − 1) · (fixed_e +
+// per_seq_e · (local in-flight_e + 1)). The line is e's calibration's when it has
+// one, else step_seconds and decode_seconds_per_running scaled like the
+// step. The in-flight count is this router's own, the batch the
+// calibrator fitted the line against.
+func (t *TimeCost) decodeCosts(eps []*scheduler.Endpoint, dec []float64) {
+	var sum float64
+	var n int
+	for _, e := range eps {
+		if o := e.Calibration().OutputTokens; o > 0 && !math.IsInf(o, 0) {
+			sum += o
+			n++
+		}
+	}
+	out := t.outTok
+	if n > 0 {
+		out = sum / float64(n)
+	}
+	for i, e := range eps {
+		cal := e.Calibration()
 		fixed, perSeq := cal.DecodeFixedSeconds, cal.DecodeSecondsPerSeq
-		if !(fixed > 0) || math.IsInf(fixed, 0) || !(perSeq >= 0) || math.IsInf(perSeq, 0) {
+		if fixed < 0 || perSeq < 0 || math.IsInf(fixed, 0) || math.IsInf(perSeq, 0) || math.IsNaN(fixed+perSeq) || fixed+perSeq == 0 {
+			_, scale := t.rateOf(e, cal)
 			fixed, perSeq = t.step*scale, t.kappa*scale
 		}
-		out := cal.OutputTokens
-		if !(out > 0) || math.IsInf(out, 0) {
-			out = t.outTok
-		}
-		cost += t.decode * out * (fixed + perSeq*float64(max(e.InFlight(), 0)+1))
+		dec[i] = max(out-1, 0) * (fixed + perSeq*float64(max(e.LocalInFlight(), 0)+1))
 	}
-	return cost
 }
 
 // Seconds implements scheduler.SecondsReporter: candidate i's cost_e.

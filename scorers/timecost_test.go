@@ -20,27 +20,36 @@ import (
 // 8-token chunk.
 func timeRig(t *testing.T, bRunning float64) (*scheduler.Scheduler, *TimeCost) {
 	t.Helper()
+	pool := scorertest.Eps("a:1", "b:1", "c:1")
+	pool[1].Capacity, pool[1].Running = 2, bRunning
+	s, tc := timePool(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4}, 0, pool)
+	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
+	return s, tc
+}
+
+// timePool is a real scheduler over pool with a prefix scorer learning at
+// the pick (4-token blocks of 4 bytes) at weight prefixWeight and the
+// time-cost scorer of cfg at weight 1.
+func timePool(t *testing.T, cfg TimeCostConfig, prefixWeight float64, pool []scheduler.Endpoint) (*scheduler.Scheduler, *TimeCost) {
+	t.Helper()
 	pcfg := prefix.DefaultConfig()
 	pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
 	p, err := prefix.New("prefix", pcfg, prefix.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4}, Deps{})
+	tc, err := NewTimeCost("time-cost", cfg, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
+		{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: prefixWeight},
 		{Name: "time-cost", Type: TypeTimeCost, Scorer: tc, Weight: 1},
 	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := scorertest.Eps("a:1", "b:1", "c:1")
-	pool[1].Capacity, pool[1].Running = 2, bRunning
 	s.SetEndpoints(pool)
-	s.SetCalibration("c:1", scheduler.Calibration{PrefillTokensPerSecond: 4000, DecodeStepSeconds: 0.002, Samples: 10})
 	return s, tc
 }
 
@@ -165,24 +174,7 @@ func TestTimeCostCacheCredit(t *testing.T) {
 		{0, 0.1, 0.9, 0.030, 0.026},
 	} {
 		t.Run(fmt.Sprintf("c=%v/w=%v,%v", tc.credit, tc.prefix, tc.tc), func(t *testing.T) {
-			pcfg := prefix.DefaultConfig()
-			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
-			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, CacheCredit: tc.credit}, Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 1},
-				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
-			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
+			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, CacheCredit: tc.credit}, 1)
 			if err := s.Publish(&scheduler.Weights{Version: 2, Values: []float64{tc.prefix, tc.tc}, Calm: []float64{1, 1}, Mode: "rebalance"}); err != nil {
 				t.Fatal(err)
 			}
@@ -206,49 +198,40 @@ func TestTimeCostCacheCredit(t *testing.T) {
 	}
 }
 
-// TestTimeCostDecodeCredit: with decode_credit d, the request's decode on
-// each candidate is priced at the batch it would join. Pool a:1 and b:1
-// (priors: 1,000 tokens/s, 10 ms a step, 1 ms per running request, 100
-// output tokens); b:1 calibrated at 1,000 tokens/s, a step line of 4 ms +
-// 2 ms per sequence and 30 output tokens. P is held on a:1 and Q on b:1,
-// both past their first byte (one request in flight on each); R shares
-// P's first 12 tokens:
+// TestTimeCostDecodeCredit: with decode_credit d, each candidate pays the
+// decode seconds it adds beyond the best candidate's, at the batch the
+// request would join. Pool a:1 and b:1 (priors: 1,000 tokens/s, 10 ms a
+// step, 1 ms per running request, 100 output tokens). Calibrated, b:1
+// learned a step line of 4 ms + 2 ms per sequence and 31 output tokens
+// (a:1 nothing): the request is priced at their mean, 31 tokens (30 after
+// the first). P is held on a:1 and Q on b:1, both past their first byte
+// (one request in flight on each); R shares P's first 12 tokens:
 //
-//	a: 0.01 + 4/1000  + d · 100 · (0.010 + 0.001 · 2) = 0.014 + 1.2·d
-//	b: 0.01 + 16/1000 + d · 30 · (0.004 + 0.002 · 2)  = 0.026 + 0.24·d
+//	dec a = 30 · (0.010 + 0.001 · 2) = 0.36; dec b = 30 · (0.004 + 0.002 · 2) = 0.24
+//	a: 0.01 + 4/1000  + d · (0.36 − 0.24) = 0.014 + 0.12·d
+//	b: 0.01 + 16/1000 + 0                = 0.026
 //
-// so R joins its prefix on a below d = 0.0125 and decodes on b above it.
+// so R joins its prefix on a below d = 0.1 and decodes on b above it.
+// Uncalibrated, both pods run the prior's line at the same batch: their
+// decode seconds are equal and cancel, and R joins its prefix at any d.
 func TestTimeCostDecodeCredit(t *testing.T) {
 	for _, tc := range []struct {
-		d        float64
-		a, b     float64
-		choosing string
+		d          float64
+		calibrated bool
+		a, b       float64
+		choosing   string
 	}{
-		{0, 0.014, 0.026, "a:1"},
-		{0.01, 0.026, 0.0284, "a:1"},
-		{0.5, 0.614, 0.146, "b:1"},
-		{1, 1.214, 0.266, "b:1"},
+		{0, true, 0.014, 0.026, "a:1"},
+		{0.05, true, 0.020, 0.026, "a:1"},
+		{0.5, true, 0.074, 0.026, "b:1"},
+		{1, true, 0.134, 0.026, "b:1"},
+		{1, false, 0.014, 0.026, "a:1"},
 	} {
-		t.Run(fmt.Sprint("d=", tc.d), func(t *testing.T) {
-			pcfg := prefix.DefaultConfig()
-			pcfg.BlockSize, pcfg.Learn = 4, prefix.LearnPick
-			p, err := prefix.New("prefix", pcfg, prefix.Deps{})
-			if err != nil {
-				t.Fatal(err)
+		t.Run(fmt.Sprintf("d=%v/calibrated=%v", tc.d, tc.calibrated), func(t *testing.T) {
+			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, 0)
+			if tc.calibrated {
+				s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: 1000, DecodeFixedSeconds: 0.004, DecodeSecondsPerSeq: 0.002, OutputTokens: 31, Samples: 10})
 			}
-			tcs, err := NewTimeCost("time-cost", TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
-				{Name: "prefix", Type: TypePrefix, Scorer: p, Weight: 0},
-				{Name: "time-cost", Type: TypeTimeCost, Scorer: tcs, Weight: 1},
-			}, nil, scheduler.MaxScore{}, scheduler.Deps{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.SetEndpoints(scorertest.Eps("a:1", "b:1"))
-			s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: 1000, DecodeFixedSeconds: 0.004, DecodeSecondsPerSeq: 0.002, OutputTokens: 30, Samples: 10})
 			held := make([]*scheduler.Decision, 0, 2)
 			for _, r := range []struct{ prompt, on string }{{promptP, "a:1"}, {promptQ, "b:1"}} {
 				h, err := s.Pick(context.Background(), &scheduler.Request{Model: "m", Prompt: []byte(r.prompt), Subset: []string{r.on}})
@@ -277,6 +260,13 @@ func TestTimeCostDecodeCredit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoPods is timePool over a:1 and b:1 (capacity 1).
+func twoPods(t *testing.T, cfg TimeCostConfig, prefixWeight float64) *scheduler.Scheduler {
+	t.Helper()
+	s, _ := timePool(t, cfg, prefixWeight, scorertest.Eps("a:1", "b:1"))
+	return s
 }
 
 func TestTimeCostConfigValidate(t *testing.T) {
@@ -317,16 +307,20 @@ func TestTimeCostPickAllocatesNothing(t *testing.T) {
 	if scorertest.RaceEnabled {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
-	pickFirstByteAllocatesNothing(t, timeCostScheduler(t, scorertest.BenchEndpoints(64, 1)), "time-cost")
+	for _, d := range []float64{0, 1} {
+		pickFirstByteAllocatesNothing(t, timeCostScheduler(t, scorertest.BenchEndpoints(64, 1), d), "time-cost")
+	}
 }
 
-func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Scheduler {
+func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint, decodeCredit float64) *scheduler.Scheduler {
 	tb.Helper()
 	p, err := prefix.New("prefix", prefix.DefaultConfig(), prefix.Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tc, err := NewTimeCost("time-cost", DefaultTimeCostConfig(), Deps{})
+	cfg := DefaultTimeCostConfig()
+	cfg.DecodeCredit = decodeCredit
+	tc, err := NewTimeCost("time-cost", cfg, Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -340,7 +334,7 @@ func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint) *scheduler.Sche
 	s.SetEndpoints(pool)
 	for i, e := range pool {
 		if i%2 == 0 {
-			s.SetCalibration(e.Address, scheduler.Calibration{PrefillTokensPerSecond: 9000, DecodeStepSeconds: 0.02, Samples: 50})
+			s.SetCalibration(e.Address, scheduler.Calibration{PrefillTokensPerSecond: 9000, DecodeStepSeconds: 0.02, DecodeFixedSeconds: 0.015, DecodeSecondsPerSeq: 1e-4, OutputTokens: 200, Samples: 50})
 		}
 	}
 	return s
@@ -353,7 +347,7 @@ func BenchmarkPickTimeCost(b *testing.B) {
 	for _, n := range scorertest.BenchSizes.Endpoints {
 		tok := 8 << 10
 		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-			s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1))
+			s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1), 0)
 			reqs := scorertest.BenchWorkload(tok, 16, 8, 1024, 1)
 			scorertest.Warm(b, s, reqs)
 			b.ReportAllocs()
