@@ -654,7 +654,7 @@ func TestProfile(t *testing.T) {
 			t.Errorf("scorers[%d] = %s %v, configs/adaptive.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
 		}
 		// When the index learns and the cache bound of its join.
-		for _, k := range []string{"learn", "join_kv_util", "join_cache_fill", "cache_credit"} {
+		for _, k := range []string{"learn", "join_kv_util", "join_cache_fill", "join_cache_room", "cache_credit", "decode_credit"} {
 			if fmt.Sprint(sc.Params[k]) != fmt.Sprint(def.Scorers[i].Params[k]) {
 				t.Errorf("scorers[%d] (%s) %s: %v, configs/adaptive.yaml has %v", i, sc.Type, k, sc.Params[k], def.Scorers[i].Params[k])
 			}

@@ -53,6 +53,17 @@ type Config struct {
 	// use little of its KV. When both this and JoinKVUtil are 0 the join
 	// is always made; otherwise it is made when either gate is open.
 	JoinCacheFill float64 `mapstructure:"join_cache_fill"`
+	// JoinCacheRoom, with join_cache_fill, is how many prompts of the
+	// request's length the candidates' prefix caches must hold (the mean
+	// of what the index can hold for each, in blocks, ÷ the request's
+	// blocks) for their fill to open the join; 0 (the default): any. A
+	// cache that holds few prompts is always full whatever the traffic,
+	// so its fill says nothing about new prefixes crowding out others,
+	// and there a join herds a hot new prefix's onset on one pod (the L4
+	// fleet's 30k-token caches hold 15 prompts of 2,048 tokens; an A100's
+	// 70, docs/adaptive.md "Joining a new prefix when the caches are
+	// full"). In [0, 1e6].
+	JoinCacheRoom float64 `mapstructure:"join_cache_room"`
 }
 
 // DefaultConfig returns the defaults: 64-token blocks of 4 bytes a
@@ -93,6 +104,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefix.join_cache_fill: must be in [0, 1], got %v", c.JoinCacheFill)
 	case c.JoinCacheFill > 0 && c.Learn != LearnJoinNew:
 		return fmt.Errorf("prefix.join_cache_fill: applies to learn: %s only (learn is %q)", LearnJoinNew, c.Learn)
+	case !(c.JoinCacheRoom >= 0 && c.JoinCacheRoom <= 1e6):
+		return fmt.Errorf("prefix.join_cache_room: must be in [0, 1e6] prompts, got %v", c.JoinCacheRoom)
+	case c.JoinCacheRoom > 0 && c.JoinCacheFill == 0:
+		return fmt.Errorf("prefix.join_cache_room: applies with join_cache_fill only (join_cache_fill is 0)")
 	}
 	return nil
 }

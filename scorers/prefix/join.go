@@ -52,7 +52,8 @@ func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
 // the request's candidates (sc.idsFor, resolved with tab) are full enough
 // that a new prefix computed on several of them evicts others — by
 // scraped KV-cache use (JoinKVUtil, fresh metrics only; checked first, it
-// is cheaper) or by the index's own fill (JoinCacheFill). With neither set
+// is cheaper) or by the index's own fill (JoinCacheFill) where the caches
+// hold JoinCacheRoom prompts of the request's length. With neither set
 // the join is always made.
 func (p *Scorer) cachesFull(sc *cycleScratch, tab *idTable) bool {
 	if p.cfg.JoinKVUtil <= 0 && p.cfg.JoinCacheFill <= 0 {
@@ -71,5 +72,25 @@ func (p *Scorer) cachesFull(sc *cycleScratch, tab *idTable) bool {
 			return true
 		}
 	}
-	return p.cfg.JoinCacheFill > 0 && p.filled(sc, tab, sc.ids[:len(sc.idsFor)]) >= p.cfg.JoinCacheFill
+	return p.cfg.JoinCacheFill > 0 && p.roomy(sc, tab) && p.filled(sc, tab, sc.ids[:len(sc.idsFor)]) >= p.cfg.JoinCacheFill
+}
+
+// roomy reports whether the candidates' prefix caches hold at least
+// JoinCacheRoom prompts of this request's length: the mean over the
+// candidates (sc.ids, resolved with tab) of what the index can hold for
+// each, in blocks, against the request's sc.n blocks. Lock-free: it reads
+// the id table only.
+func (p *Scorer) roomy(sc *cycleScratch, tab *idTable) bool {
+	if p.cfg.JoinCacheRoom <= 0 {
+		return true
+	}
+	var sum float64
+	var n int
+	for _, id := range sc.ids[:len(sc.idsFor)] {
+		if id != 0 && tab.perShard[id] != 0 {
+			sum += float64(tab.perShard[id]) * float64(len(p.shards))
+			n++
+		}
+	}
+	return n > 0 && sum/float64(n) >= p.cfg.JoinCacheRoom*float64(max(sc.n, 1))
 }

@@ -714,17 +714,23 @@ func TestPrefixLearnsAtFirstByte(t *testing.T) {
 	// candidates' caches the index holds (8 blocks each here), whatever
 	// their scraped KV use: with a quarter held a new prompt's second
 	// request does not see the first's pod, with half held it joins it.
+	// join_cache_room: the 8-block caches hold 2 prompts of the 4-block
+	// request; at 2 the full caches' fill opens the join, at 3 it cannot.
 	t.Run(LearnJoinNew+" join_cache_fill", func(t *testing.T) {
 		for _, tt := range []struct {
 			name, held string
+			room       float64
 			want       []float64
 		}{
-			{"caches with room", "EF", []float64{0, 0, 0}},
-			{"caches full", "EFGH", []float64{1, 0, 0}},
+			{"caches with room", "EF", 0, []float64{0, 0, 0}},
+			{"caches full", "EFGH", 0, []float64{1, 0, 0}},
+			{"caches full, holding 2 prompts, room 2", "EFGH", 2, []float64{1, 0, 0}},
+			{"caches full, holding 2 prompts, room 3", "EFGH", 3, []float64{0, 0, 0}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				cfg := smallPrefix()
 				cfg.Learn, cfg.JoinCacheFill, cfg.Capacity, cfg.Shards = LearnJoinNew, 0.5, 8, 1
+				cfg.JoinCacheRoom = tt.room
 				h := scorertest.NewHarness(t, mustPrefix(t, cfg), scorertest.Eps("a:1", "b:1", "c:1"))
 				for _, addr := range []string{"a:1", "b:1", "c:1"} {
 					route(t, h, scheduler.Request{Prompt: prompt(tt.held)}, addr)
