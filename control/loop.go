@@ -93,7 +93,7 @@ type Loop struct {
 	tradeNext time.Time // the trade law's next evaluation; zero: the first tick
 	sawPool   bool      // a tick has seen a non-empty pool: requests may have routed
 
-	installed chan struct{} // PoolInstalled's wake-up for Run, buffered 1
+	poolWake chan struct{} // PoolInstalled's wake-up for Run, buffered 1
 
 	cfgSeen atomic.Pointer[Config]    // the config in force, for readers
 	base    atomic.Pointer[[]float64] // the profile's base weights in force, for readers
@@ -117,7 +117,7 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	if target == nil {
 		return nil, errors.New("control: no target")
 	}
-	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe, tracer: deps.Tracer, installed: make(chan struct{}, 1)}
+	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe, tracer: deps.Tracer, poolWake: make(chan struct{}, 1)}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
 	}
@@ -189,10 +189,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 	from := l.target.Weights()
 	if (l.conf.Mode() == configurator.ModeStatic || !l.sawPool) && from != nil {
 		// Before the configurator's first step (the loop's first tick, or
-		// the first after a reload) or the first pool (serve's first tick
-		// usually runs before discovery's first list) the new shape is in
-		// force at once: the slew limit keeps a running loop from jumping,
-		// and here nothing has routed under the loop yet.
+		// the first after a reload) or before a tick has seen a pool
+		// (serve's first tick usually runs before discovery's first list)
+		// the new shape is in force at once: the slew limit keeps a running
+		// loop from jumping, and here at most the requests of the moment
+		// since the first pool have routed under the old shape.
 		start := *from
 		start.Values = weightsOf(mixed)
 		from = &start
@@ -410,13 +411,13 @@ func (l *Loop) attrs(v []float64) []any {
 
 // PoolInstalled tells Run that the target has a new pool. Until a tick has
 // seen a non-empty pool, Run then ticks at once instead of at its next
-// interval, so the trade law's first shape is in force as the first
-// requests route (serve's first tick usually runs before discovery's
-// first list); after that it is ignored. Safe for concurrent use; it
-// never blocks.
+// interval, so the trade law's first shape is in force milliseconds after
+// the first list (serve's first tick usually runs before discovery's);
+// after that Run wakes and does nothing. Safe for concurrent use; it never
+// blocks.
 func (l *Loop) PoolInstalled() {
 	select {
-	case l.installed <- struct{}{}:
+	case l.poolWake <- struct{}{}:
 	default:
 	}
 }
@@ -433,21 +434,24 @@ func (l *Loop) Run(ctx context.Context) error {
 	interval := l.Interval()
 	tk := l.clock.NewTicker(interval)
 	defer func() { tk.Stop() }()
+	tick := func(now time.Time) {
+		l.Tick(now, l.target.Pool().Pointers())
+		if iv := l.Interval(); iv != interval {
+			tk.Stop()
+			interval, tk = iv, l.clock.NewTicker(iv)
+		}
+	}
 	l.Tick(l.clock.Now(), l.target.Pool().Pointers())
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-l.installed:
+		case <-l.poolWake:
 			if !l.sawPool {
-				l.Tick(l.clock.Now(), l.target.Pool().Pointers())
+				tick(l.clock.Now())
 			}
 		case now := <-tk.C():
-			l.Tick(now, l.target.Pool().Pointers())
-			if iv := l.Interval(); iv != interval {
-				tk.Stop()
-				interval, tk = iv, l.clock.NewTicker(iv)
-			}
+			tick(now)
 		}
 	}
 }

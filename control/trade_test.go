@@ -423,6 +423,9 @@ func TestLoopTradeFirstPool(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Error(err)
 			}
+			if n := len(ticked); n > 0 {
+				t.Errorf("%d ticks beside the ticker's after the first pool", n)
+			}
 		}()
 		<-ticked // the tick Run takes at once, before any pool
 		s.SetEndpoints(pool)
@@ -435,11 +438,12 @@ func TestLoopTradeFirstPool(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no tick after PoolInstalled")
 		}
-		l.PoolInstalled() // a pool has been seen: no extra tick
-		select {
-		case tk := <-ticked:
-			t.Errorf("extra tick at %v after the first pool", tk.At)
-		case <-time.After(100 * time.Millisecond):
+		l.PoolInstalled() // a pool has been seen: Run wakes and does nothing
+		for n := 1; n <= 2; n++ {
+			fc.Step(tick)
+			if tk := <-ticked; !tk.At.Equal(t0.Add(time.Duration(n) * tick)) {
+				t.Errorf("tick at %v after the first pool, want only the ticker's, at %v", tk.At, t0.Add(time.Duration(n)*tick))
+			}
 		}
 	})
 }

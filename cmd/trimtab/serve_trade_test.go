@@ -2,32 +2,44 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/trimtab/trimtab/configs"
 	"github.com/trimtab/trimtab/configurator"
+	"github.com/trimtab/trimtab/fleet"
 )
 
+// afterFirstTick is a Discoverer that reports its targets only once the
+// control loop has ticked: the order serve usually starts in (the loop's
+// first tick before discovery's first list), made certain.
+type afterFirstTick struct {
+	targets fleet.Fixed
+	ticked  func() bool
+}
+
+func (d afterFirstTick) Run(ctx context.Context, sink fleet.Sink) error {
+	for !d.ticked() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return d.targets.Run(ctx, sink)
+}
+
 // TestServeTradeFirstPool: serve's control loop takes its first tick as it
-// starts, before static discovery's first list. On a pool of declared
-// capacities 1 and 3 the trade law's shape (time-cost first) must still be
-// in force as soon as the pool is, not one loop interval later: the loop
-// ticks every 10 s here, and the shape is checked well inside that.
+// starts, before discovery's first list. On a pool of declared capacities
+// 1 and 3 the trade law's shape (time-cost first) must still be in force
+// as soon as the pool is, not one loop interval later: the loop ticks
+// every 10 s here, and the shape is checked well inside that.
 func TestServeTradeFirstPool(t *testing.T) {
 	addrs := startFakeFleet(t, 2)
 	dir := t.TempDir()
-	eps := fmt.Sprintf("endpoints:\n  - address: %s\n    models: [m]\n    capacity: 1\n  - address: %s\n    models: [m]\n    capacity: 3\n", addrs[0], addrs[1])
-	epsFile := filepath.Join(dir, "endpoints.yaml")
-	if err := os.WriteFile(epsFile, []byte(eps), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	profile := writeProfile(t, dir, fmt.Sprintf(`scorers:
+	profile := writeProfile(t, dir, `scorers:
   - type: prefix
     weight: 32
   - type: inflight
@@ -42,10 +54,7 @@ adaptive:
   trade:
     enabled: true
     weights: {prefix: 2, time-cost: 16}
-endpoints:
-  mode: static
-  file: %s
-`, epsFile))
+`)
 	f, err := configs.Load(profile)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +64,12 @@ endpoints:
 		t.Fatal(err)
 	}
 	f.Server.Admin.Enabled, f.Server.ExtProc.Enabled = false, false
-	svc, err := newService(f, serviceOptions{Logger: slog.New(slog.DiscardHandler), HTTP: ln, NoRuntimeM: true})
+	var svc *service
+	disc := afterFirstTick{
+		targets: fleet.Fixed{{Address: addrs[0], Models: []string{"m"}, Capacity: 1, Ready: true}, {Address: addrs[1], Models: []string{"m"}, Capacity: 3, Ready: true}},
+		ticked:  func() bool { return svc.loop.Last() != nil },
+	}
+	svc, err = newService(f, serviceOptions{Logger: slog.New(slog.DiscardHandler), HTTP: ln, NoRuntimeM: true, Discoverer: disc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +82,12 @@ endpoints:
 			t.Error(err)
 		}
 	}()
-	start := time.Now()
 	eventually(t, 3*time.Second, "the trade shape (prefix 2 : inflight 1 : time-cost 16)", func() bool {
 		w := svc.sched.Weights()
 		return len(svc.sched.Pool().Endpoints) == 2 && w.Mode == configurator.ModeCalm &&
 			w.Values[0] == 2 && w.Values[1] == 1 && w.Values[2] == 16
 	})
-	t.Logf("in force %v after start", time.Since(start).Round(time.Millisecond))
+	if tk := svc.loop.Last(); tk == nil || tk.Trade == "" {
+		t.Errorf("the last tick %+v did not make the trade change: the shape came from elsewhere", tk)
+	}
 }
