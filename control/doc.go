@@ -27,8 +27,10 @@
 // with hysteresis (spread_on, spread_off), and, in calm mode (or before
 // the configurator's first step) only, moves the mix between the
 // profile's shape (0) and the trade shape (1), by at most trade.step on a
-// learned spread and at once on a declared one; before the first step the
-// new shape is in force without the slew limit. A new mix rebuilds the
+// learned spread and at once on a declared one; before the first step, or
+// before a tick has seen a pool, the new shape is in force without the
+// slew limit (PoolInstalled wakes Run on the first pool, so in serve the
+// first list does not wait for the next tick). A new mix rebuilds the
 // configurator over the blended profile (continuing the weight versions;
 // the detector keeps its state), is logged ("trade", with its reason) and
 // counted. Its input is router-local: each replica's calibrator learns
@@ -56,8 +58,9 @@
 // one ticker on the injected clock and returns when its context is done.
 // Retune's Run and Step belong to one goroutine too (`serve` gives it its
 // own, so a replay never delays a tick); they start none. Reload,
-// ReloadCalm, Calm, Config, Interval and Last may be called from any
-// goroutine: a reload is handed over through an atomic pointer and applied
-// by the next tick; Last returns the latest Tick, which is never modified
-// afterwards.
+// ReloadCalm, Calm, Config, Interval, Last and PoolInstalled may be called
+// from any goroutine: a reload is handed over through an atomic pointer and
+// applied by the next tick; PoolInstalled sends, without blocking, on a
+// channel of one that Run reads; Last returns the latest Tick, which is
+// never modified afterwards.
 package control

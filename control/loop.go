@@ -91,6 +91,9 @@ type Loop struct {
 	prof      []scheduler.ScorerEntry // the profile the trade law mixes from
 	trade     TradeState
 	tradeNext time.Time // the trade law's next evaluation; zero: the first tick
+	sawPool   bool      // a tick has seen a non-empty pool: requests may have routed
+
+	poolWake chan struct{} // PoolInstalled's wake-up for Run, buffered 1
 
 	cfgSeen atomic.Pointer[Config]    // the config in force, for readers
 	base    atomic.Pointer[[]float64] // the profile's base weights in force, for readers
@@ -114,7 +117,7 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 	if target == nil {
 		return nil, errors.New("control: no target")
 	}
-	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe, tracer: deps.Tracer}
+	l := &Loop{target: target, clock: deps.Clock, log: deps.Logger, observe: deps.Observe, tracer: deps.Tracer, poolWake: make(chan struct{}, 1)}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
 	}
@@ -184,11 +187,13 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 	}
 	mcfg, mixed := l.cfg.Mixed(l.prof, next.Mix)
 	from := l.target.Weights()
-	if l.conf.Mode() == configurator.ModeStatic && from != nil {
+	if (l.conf.Mode() == configurator.ModeStatic || !l.sawPool) && from != nil {
 		// Before the configurator's first step (the loop's first tick, or
-		// the first after a reload) the new shape is in force at once:
-		// the slew limit keeps a running loop from jumping, and here
-		// nothing has routed under the loop yet.
+		// the first after a reload) or before a tick has seen a pool
+		// (serve's first tick usually runs before discovery's first list)
+		// the new shape is in force at once: the slew limit keeps a running
+		// loop from jumping, and here at most the requests of the moment
+		// since the first pool have routed under the old shape.
 		start := *from
 		start.Values = weightsOf(mixed)
 		from = &start
@@ -337,6 +342,9 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 		l.tradeNext = now.Add(l.cfg.Trade.Interval)
 		t.Trade = l.stepTrade(pool)
 	}
+	if len(pool) > 0 {
+		l.sawPool = true
+	}
 	t.Signal = l.det.Step(now, pool)
 	from := l.conf.Mode()
 	before := l.conf.Weights()
@@ -401,10 +409,24 @@ func (l *Loop) attrs(v []float64) []any {
 	return out
 }
 
+// PoolInstalled tells Run that the target has a new pool. Until a tick has
+// seen a non-empty pool, Run then ticks at once instead of at its next
+// interval, so the trade law's first shape is in force milliseconds after
+// the first list (serve's first tick usually runs before discovery's);
+// after that Run wakes and does nothing. Safe for concurrent use; it never
+// blocks.
+func (l *Loop) PoolInstalled() {
+	select {
+	case l.poolWake <- struct{}{}:
+	default:
+	}
+}
+
 // Run ticks once at once and then every Interval on Deps.Clock, over the
-// target's installed pool, until ctx is done; it returns nil then. A
-// reload that changes the interval takes effect after the tick that
-// applies it. Run must not be called twice concurrently.
+// target's installed pool, until ctx is done; it returns nil then; it also
+// ticks when PoolInstalled reports the first pool. A reload that changes
+// the interval takes effect after the tick that applies it. Run must not
+// be called twice concurrently.
 func (l *Loop) Run(ctx context.Context) error {
 	cfg := l.Config()
 	l.log.Info("control loop started", "adaptive", cfg.Enabled, "interval", cfg.Detector.Interval,
@@ -412,17 +434,24 @@ func (l *Loop) Run(ctx context.Context) error {
 	interval := l.Interval()
 	tk := l.clock.NewTicker(interval)
 	defer func() { tk.Stop() }()
+	tick := func(now time.Time) {
+		l.Tick(now, l.target.Pool().Pointers())
+		if iv := l.Interval(); iv != interval {
+			tk.Stop()
+			interval, tk = iv, l.clock.NewTicker(iv)
+		}
+	}
 	l.Tick(l.clock.Now(), l.target.Pool().Pointers())
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-tk.C():
-			l.Tick(now, l.target.Pool().Pointers())
-			if iv := l.Interval(); iv != interval {
-				tk.Stop()
-				interval, tk = iv, l.clock.NewTicker(iv)
+		case <-l.poolWake:
+			if !l.sawPool {
+				tick(l.clock.Now())
 			}
+		case now := <-tk.C():
+			tick(now)
 		}
 	}
 }

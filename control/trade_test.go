@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/trimtab/trimtab/configurator"
 	"github.com/trimtab/trimtab/scheduler"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // tradeConfig is adaptive mode at the profile's own calm budget with the
@@ -384,4 +386,64 @@ func TestLoopTradeDeclared(t *testing.T) {
 	if l.Trade() != (TradeState{Mix: 1, Heterogeneous: true}) || testutil.ToFloat64(l.m.tradeDeclared) != 3 {
 		t.Errorf("trade %+v, capacity spread gauge %v; want mix 1 and 3", l.Trade(), testutil.ToFloat64(l.m.tradeDeclared))
 	}
+}
+
+// TestLoopTradeFirstPool: serve's first tick usually runs before
+// discovery's first list. The declared shape is still in force at once on
+// the first tick that sees a pool (no slew from the profile's weights:
+// nothing has routed yet), and Run takes that tick as soon as
+// PoolInstalled reports the pool, not at its next interval.
+func TestLoopTradeFirstPool(t *testing.T) {
+	second := func(w *scheduler.Weights) bool {
+		return w.Mode == configurator.ModeCalm && closeTo(w.Values[0], 1, 1e-9) && closeTo(w.Values[1], 6, 1e-9)
+	}
+	pool := []scheduler.Endpoint{{Address: "a:1", Capacity: 1}, {Address: "b:1", Capacity: 3}}
+	t.Run("tick", func(t *testing.T) {
+		s := target(t)
+		l := mustNew(t, tradeConfig(), s, Deps{Registerer: prometheus.NewRegistry()})
+		if tk := l.Tick(t0, s.Pool().Pointers()); tk.Trade != "" {
+			t.Fatalf("trade %q on an empty pool", tk.Trade)
+		}
+		s.SetEndpoints(pool)
+		tk := l.Tick(t0.Add(tick), s.Pool().Pointers())
+		if w := s.Weights(); tk.Trade == "" || !second(w) {
+			t.Errorf("first tick with a pool: trade %q, weights %+v; want calm in the second shape (prefix 1, queue 6) at once", tk.Trade, w)
+		}
+	})
+	t.Run("run", func(t *testing.T) {
+		s := target(t)
+		fc := clocktesting.NewFakeClock(t0)
+		ticked := make(chan *Tick, 4)
+		l := mustNew(t, tradeConfig(), s, Deps{Registerer: prometheus.NewRegistry(), Clock: fc, Observe: func(tk *Tick) { ticked <- tk }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+			if n := len(ticked); n > 0 {
+				t.Errorf("%d ticks beside the ticker's after the first pool", n)
+			}
+		}()
+		<-ticked // the tick Run takes at once, before any pool
+		s.SetEndpoints(pool)
+		l.PoolInstalled()
+		select {
+		case tk := <-ticked: // the fake clock has not moved: PoolInstalled woke Run
+			if w := s.Weights(); tk.Trade == "" || !second(w) {
+				t.Errorf("tick on the first pool: trade %q, weights %+v; want the second shape", tk.Trade, w)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no tick after PoolInstalled")
+		}
+		l.PoolInstalled() // a pool has been seen: Run wakes and does nothing
+		for n := 1; n <= 2; n++ {
+			fc.Step(tick)
+			if tk := <-ticked; !tk.At.Equal(t0.Add(time.Duration(n) * tick)) {
+				t.Errorf("tick at %v after the first pool, want only the ticker's, at %v", tk.At, t0.Add(time.Duration(n)*tick))
+			}
+		}
+	})
 }

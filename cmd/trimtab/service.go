@@ -255,7 +255,7 @@ func (s *service) Run(ctx context.Context) error {
 
 	back, bctx := errgroup.WithContext(backCtx)
 	back.Go(func() error { return s.fleet.Run(bctx) })
-	back.Go(func() error { return s.fleet.Feed(bctx, s.sched) })
+	back.Go(func() error { return s.fleet.Feed(bctx, feedTarget{s.sched, s.loop}) })
 	back.Go(func() error { return s.loop.Run(bctx) })
 	back.Go(func() error { return s.cal.Run(bctx) })
 	if s.flow != nil {
@@ -359,4 +359,17 @@ func (s *service) reload(f *configs.File) error {
 	}
 	s.running = f
 	return nil
+}
+
+// feedTarget installs discovery's pools in the scheduler and tells the
+// control loop, whose first tick that sees a pool sets the trade law's
+// first shape.
+type feedTarget struct {
+	sched *scheduler.Scheduler
+	loop  *control.Loop
+}
+
+func (f feedTarget) SetEndpoints(eps []scheduler.Endpoint) {
+	f.sched.SetEndpoints(eps)
+	f.loop.PoolInstalled()
 }
