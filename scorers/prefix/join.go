@@ -33,19 +33,25 @@ func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
 	var sum float64
 	var n int
 	for i, id := range ids {
-		if id == 0 || tab.perShard[id] == 0 {
-			continue
+		if room := p.holds(tab, id); room != 0 {
+			sum += min(1, float64(sc.fill[i])/float64(room))
+			n++
 		}
-		// Eviction holds each shard's list to perShard, so this is what
-		// the index can hold for the endpoint.
-		room := uint64(tab.perShard[id]) * uint64(len(p.shards))
-		sum += min(1, float64(sc.fill[i])/float64(room))
-		n++
 	}
 	if n == 0 {
 		return 0
 	}
 	return sum / float64(n)
+}
+
+// holds is what the index can hold for endpoint id (resolved with tab), in
+// blocks; 0 for an unknown endpoint. Eviction holds each shard's list to
+// perShard.
+func (p *Scorer) holds(tab *idTable, id uint32) uint64 {
+	if id == 0 {
+		return 0
+	}
+	return uint64(tab.perShard[id]) * uint64(len(p.shards))
 }
 
 // cachesFull is the join gate of learn: join_new: whether the caches of
@@ -87,8 +93,8 @@ func (p *Scorer) roomy(sc *cycleScratch, tab *idTable) bool {
 	var sum float64
 	var n int
 	for _, id := range sc.ids[:len(sc.idsFor)] {
-		if id != 0 && tab.perShard[id] != 0 {
-			sum += float64(tab.perShard[id]) * float64(len(p.shards))
+		if room := p.holds(tab, id); room != 0 {
+			sum += float64(room)
 			n++
 		}
 	}
