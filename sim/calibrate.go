@@ -13,6 +13,14 @@ func (r *runner) calibrate() {
 		snap := rt.cal.Tick(now)
 		if i == 0 {
 			r.res.Calibration = snap.Endpoints
+			r.res.CalibrationTruth = r.res.CalibrationTruth[:0]
+			for _, e := range snap.Endpoints {
+				truth := 0.0
+				if j, ok := r.addrIdx[e.Address]; ok && e.MeanPromptTokens > 0 {
+					truth = TruePrefillTokensPerSecond(r.servers[j].Config(), e.MeanPromptTokens)
+				}
+				r.res.CalibrationTruth = append(r.res.CalibrationTruth, truth)
+			}
 		}
 	}
 }

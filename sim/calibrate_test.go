@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,5 +256,69 @@ func TestCalibrationDecodeLine(t *testing.T) {
 			}
 			t.Logf("worst endpoint off by %+.1f %%", 100*worst)
 		})
+	}
+}
+
+// TestSummaryCalibration: a run's summary carries every endpoint's
+// learned prefill throughput beside its own engine's true value, so a
+// mixed pool's classes are each compared with their own engine.
+func TestSummaryCalibration(t *testing.T) {
+	scs, err := LoadScenarios([]string{"chat"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyEngine(scs, "mixed-a100-h100-llama-3.1-8b"); err != nil {
+		t.Fatal(err)
+	}
+	sc := scs[0]
+	pols, err := Policies([]string{PolicyAdaptive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(RunConfig{Scenario: sc, Policy: pols[0], Level: 125, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summary()
+	if len(s.Calibration) != sc.Servers {
+		t.Fatalf("%d calibration entries, want one per server (%d)", len(s.Calibration), sc.Servers)
+	}
+	caps := sc.Capacities()
+	truthOf := map[float64]float64{} // declared capacity → true rate
+	for _, c := range s.Calibration {
+		var hi, lo, i int // the runner's addresses: 10.0.<i/250>.<i%250+1>:8000
+		if _, err := fmt.Sscanf(c.Endpoint, "10.0.%d.%d:8000", &hi, &lo); err != nil {
+			t.Fatalf("endpoint %q: %v", c.Endpoint, err)
+		}
+		i = hi*250 + lo - 1
+		if c.TruePrefillTokensPerS == nil || c.Ratio == nil {
+			t.Fatalf("%s: sent %v prompt tokens on average, but no true rate", c.Endpoint, c.MeanPromptTokens)
+		}
+		e, declared := sc.ServerEngine(i, caps[i])
+		if want := TruePrefillTokensPerSecond(e, c.MeanPromptTokens); *c.TruePrefillTokensPerS != want {
+			t.Errorf("%s (capacity %g): true %.0f tokens/s, want its engine's %.0f", c.Endpoint, declared, *c.TruePrefillTokensPerS, want)
+		}
+		if got := c.PrefillTokensPerS / *c.TruePrefillTokensPerS; math.Abs(*c.Ratio-got) > 1e-12 {
+			t.Errorf("%s: ratio %v, want published ÷ true = %v", c.Endpoint, *c.Ratio, got)
+		}
+		if c.Source == "" || c.PrefillSamples <= 0 || !(c.UncachedShare > 0 && c.UncachedShare <= 1) {
+			t.Errorf("%s: %+v: want a source, samples and an uncached share in (0, 1]", c.Endpoint, c)
+		}
+		truthOf[declared] = *c.TruePrefillTokensPerS
+	}
+	if len(truthOf) != 2 {
+		t.Fatalf("true rates by declared capacity %v, want the mixed pool's two classes", truthOf)
+	}
+	if a, h := truthOf[1], truthOf[3]; !(h > 3*a) {
+		t.Errorf("true rates: A100 %.0f, H100 %.0f tokens/s; want the H100's more than 3× the A100's", a, h)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"calibration":[`, `"true_prefill_tokens_per_s":`, `"prefill_tokens_per_s":`, `"ratio":`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("summary JSON lacks %s", key)
+		}
 	}
 }

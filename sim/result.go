@@ -91,6 +91,11 @@ type Result struct {
 	// Calibration is what the first router's calibrator had learned of
 	// each endpoint when the run ended (see docs/calibration.md).
 	Calibration []fleet.EndpointCalibration `json:"-"`
+	// CalibrationTruth is, index-aligned with Calibration, the prefill
+	// throughput each endpoint's engine really has at the prompts it was
+	// sent (TruePrefillTokensPerSecond at its MeanPromptTokens; 0 when it
+	// was sent none or its server is gone).
+	CalibrationTruth []float64 `json:"-"`
 }
 
 // PhaseResult is one phase of a run.

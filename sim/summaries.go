@@ -20,6 +20,16 @@ func (r *Result) Summary() report.RunSummary {
 		v := float64(r.ContinuationCachedTokens) / float64(r.ContinuationPromptTokens)
 		s.ContinuationHitRatio = &v
 	}
+	for i, e := range r.Calibration {
+		c := report.CalibrationSummary{Endpoint: e.Address, Source: e.Source, Pooled: e.Pooled,
+			PrefillTokensPerS: e.Calibration.PrefillTokensPerSecond, PrefillSamples: e.PrefillSamples,
+			MeanPromptTokens: e.MeanPromptTokens, UncachedShare: e.UncachedShare, DecodeSecondsPerSeq: e.Calibration.DecodeSecondsPerSeq}
+		if i < len(r.CalibrationTruth) && r.CalibrationTruth[i] > 0 {
+			c.TruePrefillTokensPerS = report.Opt(r.CalibrationTruth[i])
+			c.Ratio = report.Opt(c.PrefillTokensPerS / r.CalibrationTruth[i])
+		}
+		s.Calibration = append(s.Calibration, c)
+	}
 	s.HerdPicks = r.HerdPicks
 	s.AdapterLoads = r.AdapterLoads
 	for _, c := range r.Classes {

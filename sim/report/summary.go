@@ -82,6 +82,37 @@ type RunSummary struct {
 	// Classes are the run's classes of request (workload.class, streams;
 	// absent when the scenario names none).
 	Classes []ClassSummary `json:"classes,omitempty"`
+	// Calibration is what the (first) router's calibrator had learned of
+	// each endpoint when the run ended, beside what the simulated engine
+	// really does (simulator runs; absent from bench, which has no
+	// ground truth: its router serves /debug/calibration).
+	Calibration []CalibrationSummary `json:"calibration,omitempty"`
+}
+
+// CalibrationSummary is one endpoint's learned calibration at the end of
+// a simulated run against its engine's true value
+// (docs/calibration.md, "How close it gets").
+type CalibrationSummary struct {
+	Endpoint string `json:"endpoint"`
+	// Source is what the published prefill throughput rests on: prior,
+	// blended or learned; Pooled says it is the endpoint's class's fit
+	// (fleet.EndpointCalibration).
+	Source string `json:"source"`
+	Pooled bool   `json:"pooled"`
+	// PrefillTokensPerS is the published prefill throughput;
+	// TruePrefillTokensPerS the engine's at MeanPromptTokens (null when
+	// the endpoint was sent no request); Ratio the first over the second.
+	PrefillTokensPerS     float64  `json:"prefill_tokens_per_s"`
+	TruePrefillTokensPerS *float64 `json:"true_prefill_tokens_per_s"`
+	Ratio                 *float64 `json:"ratio"`
+	PrefillSamples        int      `json:"prefill_samples"`
+	MeanPromptTokens      float64  `json:"mean_prompt_tokens"`
+	// UncachedShare is the share of the prompt tokens the server had to
+	// compute (1 when it reported none cached).
+	UncachedShare float64 `json:"uncached_share"`
+	// DecodeSecondsPerSeq is the published decode step slope: what each
+	// running request adds to a step, its context included.
+	DecodeSecondsPerSeq float64 `json:"decode_seconds_per_seq"`
 }
 
 // ClassSummary is one class of request in a run. Latencies and goodput
