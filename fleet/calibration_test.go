@@ -436,3 +436,65 @@ func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
 		t.Errorf("step_fixed %s, step_per_decode_seq %s; want 13ms and 0", f["step_fixed"], f["step_per_decode_seq"])
 	}
 }
+
+// TestCalibratorHoldsThroughCachedTraffic: once an endpoint's traffic is
+// nearly all cached, its work varies by a few tokens and its first byte
+// by the step in progress, and a line through that shows no prefill; the
+// endpoint then keeps publishing its last fit that did, until max_age,
+// and a calibrator that never saw prefill keeps the prior instead of
+// publishing the noise's slope (docs/calibration.md, "Over the oracle
+// suite").
+func TestCalibratorHoldsThroughCachedTraffic(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := DefaultCalibrationConfig()
+	cfg.Window = 100
+	rng := rand.New(rand.NewPCG(3, 4))
+	// cached: 50–60 uncached tokens (under 1 ms of prefill at 10,000
+	// tokens/s), the first byte 0–20 ms late for the step in progress.
+	cached := func() scheduler.Observation {
+		o := obs("a:1", int64(50+rng.IntN(11)), 0, 2)
+		o.TTFT += time.Duration(rng.Float64() * float64(20*time.Millisecond))
+		o.Latency = o.TTFT + 13*time.Millisecond
+		return o
+	}
+
+	// Only cached traffic: nothing to learn from; the prior stays.
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	c, err := NewCalibrator(cfg, tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		c.Ring().Record(cached())
+	}
+	c.Tick(t0)
+	if e := c.Snapshot().Endpoints[0]; e.Source != "prior" || e.Calibration.PrefillTokensPerSecond != e.PriorPrefillTokensPerSecond() {
+		t.Errorf("cached traffic only: %s %.0f tokens/s (own fit %.0f), want the prior %.0f", e.Source,
+			e.Calibration.PrefillTokensPerSecond, e.LearnedPrefillTokensPerSecond, e.PriorPrefillTokensPerSecond())
+	}
+
+	// Prefill seen, then only cached traffic: the earlier fit stands.
+	tg = newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	if c, err = NewCalibrator(cfg, tg, CalibrationDeps{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		c.Ring().Record(obs("a:1", int64(100+rng.IntN(4000)), 0, 2))
+	}
+	c.Tick(t0)
+	for range 100 { // replaces the whole window
+		c.Ring().Record(cached())
+	}
+	c.Tick(t0.Add(time.Minute))
+	if e := c.Snapshot().Endpoints[0]; e.Source != "learned" || math.Abs(e.Calibration.PrefillTokensPerSecond/10000-1) > 0.03 {
+		t.Errorf("after a minute of cached traffic: %s %.0f tokens/s, want the earlier fit, 10,000 ± 3 %%", e.Source, e.Calibration.PrefillTokensPerSecond)
+	}
+	// max_age after that fit, still only cached traffic: the prior.
+	for range 100 {
+		c.Ring().Record(cached())
+	}
+	c.Tick(t0.Add(cfg.MaxAge + time.Second))
+	if e := c.Snapshot().Endpoints[0]; e.Source != "prior" {
+		t.Errorf("max_age after the last fit that showed prefill: %s %.0f tokens/s, want the prior", e.Source, e.Calibration.PrefillTokensPerSecond)
+	}
+}
