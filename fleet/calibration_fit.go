@@ -124,17 +124,17 @@ func (c *Calibrator) fitPrefill(xs, ys []float64) float64 {
 // them can have almost any slope while explaining almost nothing
 // (docs/calibration.md, "Over the oracle suite").
 func (c *Calibrator) identified(xs, ys []float64, b float64) bool {
-	return c.checkLoss(xs, ys, b, prefillQuantile) <= identifiedLoss*c.checkLoss(xs, ys, 0, prefillQuantile)
+	return c.checkLoss(xs, ys, b) <= identifiedLoss*c.checkLoss(xs, ys, 0)
 }
 
 // identifiedLoss is the largest check loss, as a share of a flat line's,
 // of a prefill line that counts as showing prefill.
 const identifiedLoss = 0.8
 
-// checkLoss is the tau quantile check loss Σ ρ_tau(y − a − b·x) of the
-// line of slope b through the points, its intercept a the tau quantile
-// of y − b·x.
-func (c *Calibrator) checkLoss(xs, ys []float64, b, tau float64) float64 {
+// checkLoss is the prefillQuantile check loss of the line of slope b
+// through the points, its intercept the quantile of y − b·x.
+func (c *Calibrator) checkLoss(xs, ys []float64, b float64) float64 {
+	const tau = prefillQuantile
 	r := c.scratch[:0]
 	for i := range xs {
 		r = append(r, ys[i]-b*xs[i])
@@ -158,7 +158,23 @@ func (c *Calibrator) checkLoss(xs, ys []float64, b, tau float64) float64 {
 // with a the tau quantile of y − b·x, a convex function of b, by golden
 // section search.
 func (c *Calibrator) quantileSlope(xs, ys []float64, tau float64) float64 {
-	loss := func(b float64) float64 { return c.checkLoss(xs, ys, b, tau) }
+	loss := func(b float64) float64 {
+		r := c.scratch[:0]
+		for i := range xs {
+			r = append(r, ys[i]-b*xs[i])
+		}
+		c.scratch = r[:0]
+		a := selectK(r, int(tau*float64(len(r)-1)))
+		var l float64
+		for i := range xs {
+			if d := ys[i] - b*xs[i] - a; d >= 0 {
+				l += tau * d
+			} else {
+				l -= (1 - tau) * d
+			}
+		}
+		return l
+	}
 	const phi = 0.6180339887498949
 	lo, hi := 0.0, 0.01
 	m1, m2 := hi-phi*(hi-lo), lo+phi*(hi-lo)
