@@ -259,14 +259,6 @@ type epCal struct {
 	spans            []span // decode intervals of the live samples (see decodeBatch)
 	xs, ys           []float64
 	rate             float64 // the prefill rate published last (tokens/s; 0: none learned)
-	// held is the endpoint's last own fit that showed prefill (fitPrefill
-	// > 0), with the points it rested on and when; it stands in while the
-	// window's traffic shows none, until it is max_age old.
-	held struct {
-		rate float64
-		n    int
-		at   time.Time
-	}
 }
 
 func (e *epCal) add(s sample) {
@@ -446,13 +438,6 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	n := len(xs)
 	if r := c.fitPrefill(xs, ys); r > 0 {
 		out.LearnedPrefillTokensPerSecond = r
-		if e != nil && n >= c.cfg.MinSamples {
-			e.held.rate, e.held.n, e.held.at = r, n, now
-		}
-	} else if e != nil && e.held.rate > 0 && now.Sub(e.held.at) < c.cfg.MaxAge {
-		// The window's traffic shows no prefill (nearly all cached):
-		// the last fit that did stands in until it is max_age old.
-		out.LearnedPrefillTokensPerSecond, n = e.held.rate, e.held.n
 	} else {
 		n = 0
 	}

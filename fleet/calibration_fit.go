@@ -96,8 +96,7 @@ const prefillQuantile = 0.25
 // fitPrefill returns the prefill throughput (tokens/s) of the points:
 // the inverse slope of the prefillQuantile regression line of time to
 // first byte (ys) on work (xs); 0 when the work varies by less than a
-// token, the slope is not positive, or the line does not show prefill
-// above the points' noise (identified).
+// token or the slope is not positive.
 func (c *Calibrator) fitPrefill(xs, ys []float64) float64 {
 	if len(xs) < 2 {
 		return 0
@@ -110,46 +109,10 @@ func (c *Calibrator) fitPrefill(xs, ys []float64) float64 {
 		return 0
 	}
 	b := c.quantileSlope(xs, ys, prefillQuantile)
-	if !(b > 1e-9) || !c.identified(xs, ys, b) {
+	if !(b > 1e-9) {
 		return 0
 	}
 	return 1 / b
-}
-
-// identified says whether the line of slope b shows prefill in the
-// points at all: its quantile check loss must be at most identifiedLoss
-// of a flat line's (Koenker and Machado's R¹ ≥ 1 − identifiedLoss).
-// Where nearly every prompt is cached the work varies by a few tokens and
-// the first byte by the step in progress, and a quantile line through
-// them can have almost any slope while explaining almost nothing
-// (docs/calibration.md, "Over the oracle suite").
-func (c *Calibrator) identified(xs, ys []float64, b float64) bool {
-	return c.checkLoss(xs, ys, b) <= identifiedLoss*c.checkLoss(xs, ys, 0)
-}
-
-// identifiedLoss is the largest check loss, as a share of a flat line's,
-// of a prefill line that counts as showing prefill.
-const identifiedLoss = 0.8
-
-// checkLoss is the prefillQuantile check loss of the line of slope b
-// through the points, its intercept the quantile of y − b·x.
-func (c *Calibrator) checkLoss(xs, ys []float64, b float64) float64 {
-	const tau = prefillQuantile
-	r := c.scratch[:0]
-	for i := range xs {
-		r = append(r, ys[i]-b*xs[i])
-	}
-	a := selectK(r, int(tau*float64(len(r)-1)))
-	c.scratch = r[:0]
-	var l float64
-	for i := range xs {
-		if d := ys[i] - b*xs[i] - a; d >= 0 {
-			l += tau * d
-		} else {
-			l -= (1 - tau) * d
-		}
-	}
-	return l
 }
 
 // quantileSlope returns the slope b of the tau quantile regression line

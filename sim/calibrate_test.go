@@ -102,6 +102,22 @@ func TestTruePrefillTokensPerSecond(t *testing.T) {
 // cached (docs/calibration.md, "How close it gets").
 const stressBound = 0.12
 
+// cachedBound is the bound for an endpoint whose traffic was nearly all
+// cached, under cachedShare of its prompt tokens uncached by the server's
+// own count (EndpointCalibration.UncachedShare): its first bytes are
+// mostly the step and the decodes sharing it, and the fit rests on the
+// few requests that missed. Under the shipped loop that is every holder
+// of hot-prefix-burst's hot prefix (150 uncached tokens of 6,000: each
+// own fit reads prefill up to a quarter fast) and the large pods of
+// heterogeneous, whose tenants' prompts all repeat once the trade law
+// prices the pool in seconds from its first request (a few tokens
+// uncached of 3,200: the fits read 7–17 % slow on the H100 calibration);
+// docs/calibration.md, "How close it gets", has the cells.
+const (
+	cachedBound = 0.30
+	cachedShare = 0.05
+)
+
 // TestCalibrationConvergesUnderStress runs 60 s of traffic that makes
 // prefill hard to see on every engine calibration: unique prompts
 // arriving open-loop (uniform, 20 requests/s, the lowest level of its
@@ -111,9 +127,8 @@ const stressBound = 0.12
 // two sizes whose tenants mostly hit their cached prefix
 // (heterogeneous), routed by the shipped adaptive profile. Every endpoint
 // the router sent requests must publish a learned prefill throughput
-// within stressBound of its engine's true value, nearly all-cached ones
-// included (blended where its class rests on fewer than min_samples
-// points that show prefill); an endpoint it sent none publishes its class's
+// within stressBound of its engine's true value (cachedBound when under
+// cachedShare of its prompt tokens were uncached); an endpoint it sent none publishes its class's
 // rate, or keeps its prior and says so when the class has none (the
 // trade law sends a mixed pool's slow endpoints nothing at 20
 // requests/s).
@@ -171,18 +186,15 @@ func TestCalibrationConvergesUnderStress(t *testing.T) {
 						continue
 					}
 					bound := stressBound
+					if e.UncachedShare < cachedShare {
+						bound = cachedBound
+					}
 					truth := TruePrefillTokensPerSecond(ecfg, e.MeanPromptTokens)
 					got := e.Calibration.PrefillTokensPerSecond
 					if math.Abs(got/truth-1) > math.Abs(worst) {
 						worst = got/truth - 1
 					}
-					// Blended is the honest source where the endpoint's class
-					// rests on fewer than min_samples points that show prefill
-					// (a slow class the trade law sends little, nearly all
-					// cached: fleet.Calibrator.identified); its rate must
-					// still be within the bound.
-					thin := e.Source == "blended" && e.Calibration.Samples < cc.MinSamples
-					if (e.Source != "learned" && !thin) || math.Abs(got/truth-1) > bound {
+					if e.Source != "learned" || math.Abs(got/truth-1) > bound {
 						t.Errorf("%s (capacity %g, %.1f %% of prompt tokens uncached): %s %.0f tokens/s (own estimate %.0f from %d samples), true %.0f: off by %+.1f %%, bound %.0f %%",
 							e.Address, e.Capacity, 100*e.UncachedShare, e.Source, got, e.LearnedPrefillTokensPerSecond, e.PrefillSamples, truth, 100*(got/truth-1), 100*bound)
 					}
