@@ -69,6 +69,21 @@ type GuardConfig struct {
 	// (prefill_tokens_per_second). Default 13,100, the time-cost
 	// scorer's prior (scorers.TimeCostConfig).
 	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
+	// WaitFactor and WaitSlack bound each candidate's expected wait for
+	// the request's first token: the uncached prompt tokens queued ahead
+	// on it (this router's, plus other replicas' pending bytes ÷ 4) and
+	// the request's own uncached tokens there, over its learned prefill
+	// rate (else PrefillTokensPerSecond × capacity). A candidate whose
+	// wait exceeds max(WaitFactor × the smallest wait among the
+	// candidates, the smallest + WaitSlack seconds) ranks after every
+	// candidate within it, whatever its prefix score. It catches a pod
+	// held by one very long prefill (a 100,000-token prompt takes
+	// seconds), which a bound on request counts cannot see, and charges
+	// no herd pick. It runs where a guard runs (factor > 0), in either
+	// unit. WaitFactor 0 (the default) turns it off; WaitSlack defaults
+	// to 2 seconds.
+	WaitFactor float64 `mapstructure:"wait_factor"`
+	WaitSlack  float64 `mapstructure:"wait_slack"`
 }
 
 // Guard units (GuardConfig.Unit).
@@ -86,10 +101,19 @@ const (
 	DefaultCrowdSlackSeconds = 0.25
 )
 
+// DefaultWaitSlackSeconds is GuardConfig.WaitSlack's default. With
+// wait_factor 4, a slack of 1 s breaks the L4's hot-prefix burst (TTFT p99
+// 6.4 s against 0.9 s at 40 req/s); 2 s holds it (docs/adaptive.md, "The
+// wait bound", has the whole suite).
+const DefaultWaitSlackSeconds = 2.0
+
+// maxWaitSlack bounds GuardConfig.WaitSlack (an hour).
+const maxWaitSlack = 3600.0
+
 // DefaultGuardConfig returns the guard off, with the slack and crowd
 // bound the adaptive loop's guard uses (factor 2.5 there), in requests.
 func DefaultGuardConfig() GuardConfig {
-	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: GuardRequests, PrefillTokensPerSecond: 13100}
+	return GuardConfig{Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: GuardRequests, PrefillTokensPerSecond: 13100, WaitSlack: DefaultWaitSlackSeconds}
 }
 
 // seconds reports whether the guard counts seconds.
@@ -111,6 +135,12 @@ func (g GuardConfig) Validate() error {
 		return fmt.Errorf("guard.unit: must be %q or %q, got %q", GuardRequests, GuardSeconds, g.Unit)
 	case g.seconds() && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
 		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with unit %q, got %v", GuardSeconds, g.PrefillTokensPerSecond)
+	case !(g.WaitFactor == 0 || g.WaitFactor >= 1) || !finite(g.WaitFactor):
+		return fmt.Errorf("guard.wait_factor: must be 0 (off) or a finite number ≥ 1, got %v", g.WaitFactor)
+	case !(g.WaitSlack >= 0 && g.WaitSlack <= maxWaitSlack):
+		return fmt.Errorf("guard.wait_slack: must be a number of seconds in [0, %v], got %v", maxWaitSlack, g.WaitSlack)
+	case g.WaitFactor > 0 && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
+		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with wait_factor set, got %v", g.PrefillTokensPerSecond)
 	}
 	return nil
 }

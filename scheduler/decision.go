@@ -1,6 +1,9 @@
 package scheduler
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // Decision is the outcome of one Pick: the chosen endpoint, ordered
 // fallbacks, and every scorer's score for every candidate, so the choice
@@ -20,10 +23,12 @@ type Decision struct {
 	scores []float64 // scorer-major: scores[s*n+i]
 	totals []float64
 	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
-	waits  []float64 // the seconds guard's expected waits (GuardConfig.Unit seconds)
-	order  []int     // candidate indexes, best first; order[0] chosen
-	at     int       // index in order of the current endpoint
-	rnd    Rand      // per-decision random source (here so it does not escape per call)
+	waits  []float64 // expected waits (GuardConfig.Unit seconds, or the wait bound on)
+	// waitLimit is the wait bound's limit at this pick (+Inf: off).
+	waitLimit float64
+	order     []int // candidate indexes, best first; order[0] chosen
+	at        int   // index in order of the current endpoint
+	rnd       Rand  // per-decision random source (here so it does not escape per call)
 	// guarded says the pick ran under a guard (the weights' or the
 	// scheduler's); keys then hold the ranking keys.
 	guarded bool
@@ -57,6 +62,7 @@ func (s *Scheduler) newDecision() *Decision {
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
 	d.guarded, d.calm = false, false
+	d.waitLimit = math.Inf(1)
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
@@ -120,10 +126,16 @@ func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
 // measured it; ok is false unless the pick ran under a guard in the
 // seconds unit. Valid until Done.
 func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
-	if !d.guarded || !d.s.cfg.Guard.seconds() || i < 0 || i >= len(d.waits) {
+	if !d.guarded || !(d.s.cfg.Guard.seconds() || d.s.cfg.Guard.WaitFactor > 0) || i < 0 || i >= len(d.waits) {
 		return 0, false
 	}
 	return d.waits[i], true
+}
+
+// OverWait reports whether candidate i was over the wait bound
+// (GuardConfig.WaitFactor) and so ranked after the candidates within it.
+func (d *Decision) OverWait(i int) bool {
+	return d.guarded && i >= 0 && i < len(d.waits) && d.waits[i] > d.waitLimit
 }
 
 // Uncached returns the prompt tokens of the request its current endpoint
@@ -307,8 +319,12 @@ type CandidateScore struct {
 	// until the request's first token there.
 	Seconds map[string]float64 `json:"seconds,omitempty"`
 	// GuardWaitSeconds is the candidate's expected wait as a guard in
-	// the seconds unit measured it (absent otherwise).
+	// the seconds unit, or the wait bound, measured it (absent
+	// otherwise).
 	GuardWaitSeconds *float64 `json:"guard_wait_seconds,omitempty"`
+	// OverWait: the wait bound ranked the candidate after those within
+	// it (its expected wait was far above the shortest).
+	OverWait bool `json:"over_wait,omitempty"`
 	// OverBound: the guard ranked the candidate after those within its
 	// bound.
 	OverBound bool `json:"over_bound,omitempty"`
@@ -349,6 +365,7 @@ func (d *Decision) Explain() Explanation {
 		if w, ok := d.GuardWait(i); ok {
 			cs.GuardWaitSeconds = &w
 		}
+		cs.OverWait = d.OverWait(i)
 		x.Candidates[i] = cs
 	}
 	return x

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 )
 
 // guardFor returns the guard a pick with weights w runs under, its crowd
@@ -30,11 +31,16 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	n := len(cands)
 	var sum, capSum, penalty float64
 	secs := s.cfg.Guard.seconds()
-	if secs {
+	if secs || s.cfg.Guard.WaitFactor > 0 {
 		d.waits = growFloats(d.waits, n)
 		for i, e := range cands {
 			d.waits[i] = s.wait(d, e)
-			sum += d.waits[i]
+		}
+		d.waitLimit = s.waitLimit(d.waits)
+	}
+	if secs {
+		for _, w := range d.waits {
+			sum += w
 		}
 		sum /= float64(n) // the mean wait
 	} else {
@@ -100,6 +106,7 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 		s.m.guarded.Inc()
 	}
 	if calm == nil {
+		s.applyWaitBound(d, penalty)
 		return d.keys
 	}
 	e := cands[calmAt]
@@ -117,7 +124,44 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 		}
 		d.calm = true
 	}
+	s.applyWaitBound(d, penalty)
 	return d.keys
+}
+
+// waitLimit returns the wait bound's limit over the candidates' waits:
+// max(WaitFactor × the smallest, the smallest + WaitSlack), +Inf when the
+// bound is off.
+func (s *Scheduler) waitLimit(waits []float64) float64 {
+	g := s.cfg.Guard
+	if !(g.WaitFactor > 0) || len(waits) == 0 {
+		return math.Inf(1)
+	}
+	least := slices.Min(waits)
+	return max(g.WaitFactor*least, least+g.WaitSlack)
+}
+
+// applyWaitBound ranks every candidate over the wait bound after those
+// within it (GuardConfig.WaitFactor), after the herd accounting: a pod
+// held by a long prefill is not a herd. It counts a wait-bounded pick
+// when the best-ranked candidate before it was over the bound.
+func (s *Scheduler) applyWaitBound(d *Decision, penalty float64) {
+	if math.IsInf(d.waitLimit, 1) {
+		return
+	}
+	best := 0
+	for i := range d.keys {
+		if d.keys[i] > d.keys[best] {
+			best = i
+		}
+	}
+	if d.waits[best] > d.waitLimit {
+		s.m.waitBounded.Inc()
+	}
+	for i := range d.keys {
+		if d.waits[i] > d.waitLimit {
+			d.keys[i] -= penalty
+		}
+	}
 }
 
 // bytesPerToken converts prompt bytes to tokens where the seconds guard

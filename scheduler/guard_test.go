@@ -512,3 +512,108 @@ func TestAffinityScale(t *testing.T) {
 		t.Errorf("zero CycleState: %v, want 1", got)
 	}
 }
+
+// TestSchedulerWaitBound: the wait bound keeps a request off a pod held by
+// a long prefill, which no request count sees. Pods a:1 and b:1 at the
+// prior 1,000 tokens/s; affinity a 1, b 0; a count guard that never fires
+// (slack 100); no prefix index, so tokens are bytes ÷ 4. A giant prompt
+// (40,000 bytes = 10,000 tokens) goes to a:1 and is held before its
+// first byte. A 400-byte request then expects 10.1 s on a:1 and 0.1 s on
+// b:1: with wait_factor 4 and wait_slack 2 the limit is max(0.4, 2.1) =
+// 2.1 s, so it goes to b:1, the pick counts as wait-bounded and charges
+// no herd pick; without the bound it follows its affinity to a:1. Once
+// the giant's first byte is in, a:1 expects 0.1 s again and wins.
+func TestSchedulerWaitBound(t *testing.T) {
+	for _, factor := range []float64{0, 4} {
+		cfg := DefaultConfig()
+		cfg.Guard = GuardConfig{Factor: 2, Slack: 100, PrefillTokensPerSecond: 1000, WaitFactor: factor, WaitSlack: 2}
+		entries := []ScorerEntry{{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1, "b:1": 0}}, Weight: 1}}
+		s, err := New(cfg, entries, nil, MaxScore{}, Deps{Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetEndpoints(eps("a:1", "b:1"))
+		giant, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 40000)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if giant.Endpoint.Address != "a:1" {
+			t.Fatalf("factor %v: the giant prompt went to %s, want a:1", factor, giant.Endpoint.Address)
+		}
+		small, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 400)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := small.Explain()
+		want, bounded := "a:1", 0.0
+		if factor > 0 {
+			want, bounded = "b:1", 1
+			a, b := x.Candidates[0], x.Candidates[1]
+			if a.GuardWaitSeconds == nil || math.Abs(*a.GuardWaitSeconds-10.1) > 1e-9 || !a.OverWait || !a.OverBound {
+				t.Errorf("a:1 explained as wait %v, over_wait %v, over_bound %v; want 10.1 s, over both", a.GuardWaitSeconds, a.OverWait, a.OverBound)
+			}
+			if b.GuardWaitSeconds == nil || math.Abs(*b.GuardWaitSeconds-0.1) > 1e-9 || b.OverWait {
+				t.Errorf("b:1 explained as wait %v, over_wait %v; want 0.1 s, within", b.GuardWaitSeconds, b.OverWait)
+			}
+		} else if x.Candidates[0].GuardWaitSeconds != nil || x.Candidates[0].OverWait {
+			t.Errorf("no wait bound: a:1 explained with a wait %v, over_wait %v", x.Candidates[0].GuardWaitSeconds, x.Candidates[0].OverWait)
+		}
+		if small.Endpoint.Address != want {
+			t.Errorf("factor %v: the small request went to %s, want %s", factor, small.Endpoint.Address, want)
+		}
+		if got := testutil.ToFloat64(s.m.waitBounded); got != bounded {
+			t.Errorf("factor %v: %v wait-bounded picks, want %v", factor, got, bounded)
+		}
+		if h := s.Pool().Pointers()[0].HerdPicks(); h != 0 {
+			t.Errorf("factor %v: a:1 charged %d herd picks, want 0", factor, h)
+		}
+		small.Done(Outcome{})
+		giant.FirstByte()
+		after, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 400)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Endpoint.Address != "a:1" {
+			t.Errorf("factor %v: after the giant's first byte the request went to %s, want a:1", factor, after.Endpoint.Address)
+		}
+		after.Done(Outcome{})
+		giant.Done(Outcome{})
+	}
+}
+
+func TestGuardConfigValidateWait(t *testing.T) {
+	for _, tc := range []struct {
+		g    GuardConfig
+		want string
+	}{
+		{GuardConfig{Factor: 2, WaitFactor: 0.5, PrefillTokensPerSecond: 1}, "guard.wait_factor"},
+		{GuardConfig{Factor: 2, WaitFactor: math.NaN(), PrefillTokensPerSecond: 1}, "guard.wait_factor"},
+		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: -1, PrefillTokensPerSecond: 1}, "guard.wait_slack"},
+		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: math.Inf(1), PrefillTokensPerSecond: 1}, "guard.wait_slack"},
+		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: 2}, "guard.prefill_tokens_per_second"},
+	} {
+		if err := tc.g.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.g, err, tc.want)
+		}
+	}
+	if g := DefaultGuardConfig(); g.WaitFactor != 0 || g.WaitSlack != DefaultWaitSlackSeconds {
+		t.Errorf("default wait bound factor %v slack %v, want off with slack %v", g.WaitFactor, g.WaitSlack, DefaultWaitSlackSeconds)
+	}
+}
+
+func TestGuardedPickWaitBoundAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; CI runs this test in its no-race pass")
+	}
+	cfg := DefaultConfig()
+	cfg.Guard = GuardConfig{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: GuardRequests, PrefillTokensPerSecond: 13100, WaitFactor: 4, WaitSlack: 2}
+	s, err := New(cfg, []ScorerEntry{{Name: "f", Scorer: fixedScorer{cat: CategoryAffinity}, Weight: 1}}, []Filter{ModelFilter{}, HealthyFilter{}}, MaxScore{}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1", "c:1", "d:1"))
+	req := &Request{ID: "r", Model: "m", Prompt: make([]byte, 4096)}
+	if allocs := pickDoneAllocs(t, s, req); allocs != 0 {
+		t.Errorf("Pick+Done under the wait bound allocates %v times per request, want 0", allocs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	picks           prometheus.Counter
 	guarded         prometheus.Counter
+	waitBounded     prometheus.Counter
 	errNoEndpoints  prometheus.Counter
 	errUnknownModel prometheus.Counter
 	errUnreachable  prometheus.Counter
@@ -28,6 +29,10 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		guarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_guarded_picks_total",
 			Help: "Decisions whose best-scoring candidate was over the load guard's bound, so a candidate within it was chosen.",
+		}),
+		waitBounded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_wait_bounded_picks_total",
+			Help: "Decisions whose best-ranked candidate expected a wait for its first token far above the shortest (scheduler.guard.wait_factor), so another was chosen.",
 		}),
 		ejectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_ejections_refused_total",
@@ -56,7 +61,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		m.outcomes[k] = outcomes.WithLabelValues(k.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.guarded, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
+		reg.MustRegister(m.picks, m.guarded, m.waitBounded, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
 }
