@@ -49,6 +49,8 @@ scorers:
 			scheduler.GuardConfig{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: "requests", PrefillTokensPerSecond: 13100, WaitFactor: 4, WaitSlack: 2}, 2.5, ""},
 		{"bad wait_factor", "scheduler: {guard: {factor: 2.5, wait_factor: 0.5}}",
 			scheduler.GuardConfig{}, 0, "scheduler: guard.wait_factor"},
+		{"wait bound without a guard", "scheduler: {guard: {wait_factor: 4}}\nadaptive: {enabled: false}",
+			scheduler.GuardConfig{}, 0, "scheduler.guard.wait_factor: 4 has no guard"},
 		{"bad wait_slack", "scheduler: {guard: {factor: 2.5, wait_factor: 4, wait_slack: -1}}",
 			scheduler.GuardConfig{}, 0, "scheduler: guard.wait_slack"},
 		{"bad unit", "scheduler: {guard: {factor: 2, unit: tokens}}",

@@ -79,9 +79,10 @@ type GuardConfig struct {
 	// candidate within it, whatever its prefix score. It catches a pod
 	// held by one very long prefill (a 100,000-token prompt takes
 	// seconds), which a bound on request counts cannot see, and charges
-	// no herd pick. It runs where a guard runs (factor > 0), in either
-	// unit. WaitFactor 0 (the default) turns it off; WaitSlack defaults
-	// to 2 seconds.
+	// no herd pick. It runs where a guard runs (factor > 0, or the
+	// adaptive loop's), in either unit; a profile that sets it with no
+	// guard is refused. WaitFactor 0 (the default) turns it off;
+	// WaitSlack defaults to 2 seconds.
 	WaitFactor float64 `mapstructure:"wait_factor"`
 	WaitSlack  float64 `mapstructure:"wait_slack"`
 }
@@ -107,8 +108,12 @@ const (
 // wait bound", has the whole suite).
 const DefaultWaitSlackSeconds = 2.0
 
-// maxWaitSlack bounds GuardConfig.WaitSlack (an hour).
-const maxWaitSlack = 3600.0
+// maxWaitSlack bounds GuardConfig.WaitSlack (an hour) and maxWaitFactor
+// GuardConfig.WaitFactor.
+const (
+	maxWaitSlack  = 3600.0
+	maxWaitFactor = 1e6
+)
 
 // DefaultGuardConfig returns the guard off, with the slack and crowd
 // bound the adaptive loop's guard uses (factor 2.5 there), in requests.
@@ -135,8 +140,8 @@ func (g GuardConfig) Validate() error {
 		return fmt.Errorf("guard.unit: must be %q or %q, got %q", GuardRequests, GuardSeconds, g.Unit)
 	case g.seconds() && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
 		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with unit %q, got %v", GuardSeconds, g.PrefillTokensPerSecond)
-	case !(g.WaitFactor == 0 || g.WaitFactor >= 1) || !finite(g.WaitFactor):
-		return fmt.Errorf("guard.wait_factor: must be 0 (off) or a finite number ≥ 1, got %v", g.WaitFactor)
+	case !(g.WaitFactor == 0 || g.WaitFactor >= 1 && g.WaitFactor <= maxWaitFactor):
+		return fmt.Errorf("guard.wait_factor: must be 0 (off) or a number in [1, %v], got %v", maxWaitFactor, g.WaitFactor)
 	case !(g.WaitSlack >= 0 && g.WaitSlack <= maxWaitSlack):
 		return fmt.Errorf("guard.wait_slack: must be a number of seconds in [0, %v], got %v", maxWaitSlack, g.WaitSlack)
 	case g.WaitFactor > 0 && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):

@@ -24,8 +24,11 @@ type Decision struct {
 	totals []float64
 	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
 	waits  []float64 // expected waits (GuardConfig.Unit seconds, or the wait bound on)
-	// waitLimit is the wait bound's limit at this pick (+Inf: off).
+	// waitLimit is the wait bound's limit at this pick (+Inf: off), and
+	// guardKeys the ranking keys before it ranked the candidates over it
+	// last (valid while waitLimit is finite).
 	waitLimit float64
+	guardKeys []float64
 	order     []int // candidate indexes, best first; order[0] chosen
 	at        int   // index in order of the current endpoint
 	rnd       Rand  // per-decision random source (here so it does not escape per call)
@@ -99,10 +102,14 @@ func (d *Decision) OverBound(i int) bool {
 	if !d.guarded || i >= len(d.keys) {
 		return false
 	}
-	if d.calm {
-		return d.keys[i] != d.calmTotals[i]
+	keys := d.keys
+	if !math.IsInf(d.waitLimit, 1) {
+		keys = d.guardKeys // the wait bound's ranking is OverWait's
 	}
-	return d.keys[i] != d.totals[i]
+	if d.calm {
+		return keys[i] != d.calmTotals[i]
+	}
+	return keys[i] != d.totals[i]
 }
 
 // RankedCalm reports whether the pick was ranked with the calm weights
@@ -124,7 +131,8 @@ func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
 
 // GuardWait returns candidate i's expected wait in seconds as the guard
 // measured it; ok is false unless the pick ran under a guard in the
-// seconds unit. Valid until Done.
+// seconds unit or with the wait bound on (GuardConfig.WaitFactor). Valid
+// until Done.
 func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
 	if !d.guarded || !(d.s.cfg.Guard.seconds() || d.s.cfg.Guard.WaitFactor > 0) || i < 0 || i >= len(d.waits) {
 		return 0, false

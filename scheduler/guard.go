@@ -25,7 +25,8 @@ func (s *Scheduler) guardFor(w *Weights) (g, crowd Guard, calm []float64) {
 // counts a guarded pick when the best total was over the bound, and
 // charges a herd pick to the calm weights' choice when that one is over
 // the bound, or over the crowd bound while it shares its prefix with
-// other candidates. calm nil: no herd accounting.
+// other candidates. calm nil: no herd accounting. Then the wait bound
+// (applyWaitBound), when GuardConfig.WaitFactor is set.
 func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []float64) []float64 {
 	cands := d.cands
 	n := len(cands)
@@ -106,7 +107,7 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 		s.m.guarded.Inc()
 	}
 	if calm == nil {
-		s.applyWaitBound(d, penalty)
+		s.applyWaitBound(d)
 		return d.keys
 	}
 	e := cands[calmAt]
@@ -124,7 +125,7 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 		}
 		d.calm = true
 	}
-	s.applyWaitBound(d, penalty)
+	s.applyWaitBound(d)
 	return d.keys
 }
 
@@ -140,26 +141,34 @@ func (s *Scheduler) waitLimit(waits []float64) float64 {
 	return max(g.WaitFactor*least, least+g.WaitSlack)
 }
 
-// applyWaitBound ranks every candidate over the wait bound after those
-// within it (GuardConfig.WaitFactor), after the herd accounting: a pod
-// held by a long prefill is not a herd. It counts a wait-bounded pick
-// when the best-ranked candidate before it was over the bound.
-func (s *Scheduler) applyWaitBound(d *Decision, penalty float64) {
+// applyWaitBound ranks every candidate over the wait bound after every
+// candidate within it (GuardConfig.WaitFactor), whatever the keys so far
+// (the load guard's and, under HerdOnly, the calm weights' ranking): it
+// subtracts more than the keys' whole span. It runs after the herd
+// accounting, so a pod held by a long prefill is not a herd, and it keeps
+// the load guard's keys for Decision.OverBound. It counts a wait-bounded
+// pick when the best-ranked candidate before it was over the bound.
+func (s *Scheduler) applyWaitBound(d *Decision) {
 	if math.IsInf(d.waitLimit, 1) {
 		return
 	}
-	best := 0
-	for i := range d.keys {
-		if d.keys[i] > d.keys[best] {
+	n := len(d.keys)
+	d.guardKeys = growFloats(d.guardKeys, n)
+	copy(d.guardKeys, d.keys)
+	best, lo := 0, d.keys[0]
+	for i, k := range d.keys {
+		if k > d.keys[best] {
 			best = i
 		}
+		lo = min(lo, k)
 	}
 	if d.waits[best] > d.waitLimit {
 		s.m.waitBounded.Inc()
 	}
+	span := d.keys[best] - lo + 1
 	for i := range d.keys {
 		if d.waits[i] > d.waitLimit {
-			d.keys[i] -= penalty
+			d.keys[i] -= span
 		}
 	}
 }

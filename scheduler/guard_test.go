@@ -549,8 +549,8 @@ func TestSchedulerWaitBound(t *testing.T) {
 		if factor > 0 {
 			want, bounded = "b:1", 1
 			a, b := x.Candidates[0], x.Candidates[1]
-			if a.GuardWaitSeconds == nil || math.Abs(*a.GuardWaitSeconds-10.1) > 1e-9 || !a.OverWait || !a.OverBound {
-				t.Errorf("a:1 explained as wait %v, over_wait %v, over_bound %v; want 10.1 s, over both", a.GuardWaitSeconds, a.OverWait, a.OverBound)
+			if a.GuardWaitSeconds == nil || math.Abs(*a.GuardWaitSeconds-10.1) > 1e-9 || !a.OverWait || a.OverBound {
+				t.Errorf("a:1 explained as wait %v, over_wait %v, over_bound %v; want 10.1 s, over the wait bound, within the load guard's", a.GuardWaitSeconds, a.OverWait, a.OverBound)
 			}
 			if b.GuardWaitSeconds == nil || math.Abs(*b.GuardWaitSeconds-0.1) > 1e-9 || b.OverWait {
 				t.Errorf("b:1 explained as wait %v, over_wait %v; want 0.1 s, within", b.GuardWaitSeconds, b.OverWait)
@@ -563,6 +563,9 @@ func TestSchedulerWaitBound(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(s.m.waitBounded); got != bounded {
 			t.Errorf("factor %v: %v wait-bounded picks, want %v", factor, got, bounded)
+		}
+		if p := s.Pool().Pointers()[0]; p.Address != "a:1" {
+			t.Fatalf("pool[0] is %s, want a:1", p.Address)
 		}
 		if h := s.Pool().Pointers()[0].HerdPicks(); h != 0 {
 			t.Errorf("factor %v: a:1 charged %d herd picks, want 0", factor, h)
@@ -591,6 +594,9 @@ func TestGuardConfigValidateWait(t *testing.T) {
 		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: -1, PrefillTokensPerSecond: 1}, "guard.wait_slack"},
 		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: math.Inf(1), PrefillTokensPerSecond: 1}, "guard.wait_slack"},
 		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: 2}, "guard.prefill_tokens_per_second"},
+		{GuardConfig{Factor: 2, WaitFactor: math.Inf(1), PrefillTokensPerSecond: 1}, "guard.wait_factor"},
+		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: math.NaN(), PrefillTokensPerSecond: 1}, "guard.wait_slack"},
+		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: 3601, PrefillTokensPerSecond: 1}, "guard.wait_slack"},
 	} {
 		if err := tc.g.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.g, err, tc.want)
@@ -616,4 +622,48 @@ func TestGuardedPickWaitBoundAllocatesNothing(t *testing.T) {
 	if allocs := pickDoneAllocs(t, s, req); allocs != 0 {
 		t.Errorf("Pick+Done under the wait bound allocates %v times per request, want 0", allocs)
 	}
+}
+
+// TestWaitBoundHerdOnly: under HerdOnly a pick within the load guard is
+// ranked with the calm weights, whose totals can exceed the weights in
+// force; the wait bound still ranks a candidate over it last. Calm
+// affinity 32 makes a:1 the calm choice by 31 points; the weights in
+// force sum to 2. A held 40,000-byte prompt on a:1 puts a 400-byte
+// request's wait there at 10.1 s against 0.1 s on b:1 (prior 1,000
+// tokens/s, bytes ÷ 4), over max(4 × 0.1, 0.1 + 2).
+func TestWaitBoundHerdOnly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Guard = GuardConfig{PrefillTokensPerSecond: 1000, WaitFactor: 4, WaitSlack: 2}
+	entries := []ScorerEntry{
+		{Name: "aff", Scorer: fixedScorer{cat: CategoryAffinity, scores: map[string]float64{"a:1": 1, "b:1": 0}}, Weight: 1},
+		{Name: "dist", Scorer: fixedScorer{cat: CategoryDistribution, scores: map[string]float64{"a:1": 0, "b:1": 1}}, Weight: 1},
+	}
+	s, err := New(cfg, entries, nil, MaxScore{}, Deps{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1"))
+	if err := s.Publish(&Weights{Version: 2, Values: []float64{1, 1}, Guard: Guard{Factor: 2, Slack: 100}, Calm: []float64{32, 1}, HerdOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	giant, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 40000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if giant.Endpoint.Address != "a:1" || !giant.RankedCalm() {
+		t.Fatalf("giant prompt: %s (ranked calm %v), want a:1 by the calm weights", giant.Endpoint.Address, giant.RankedCalm())
+	}
+	small, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 400)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.Endpoint.Address != "b:1" || !small.OverWait(0) || small.OverBound(0) {
+		t.Errorf("small request: %s (a:1 over the wait bound %v, over the load guard %v); want b:1, a:1 over the wait bound only",
+			small.Endpoint.Address, small.OverWait(0), small.OverBound(0))
+	}
+	if got := testutil.ToFloat64(s.m.waitBounded); got != 1 {
+		t.Errorf("%v wait-bounded picks, want 1", got)
+	}
+	small.Done(Outcome{})
+	giant.Done(Outcome{})
 }

@@ -32,7 +32,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		}),
 		waitBounded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_wait_bounded_picks_total",
-			Help: "Decisions whose best-ranked candidate expected a wait for its first token far above the shortest (scheduler.guard.wait_factor), so another was chosen.",
+			Help: "Decisions whose best-ranked candidate expected a wait for its first token far above the shortest (scheduler.guard.wait_factor), so it was ranked after the candidates within the bound.",
 		}),
 		ejectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_ejections_refused_total",
