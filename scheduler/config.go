@@ -124,6 +124,10 @@ func DefaultGuardConfig() GuardConfig {
 // seconds reports whether the guard counts seconds.
 func (g GuardConfig) seconds() bool { return g.Unit == GuardSeconds }
 
+// measuresWaits reports whether a guarded pick computes each candidate's
+// expected wait (Scheduler.wait): for the seconds unit or the wait bound.
+func (g GuardConfig) measuresWaits() bool { return g.seconds() || g.WaitFactor > 0 }
+
 // Validate checks the guard; errors name the field under scheduler.
 func (g GuardConfig) Validate() error {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -134,7 +134,7 @@ func (d *Decision) Seconds(s, i int) (seconds float64, ok bool) {
 // seconds unit or with the wait bound on (GuardConfig.WaitFactor). Valid
 // until Done.
 func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
-	if !d.guarded || !(d.s.cfg.Guard.seconds() || d.s.cfg.Guard.WaitFactor > 0) || i < 0 || i >= len(d.waits) {
+	if !d.guarded || !d.s.cfg.Guard.measuresWaits() || i < 0 || i >= len(d.waits) {
 		return 0, false
 	}
 	return d.waits[i], true

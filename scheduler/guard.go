@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"math"
-	"slices"
 )
 
 // guardFor returns the guard a pick with weights w runs under, its crowd
@@ -31,18 +30,23 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	cands := d.cands
 	n := len(cands)
 	var sum, capSum, penalty float64
-	secs := s.cfg.Guard.seconds()
-	if secs || s.cfg.Guard.WaitFactor > 0 {
+	gc := s.cfg.Guard
+	secs := gc.seconds()
+	if gc.measuresWaits() {
 		d.waits = growFloats(d.waits, n)
+		least := math.Inf(1)
 		for i, e := range cands {
-			d.waits[i] = s.wait(d, e)
+			w := s.wait(d, e)
+			d.waits[i], least = w, min(least, w)
+			if secs {
+				sum += w
+			}
 		}
-		d.waitLimit = s.waitLimit(d.waits)
+		if gc.WaitFactor > 0 {
+			d.waitLimit = max(gc.WaitFactor*least, least+gc.WaitSlack)
+		}
 	}
 	if secs {
-		for _, w := range d.waits {
-			sum += w
-		}
 		sum /= float64(n) // the mean wait
 	} else {
 		for _, e := range cands {
@@ -129,20 +133,9 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 	return d.keys
 }
 
-// waitLimit returns the wait bound's limit over the candidates' waits:
-// max(WaitFactor × the smallest, the smallest + WaitSlack), +Inf when the
-// bound is off.
-func (s *Scheduler) waitLimit(waits []float64) float64 {
-	g := s.cfg.Guard
-	if !(g.WaitFactor > 0) || len(waits) == 0 {
-		return math.Inf(1)
-	}
-	least := slices.Min(waits)
-	return max(g.WaitFactor*least, least+g.WaitSlack)
-}
-
-// applyWaitBound ranks every candidate over the wait bound after every
-// candidate within it (GuardConfig.WaitFactor), whatever the keys so far
+// applyWaitBound ranks every candidate over the wait bound — a wait above
+// max(WaitFactor × the shortest, the shortest + WaitSlack), d.waitLimit —
+// after every candidate within it (GuardConfig.WaitFactor), whatever the keys so far
 // (the load guard's and, under HerdOnly, the calm weights' ranking): it
 // subtracts more than the keys' whole span. It runs after the herd
 // accounting, so a pod held by a long prefill is not a herd, and it keeps
