@@ -100,6 +100,9 @@ type OracleGuard struct {
 	CrowdFactor float64 `json:"crowd_factor"`
 	CrowdSlack  float64 `json:"crowd_slack"`
 	Unit        string  `json:"unit,omitempty"`
+	// WaitFactor and WaitSlack are the guard's wait bound (factor 0: off).
+	WaitFactor float64 `json:"wait_factor,omitempty"`
+	WaitSlack  float64 `json:"wait_slack,omitempty"`
 }
 
 // OracleCalibration is one engine calibration's column.
@@ -417,5 +420,9 @@ func readBoundedN(path string, limit int64) ([]byte, error) {
 }
 
 func oracleGuard(g scheduler.GuardConfig) OracleGuard {
-	return OracleGuard{Factor: g.Factor, Slack: g.Slack, CrowdFactor: g.CrowdFactor, CrowdSlack: g.CrowdSlack, Unit: g.Unit}
+	o := OracleGuard{Factor: g.Factor, Slack: g.Slack, CrowdFactor: g.CrowdFactor, CrowdSlack: g.CrowdSlack, Unit: g.Unit}
+	if g.WaitFactor > 0 {
+		o.WaitFactor, o.WaitSlack = g.WaitFactor, g.WaitSlack
+	}
+	return o
 }

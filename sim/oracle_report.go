@@ -183,6 +183,9 @@ func (o *OracleFile) method() string {
 	if g.Factor > 0 {
 		guard = fmt.Sprintf("the profile's `scheduler.guard` (factor %s, slack %s, crowd factor %s, crowd slack %s)",
 			fmtWeight(g.Factor), fmtWeight(g.Slack), fmtWeight(g.CrowdFactor), fmtWeight(g.CrowdSlack))
+		if g.WaitFactor > 0 {
+			guard += fmt.Sprintf(" and its wait bound (wait factor %s, wait slack %s s)", fmtWeight(g.WaitFactor), fmtWeight(g.WaitSlack))
+		}
 	}
 	return fmt.Sprintf("**The oracle** of a calibration is the best single static weight vector for it over %s, "+
 		"every vector run with %s and the loop off: `trimtab sim tune`'s search (the baselines, then a coordinate search) "+
