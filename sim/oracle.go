@@ -256,6 +256,9 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		if !slices.Equal(cfg.HeldBack.Scorers, out.Scorers) {
 			return nil, fmt.Errorf("oracle: the held-back run's scorers %v are not the profile's %v", cfg.HeldBack.Scorers, out.Scorers)
 		}
+		if cfg.HeldBack.Guard != out.Guard {
+			return nil, fmt.Errorf("oracle: the held-back run's guard %+v is not the profile's %+v: its vectors were searched under another scheduler.guard; run the search again", cfg.HeldBack.Guard, out.Guard)
+		}
 		out.Budget, out.HeldBack, base = 1, cfg.HeldBack.Command, base[:1]
 	}
 	steps := max(out.Budget, len(base)) + len(cfg.Policies)

@@ -207,14 +207,24 @@ func TestRunOracle(t *testing.T) {
 		}
 	}
 	missing := held
-	missing.HeldBack = &OracleFile{Scorers: o.Scorers, Calibrations: o.Calibrations[:1]}
+	missing.HeldBack = &OracleFile{Scorers: o.Scorers, Guard: o.Guard, Calibrations: o.Calibrations[:1]}
 	if _, err := RunOracle(context.Background(), missing); err == nil || !strings.Contains(err.Error(), "no column for calibration l4-24gb-llama-3.1-8b") {
 		t.Errorf("held-back run without the l4 column: %v", err)
 	}
 	other := held
-	other.HeldBack = &OracleFile{Scorers: []string{"prefix"}, Calibrations: o.Calibrations}
+	other.HeldBack = &OracleFile{Scorers: []string{"prefix"}, Guard: o.Guard, Calibrations: o.Calibrations}
 	if _, err := RunOracle(context.Background(), other); err == nil || !strings.Contains(err.Error(), "scorers") {
 		t.Errorf("held-back run with other scorers: %v", err)
+	}
+	unguarded := held
+	wb := o.Guard
+	wb.WaitFactor, wb.WaitSlack = 0, 0
+	if wb == o.Guard {
+		wb.WaitFactor, wb.WaitSlack = 4, 3
+	}
+	unguarded.HeldBack = &OracleFile{Scorers: o.Scorers, Guard: wb, Calibrations: o.Calibrations}
+	if _, err := RunOracle(context.Background(), unguarded); err == nil || !strings.Contains(err.Error(), "guard") {
+		t.Errorf("held-back run searched under another guard: %v", err)
 	}
 	back, err := ParseOracleFile(j1.Bytes())
 	if err != nil || len(back.Calibrations) != 2 {
