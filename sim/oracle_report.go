@@ -18,6 +18,15 @@ const (
 	OracleBetterBy = 0.10
 )
 
+// OracleVectorTol is the bound against a calibration's own oracle vector
+// (the acceptance bound for one profile across fleets): adaptive is worse
+// than the vector in a cell when it is worse by more than this on TTFT
+// p99, E2E p99 or tok/s; goodput is shown but not judged.
+const OracleVectorTol = 0.05
+
+// PolicyOracle names the oracle's vector in comparisons.
+const PolicyOracle = "oracle"
+
 // fieldPolicies are the built-in policies that stand for the field
 // (docs/field-policies.md and the historical defaults), as opposed to
 // trimtab's own profiles.
@@ -33,6 +42,10 @@ type CellDelta struct {
 	// Misses are adaptive's and the other's.
 	Misses, OtherMisses float64
 	Worse, Better       bool
+	// tol is the bound Worse was judged at, and goodput whether goodput
+	// was judged.
+	tol     float64
+	goodput bool
 }
 
 // CellComparison is adaptive against Against on every cell of one
@@ -58,14 +71,29 @@ func rel(a, b float64) float64 {
 // OracleWorseTol; better when one of them is better by OracleBetterBy or
 // more and none is worse.
 func CompareCells(cells []Cell, a, b OracleEntry) CellComparison {
+	return compareCells(cells, a, b, OracleWorseTol, true)
+}
+
+// CompareToOracle compares a (adaptive) with a calibration's oracle vector
+// cell by cell, as CompareCells does but at OracleVectorTol and on TTFT
+// p99, E2E p99 and tok/s only.
+func CompareToOracle(cells []Cell, a, oracle OracleEntry) CellComparison {
+	cc := compareCells(cells, a, oracle, OracleVectorTol, false)
+	cc.Against = PolicyOracle
+	return cc
+}
+
+func compareCells(cells []Cell, a, b OracleEntry, tol float64, goodput bool) CellComparison {
 	cc := CellComparison{Against: b.Name}
 	for i, c := range cells {
 		x, y := a.Cells[i], b.Cells[i]
 		d := CellDelta{Cell: c, TTFT: rel(x.TTFTP99, y.TTFTP99), E2E: rel(x.E2EP99, y.E2EP99),
-			TokPerSec: rel(x.TokPerSec, y.TokPerSec), Goodp: rel(x.Goodput, y.Goodput), Misses: x.Misses, OtherMisses: y.Misses}
+			TokPerSec: rel(x.TokPerSec, y.TokPerSec), Goodp: rel(x.Goodput, y.Goodput), Misses: x.Misses, OtherMisses: y.Misses,
+			tol: tol, goodput: goodput}
 		// NaN compares false both ways: a metric with no value decides nothing.
-		d.Worse = d.TTFT > OracleWorseTol || d.E2E > OracleWorseTol || d.TokPerSec < -OracleWorseTol || d.Goodp < -OracleWorseTol
-		d.Better = !d.Worse && (d.TTFT <= -OracleBetterBy || d.E2E <= -OracleBetterBy || d.TokPerSec >= OracleBetterBy || d.Goodp >= OracleBetterBy)
+		d.Worse = d.TTFT > tol || d.E2E > tol || d.TokPerSec < -tol || goodput && d.Goodp < -tol
+		// Better needs goodput no worse even where it is not judged.
+		d.Better = !d.Worse && !(d.Goodp < -tol) && (d.TTFT <= -OracleBetterBy || d.E2E <= -OracleBetterBy || d.TokPerSec >= OracleBetterBy || goodput && d.Goodp >= OracleBetterBy)
 		if d.Worse {
 			cc.Worse++
 		}
@@ -96,10 +124,10 @@ func (d CellDelta) worseText() string {
 			parts = append(parts, name+" "+pct(v))
 		}
 	}
-	add("TTFT p99", d.TTFT, d.TTFT > OracleWorseTol)
-	add("E2E p99", d.E2E, d.E2E > OracleWorseTol)
-	add("tok/s", d.TokPerSec, d.TokPerSec < -OracleWorseTol)
-	add("goodput", d.Goodp, d.Goodp < -OracleWorseTol)
+	add("TTFT p99", d.TTFT, d.TTFT > d.tol)
+	add("E2E p99", d.E2E, d.E2E > d.tol)
+	add("tok/s", d.TokPerSec, d.TokPerSec < -d.tol)
+	add("goodput", d.Goodp, d.goodput && d.Goodp < -d.tol)
 	return strings.Join(parts, ", ")
 }
 
@@ -116,8 +144,8 @@ func pct(v float64) string {
 // entry returns calibration c's entry for policy name ("oracle" for the
 // oracle).
 func (c *OracleCalibration) entry(name string) (OracleEntry, bool) {
-	if name == "oracle" {
-		return c.Oracle, true
+	if name == PolicyOracle {
+		return c.Oracle, len(c.Oracle.Cells) == len(c.Cells)
 	}
 	i := slices.IndexFunc(c.Policies, func(e OracleEntry) bool { return e.Name == name })
 	if i < 0 {
@@ -126,24 +154,56 @@ func (c *OracleCalibration) entry(name string) (OracleEntry, bool) {
 	return c.Policies[i], true
 }
 
-// Comparisons returns adaptive against every other policy of c: guard-only,
-// adaptive-off and tuned-static first, then the rest in c's order. None
-// when c has no adaptive.
+// Comparisons returns adaptive against the oracle's vector
+// (CompareToOracle) and every other policy of c (CompareCells):
+// guard-only, adaptive-off and tuned-static first, then the rest in c's
+// order. None when c has no adaptive.
 func (c *OracleCalibration) Comparisons() []CellComparison {
-	a, ok := c.entry(PolicyAdaptive)
-	if !ok {
+	if _, ok := c.entry(PolicyAdaptive); !ok {
 		return nil
 	}
 	var out []CellComparison
 	for _, n := range comparisonOrder(c.Policies) {
-		b, _ := c.entry(n)
-		out = append(out, CompareCells(c.Cells, a, b))
+		if cc, ok := c.compare(n, 0, len(c.Cells)); ok {
+			out = append(out, cc)
+		}
 	}
 	return out
 }
 
+// compare returns adaptive against policy n (PolicyOracle: the oracle's
+// vector) on cells [i, j); ok is false when either is missing.
+func (c *OracleCalibration) compare(n string, i, j int) (CellComparison, bool) {
+	a, okA := c.entry(PolicyAdaptive)
+	b, okB := c.entry(n)
+	if !okA || !okB {
+		return CellComparison{}, false
+	}
+	a.Cells, b.Cells = a.Cells[i:j], b.Cells[i:j]
+	if n == PolicyOracle {
+		return CompareToOracle(c.Cells[i:j], a, b), true
+	}
+	return CompareCells(c.Cells[i:j], a, b), true
+}
+
+// label names policy n in a comparison's heading.
+func label(n string) string {
+	if n == PolicyOracle {
+		return "the oracle's vector"
+	}
+	return n
+}
+
+// tolFor is the bound a comparison with policy n judges at.
+func tolFor(n string) float64 {
+	if n == PolicyOracle {
+		return OracleVectorTol
+	}
+	return OracleWorseTol
+}
+
 func comparisonOrder(pols []OracleEntry) []string {
-	var names []string
+	names := []string{PolicyOracle}
 	for _, n := range []string{PolicyGuardOnly, PolicyAdaptiveOff, PolicyTunedStatic} {
 		if slices.ContainsFunc(pols, func(e OracleEntry) bool { return e.Name == n }) {
 			names = append(names, n)
@@ -210,11 +270,11 @@ func (o *OracleFile) WriteMarkdown(w io.Writer) error {
 	for _, c := range o.Calibrations {
 		pr("| %s | %s | %.3f | %.3f | %.3f | %d |\n", c.Engine, o.weights(c.Oracle.Weights), c.Oracle.Score, c.Oracle.Worst, c.Oracle.Mean, c.Vectors)
 	}
-	pr("\n## Adaptive cell by cell\n\nA cell is **worse** when adaptive is worse than the other policy by more than %.0f %% on TTFT p99, E2E p99, tok/s or goodput; **better** when it is better by %.0f %% or more on one of them and worse by more than %.0f %% on none. Each entry: worse / better / cells.\n\n",
-		100*OracleWorseTol, 100*OracleBetterBy, 100*OracleWorseTol)
+	pr("\n## Adaptive cell by cell\n\nA cell is **worse** when adaptive is worse than the other policy by more than %.0f %% on TTFT p99, E2E p99, tok/s or goodput — against the oracle's own vector, by more than %.0f %% on TTFT p99, E2E p99 or tok/s; **better** when it is better by %.0f %% or more on one of them and worse on none. Each entry: worse / better / cells.\n\n",
+		100*OracleWorseTol, 100*OracleVectorTol, 100*OracleBetterBy)
 	o.countTable(&b)
 	for _, n := range o.comparisonNames() {
-		pr("\n### adaptive against %s\n\n| calibration | scenario | level | TTFT p99 | E2E p99 | tok/s | goodput | misses (adaptive / %s) | cell |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n", n, n)
+		pr("\n### adaptive against %s\n\n| calibration | scenario | level | TTFT p99 | E2E p99 | tok/s | goodput | misses (adaptive / %s) | cell |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n", label(n), n)
 		rows := 0
 		for _, c := range o.Calibrations {
 			for _, cc := range c.Comparisons() {
@@ -236,7 +296,7 @@ func (o *OracleFile) WriteMarkdown(w io.Writer) error {
 			}
 		}
 		if rows == 0 {
-			pr("| – | no cell worse by more than %.0f %% or better by %.0f %% | | | | | | | |\n", 100*OracleWorseTol, 100*OracleBetterBy)
+			pr("| – | no cell worse by more than %.0f %% or better by %.0f %% | | | | | | | |\n", 100*tolFor(n), 100*OracleBetterBy)
 		}
 	}
 	_, err := w.Write(b.Bytes())
@@ -246,7 +306,7 @@ func (o *OracleFile) WriteMarkdown(w io.Writer) error {
 // policyNames lists every policy of o in first-seen order, the oracle
 // first.
 func (o *OracleFile) policyNames() []string {
-	names := []string{"oracle"}
+	names := []string{PolicyOracle}
 	for _, c := range o.Calibrations {
 		for _, e := range c.Policies {
 			if !slices.Contains(names, e.Name) {
@@ -326,7 +386,7 @@ func (o *OracleFile) countTable(b *bytes.Buffer) {
 	}
 	fmt.Fprintln(b)
 	for _, n := range o.comparisonNames() {
-		fmt.Fprintf(b, "| %s |", n)
+		fmt.Fprintf(b, "| %s |", label(n))
 		for _, c := range o.Calibrations {
 			cell := "–"
 			for _, cc := range c.Comparisons() {

@@ -86,6 +86,45 @@ func TestCompareCells(t *testing.T) {
 	}
 }
 
+// TestCompareToOracle: against the oracle's vector a cell is worse beyond
+// 5 % on TTFT p99, E2E p99 or tok/s, and goodput is shown but not judged.
+func TestCompareToOracle(t *testing.T) {
+	cells := []Cell{{"a", 1}, {"a", 2}, {"a", 3}, {"a", 4}}
+	ad := OracleEntry{Name: PolicyAdaptive, Cells: []CellStats{
+		{TTFTP99: 104, E2EP99: 100, TokPerSec: 100, Goodput: 10}, // TTFT +4 %: within 5 %
+		{TTFTP99: 100, E2EP99: 106, TokPerSec: 100, Goodput: 10}, // E2E +6 %: worse
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 94, Goodput: 10},  // tok/s −6 %: worse
+		{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 5},  // goodput −50 %: not judged
+	}}
+	same := CellStats{TTFTP99: 100, E2EP99: 100, TokPerSec: 100, Goodput: 10}
+	oracle := OracleEntry{Name: "search-7", Cells: []CellStats{same, same, same, same}}
+	cc := CompareToOracle(cells, ad, oracle)
+	for i, want := range []bool{false, true, true, false} {
+		if cc.Cells[i].Worse != want {
+			t.Errorf("cell %d: worse %v, want %v (%+v)", i, cc.Cells[i].Worse, want, cc.Cells[i])
+		}
+	}
+	if cc.Worse != 2 || cc.Against != PolicyOracle {
+		t.Errorf("%d worse against %q, want 2 against %q", cc.Worse, cc.Against, PolicyOracle)
+	}
+	if got := cc.Cells[1].worseText(); got != "E2E p99 +6.0 %" {
+		t.Errorf("cell 1 worse text %q", got)
+	}
+	// The same cells against a policy at 2 %, goodput judged: all worse.
+	if got := CompareCells(cells, ad, oracle).Worse; got != 4 {
+		t.Errorf("CompareCells: %d worse, want 4", got)
+	}
+	// Better by 10 % on TTFT, but goodput −50 %: not better either.
+	ad.Cells[3].TTFTP99 = 80
+	if d := CompareToOracle(cells, ad, oracle).Cells[3]; d.Worse || d.Better {
+		t.Errorf("cell 3 with goodput −50 %%: %+v, want neither worse nor better", d)
+	}
+	ad.Cells[3].Goodput = 10
+	if d := CompareToOracle(cells, ad, oracle).Cells[3]; !d.Better {
+		t.Errorf("cell 3 TTFT −20 %%: %+v, want better", d)
+	}
+}
+
 // TestOracleSearchCoversShipped: the oracle searches its own list of
 // scorers in its order, starting from the shipped profile's calm weights
 // and params, and a shipped scorer outside the list is an error naming
@@ -171,8 +210,8 @@ func TestRunOracle(t *testing.T) {
 		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 7 || len(c.Cells) != 2 {
 			t.Errorf("%s: oracle %v (ratio %v, score %v), guard-only %v; %d cells", c.Engine, c.Oracle.Weights, c.Oracle.Ratio, c.Oracle.Score, g.Score, len(c.Cells))
 		}
-		if len(c.Comparisons()) != 2 {
-			t.Errorf("%s: comparisons %v", c.Engine, c.Comparisons())
+		if cc := c.Comparisons(); len(cc) != 3 || cc[0].Against != PolicyOracle {
+			t.Errorf("%s: comparisons %v, want the oracle's vector, then guard-only and round-robin", c.Engine, cc)
 		}
 	}
 	o2, err := RunOracle(context.Background(), cfg)
@@ -234,7 +273,7 @@ func TestRunOracle(t *testing.T) {
 	if err := o.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| policy | a100-40gb-llama-3.1-8b | l4-24gb-llama-3.1-8b |", "| oracle | 1.000 | 1.000 |", "### adaptive against guard-only", "### adaptive against round-robin"} {
+	for _, want := range []string{"| policy | a100-40gb-llama-3.1-8b | l4-24gb-llama-3.1-8b |", "| oracle | 1.000 | 1.000 |", "### adaptive against the oracle's vector", "### adaptive against guard-only", "### adaptive against round-robin"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("oracle.md lacks %q:\n%s", want, md.String())
 		}
@@ -282,6 +321,10 @@ func TestRenderOracleDoc(t *testing.T) {
 		"adaptive is worse than guard-only by more than 2 % in 1 of 4 cells (0 also on seeds 4–6), the worst: e1 s@2 (TTFT p99 +25.0 %).",
 		// Against round-robin: 125/400 − 1 = −69 %: never worse.
 		"**round-robin**: adaptive scores at least as well as round-robin on every calibration; adaptive is worse than round-robin by more than 2 % in no cell of 4.",
+		// Against the oracle's vector at 5 %: the same +25 % cell; the
+		// score 0.9 of the oracle's is more than 5 % below it.
+		"**the oracle's vector**: adaptive scores more than 5 % below the oracle on 2 of 2 calibrations: e1 (0.900 against 1.000; seeds 4–6: 0.900 against 1.000)",
+		"adaptive is worse than the oracle's vector by more than 5 % in 1 of 4 cells (0 also on seeds 4–6), the worst: e1 s@2 (TTFT p99 +25.0 %).",
 	} {
 		if !strings.Contains(sec, want) {
 			t.Errorf("section lacks %q:\n%s", want, sec)

@@ -130,7 +130,7 @@ docs/benchmarks.md.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(newSimOracleDocCmd())
+	cmd.AddCommand(newSimOracleDocCmd(), newSimOracleMarkdownCmd())
 	fl := cmd.Flags()
 	fl.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one; default the oracle suite)")
 	fl.StringSliceVar(&engines, "engines", nil, "engine calibrations, shipped names or files (default every shipped one)")
@@ -226,4 +226,33 @@ so running it again changes nothing.`,
 	fl.StringVar(&check, "check", "", "the check run (seeds 4–6): its directory or its oracle.json")
 	fl.StringVar(&doc, "doc", "docs/benchmarks.md", "document whose oracle section is rewritten")
 	return cmd
+}
+
+func newSimOracleMarkdownCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "md DIR|FILE...",
+		Short: "Rewrite oracle runs' oracle.md from their oracle.json",
+		Long: `md rewrites each run's oracle.md from its oracle.json (a run's directory or
+the file itself), as sim oracle writes it: for runs written before the report
+changed, so every oracle.md reads the same way. The file depends only on
+oracle.json, so running it again changes nothing.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, p := range args {
+				if st, err := os.Stat(p); err == nil && st.IsDir() {
+					p = filepath.Join(p, "oracle.json")
+				}
+				o, err := sim.ReadOracleFile(p)
+				if err != nil {
+					return err
+				}
+				md := filepath.Join(filepath.Dir(p), "oracle.md")
+				if err := report.WriteFile(md, o.WriteMarkdown); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "wrote", md)
+			}
+			return nil
+		},
+	}
 }

@@ -57,6 +57,19 @@ func TestSimOracle(t *testing.T) {
 			t.Errorf("oracle.md lacks %q:\n%s", want, md)
 		}
 	}
+	// `sim oracle md` writes the same oracle.md from oracle.json.
+	if err := os.Remove(filepath.Join(out, "oracle.md")); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := runRoot(t, "sim", "oracle", "md", out); err != nil || !strings.Contains(log, "wrote") {
+		t.Fatalf("sim oracle md: %v\n%s", err, log)
+	}
+	if again, err := os.ReadFile(filepath.Join(out, "oracle.md")); err != nil || !bytes.Equal(again, md) {
+		t.Errorf("sim oracle md wrote another oracle.md (%v):\n%s\n---\n%s", err, again, md)
+	}
+	if _, err := runRoot(t, "sim", "oracle", "md", filepath.Join(out, "missing")); err == nil {
+		t.Error("sim oracle md on a missing run: no error")
+	}
 
 	// The held-back check on seed 2: seed 1's oracle vectors and the three
 	// policies, one vector and three policies per calibration.
@@ -101,6 +114,36 @@ func TestSimOracle(t *testing.T) {
 	}
 	if _, err := runRoot(t, "sim", "oracle", "doc", "--oracle", out, "--doc", doc); err == nil || !strings.Contains(err.Error(), "--check") {
 		t.Errorf("missing --check: %v", err)
+	}
+}
+
+// TestResultsOracleMarkdownMatchesJSON: every oracle run committed under
+// docs/results has the oracle.md its oracle.json renders (regenerate with
+// trimtab sim oracle md DIR).
+func TestResultsOracleMarkdownMatchesJSON(t *testing.T) {
+	var runs []string
+	err := filepath.WalkDir("../../docs/results", func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "oracle.json" {
+			runs = append(runs, filepath.Dir(p))
+		}
+		return err
+	})
+	if err != nil || len(runs) < 2 {
+		t.Fatalf("oracle runs under docs/results: %v (%v)", runs, err)
+	}
+	for _, dir := range runs {
+		o, err := sim.ReadOracleFile(filepath.Join(dir, "oracle.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		if err := o.WriteMarkdown(&want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, "oracle.md"))
+		if err != nil || !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%s/oracle.md is not what its oracle.json renders (%v); run: go run ./cmd/trimtab sim oracle md %s", dir, err, strings.TrimPrefix(dir, "../../"))
+		}
 	}
 }
 
