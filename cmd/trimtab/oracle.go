@@ -130,7 +130,7 @@ docs/benchmarks.md.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(newSimOracleDocCmd(), newSimOracleMarkdownCmd())
+	cmd.AddCommand(newSimOracleDocCmd(), newSimOracleMarkdownCmd(), newSimOracleTableCmd())
 	fl := cmd.Flags()
 	fl.StringSliceVar(&scenarios, "scenario", nil, "scenario YAML file or shipped scenario name (repeatable; \"all\" for every shipped one; default the oracle suite)")
 	fl.StringSliceVar(&engines, "engines", nil, "engine calibrations, shipped names or files (default every shipped one)")
@@ -255,4 +255,75 @@ oracle.json, so running it again changes nothing.`,
 			return nil
 		},
 	}
+}
+
+func newSimOracleTableCmd() *cobra.Command {
+	var dir, doc string
+	cmd := &cobra.Command{
+		Use:   "table --dir DIR [--doc docs/benchmarks.md]",
+		Short: "Rewrite a document's table of oracle runs from the runs under a directory",
+		Long: `table rewrites the section of --doc between its oracle-table markers from
+every oracle.json under --dir: one row per calibration, from its search run and
+its held-back check (sim oracle --held-back) when there is one — adaptive's and
+guard-only's score ÷ the oracle, the best fixed policy, the oracle's vector,
+and the cells where adaptive is worse than that vector by more than 5 %.
+Each calibration links its search run's oracle.md. The section depends only on
+the files and the two flags, so running it again changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return fmt.Errorf("--dir: required")
+			}
+			section, err := renderOracleTable(dir, doc)
+			if err != nil {
+				return err
+			}
+			old, err := os.ReadFile(doc)
+			if err != nil {
+				return fmt.Errorf("--doc: %w", err)
+			}
+			updated, err := sim.ReplaceOracleTable(old, section)
+			if err != nil {
+				return fmt.Errorf("--doc %s: %w", doc, err)
+			}
+			return report.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&dir, "dir", "", "directory of oracle runs (each a directory with oracle.json), searched recursively")
+	fl.StringVar(&doc, "doc", "docs/benchmarks.md", "document whose oracle-table section is rewritten")
+	return cmd
+}
+
+// renderOracleTable renders the oracle-table section of doc from every
+// oracle.json under dir, each row linking its run's oracle.md relative to
+// doc; the section names the command with the two paths as given.
+func renderOracleTable(dir, doc string) (string, error) {
+	var runs []sim.OracleRun
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.Name() != "oracle.json" {
+			return err
+		}
+		o, err := sim.ReadOracleFile(p)
+		if err != nil {
+			return err
+		}
+		link, err := filepath.Rel(filepath.Dir(doc), filepath.Join(filepath.Dir(p), "oracle.md"))
+		if err != nil {
+			return err
+		}
+		runs = append(runs, sim.OracleRun{File: o, Link: filepath.ToSlash(link)})
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("--dir: %w", err)
+	}
+	if len(runs) == 0 {
+		return "", fmt.Errorf("--dir %s: no oracle.json under it", dir)
+	}
+	section, err := sim.RenderOracleTable(runs, fmt.Sprintf("trimtab sim oracle table --dir %s --doc %s", dir, doc))
+	if err != nil {
+		return "", fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	return section, nil
 }

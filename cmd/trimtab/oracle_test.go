@@ -70,6 +70,21 @@ func TestSimOracle(t *testing.T) {
 	if _, err := runRoot(t, "sim", "oracle", "md", filepath.Join(out, "missing")); err == nil {
 		t.Error("sim oracle md on a missing run: no error")
 	}
+	// `sim oracle table` puts the run's row into a document's table.
+	tdoc := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(tdoc, []byte("# t\n\n"+sim.OracleTableBegin+"\n"+sim.OracleTableEnd+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := runRoot(t, "sim", "oracle", "table", "--dir", out, "--doc", tdoc); err != nil {
+		t.Fatalf("sim oracle table: %v\n%s", err, log)
+	}
+	table, _ := os.ReadFile(tdoc)
+	if !bytes.Contains(table, []byte("| [a100-40gb-llama-3.1-8b](")) || !bytes.Contains(table, []byte("| [l4-24gb-llama-3.1-8b](")) {
+		t.Errorf("table:\n%s", table)
+	}
+	if _, err := runRoot(t, "sim", "oracle", "table", "--dir", t.TempDir(), "--doc", tdoc); err == nil || !strings.Contains(err.Error(), "no oracle.json") {
+		t.Errorf("sim oracle table on an empty directory: %v", err)
+	}
 
 	// The held-back check on seed 2: seed 1's oracle vectors and the three
 	// policies, one vector and three policies per calibration.
@@ -144,6 +159,29 @@ func TestResultsOracleMarkdownMatchesJSON(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want.Bytes()) {
 			t.Errorf("%s/oracle.md is not what its oracle.json renders (%v); run: go run ./cmd/trimtab sim oracle md %s", dir, err, strings.TrimPrefix(dir, "../../"))
 		}
+	}
+}
+
+// TestBenchmarksDocMatchesOracleTable: docs/benchmarks.md's table of
+// runs at each scenario's own length is what `trimtab sim oracle table`
+// renders from docs/results/oracle-full-length.
+func TestBenchmarksDocMatchesOracleTable(t *testing.T) {
+	t.Chdir("../..")
+	const dir, doc = "docs/results/oracle-full-length", "docs/benchmarks.md"
+	section, err := renderOracleTable(dir, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := sim.ReplaceOracleTable(old, section)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(old, want) {
+		t.Errorf("%s's oracle table differs from what %s renders; run: go run ./cmd/trimtab sim oracle table --dir %s --doc %s", doc, dir, dir, doc)
 	}
 }
 
