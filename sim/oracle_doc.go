@@ -64,6 +64,9 @@ func (o *OracleFile) lossSentence(check *OracleFile, n string) string {
 	// is "below" it when its score is under 1 − OracleVectorTol of the
 	// oracle's.
 	oracle := n == PolicyOracle
+	// How often the oracle's vector itself is worse than n, for scale: a
+	// bound no static vector meets is a bound on the field's Pareto front.
+	oracleWorse, oracleCells := 0, 0
 	for _, c := range o.Calibrations {
 		a, _ := c.entry(PolicyAdaptive)
 		b, _ := c.entry(n)
@@ -76,6 +79,10 @@ func (o *OracleFile) lossSentence(check *OracleFile, n string) string {
 				check.seedRange(), check.ratio(c.Engine, PolicyAdaptive), check.ratio(c.Engine, n)))
 		}
 		total += len(c.Cells)
+		if o, ok := c.entry(PolicyOracle); ok && !oracle {
+			oracleWorse += CompareCells(c.Cells, o, b).Worse
+			oracleCells += len(c.Cells)
+		}
 		for _, d := range cc.Cells {
 			if d.Worse {
 				cells = append(cells, worse{c.Engine, d, check.worseCell(c.Engine, n, d.Cell)})
@@ -94,9 +101,16 @@ func (o *OracleFile) lossSentence(check *OracleFile, n string) string {
 	default:
 		fmt.Fprintf(&s, "adaptive scores below %s on %d of %d calibrations: %s", n, len(lower), len(o.Calibrations), strings.Join(lower, ", "))
 	}
+	// scale closes the sentence with the oracle's own count against n.
+	scale := func() string {
+		if oracleCells > 0 {
+			fmt.Fprintf(&s, " The oracle's vector is worse than %s by more than %.0f %% in %d of %d cells.", n, 100*OracleWorseTol, oracleWorse, oracleCells)
+		}
+		return s.String()
+	}
 	if len(cells) == 0 {
 		fmt.Fprintf(&s, "; adaptive is worse than %s by more than %.0f %% in no cell of %d.", label(n), 100*tolFor(n), total)
-		return s.String()
+		return scale()
 	}
 	also := 0
 	for _, w := range cells {
@@ -119,7 +133,7 @@ func (o *OracleFile) lossSentence(check *OracleFile, n string) string {
 		fmt.Fprintf(&s, ", and %d more", len(cells)-oracleDocCells)
 	}
 	s.WriteString(".")
-	return s.String()
+	return scale()
 }
 
 // worseCell reports whether adaptive is worse than n on cell on engine.

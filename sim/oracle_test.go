@@ -320,7 +320,9 @@ func TestRenderOracleDoc(t *testing.T) {
 		"**guard-only**: adaptive scores below guard-only on 2 of 2 calibrations: e1 (0.900 against 0.950; seeds 4–6: 0.900 against 0.950)",
 		"adaptive is worse than guard-only by more than 2 % in 1 of 4 cells (0 also on seeds 4–6), the worst: e1 s@2 (TTFT p99 +25.0 %).",
 		// Against round-robin: 125/400 − 1 = −69 %: never worse.
-		"**round-robin**: adaptive scores at least as well as round-robin on every calibration; adaptive is worse than round-robin by more than 2 % in no cell of 4.",
+		"**round-robin**: adaptive scores at least as well as round-robin on every calibration; adaptive is worse than round-robin by more than 2 % in no cell of 4. The oracle's vector is worse than round-robin by more than 2 % in 0 of 4 cells.",
+		// The oracle's vector against guard-only: the same cells, never worse.
+		"(TTFT p99 +25.0 %). The oracle's vector is worse than guard-only by more than 2 % in 0 of 4 cells.",
 		// Against the oracle's vector at 5 %: the same +25 % cell; the
 		// score 0.9 of the oracle's is more than 5 % below it.
 		"**the oracle's vector**: adaptive scores more than 5 % below the oracle on 2 of 2 calibrations: e1 (0.900 against 1.000; seeds 4–6: 0.900 against 1.000)",
@@ -329,6 +331,12 @@ func TestRenderOracleDoc(t *testing.T) {
 		if !strings.Contains(sec, want) {
 			t.Errorf("section lacks %q:\n%s", want, sec)
 		}
+	}
+	// An oracle vector 10 % slower than guard-only on one cell counts.
+	slow := oracleFixture(1, 125)
+	slow.Calibrations[0].Oracle.Cells[0].TTFTP99 = 110
+	if sec := RenderOracleDoc(slow, check, "c"); !strings.Contains(sec, "The oracle's vector is worse than guard-only by more than 2 % in 1 of 4 cells.") {
+		t.Errorf("the oracle's own count against guard-only:\n%s", sec)
 	}
 	doc := []byte("# title\n\nintro\n\n" + OracleDocBegin + "\nplaceholder\n" + OracleDocEnd + "\n\n## Method\n")
 	once, err := ReplaceOracleDoc(doc, sec)
