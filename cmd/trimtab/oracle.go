@@ -210,15 +210,7 @@ so running it again changes nothing.`,
 			if err != nil {
 				return err
 			}
-			old, err := os.ReadFile(doc)
-			if err != nil {
-				return fmt.Errorf("--doc: %w", err)
-			}
-			updated, err := sim.ReplaceOracleDoc(old, sim.RenderOracleDoc(m, c, commandLine()))
-			if err != nil {
-				return fmt.Errorf("--doc %s: %w", doc, err)
-			}
-			return report.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
+			return rewriteSection(doc, sim.RenderOracleDoc(m, c, commandLine()), sim.ReplaceOracleDoc)
 		},
 	}
 	fl := cmd.Flags()
@@ -278,15 +270,7 @@ the files and the two flags, so running it again changes nothing.`,
 			if err != nil {
 				return err
 			}
-			old, err := os.ReadFile(doc)
-			if err != nil {
-				return fmt.Errorf("--doc: %w", err)
-			}
-			updated, err := sim.ReplaceOracleTable(old, section)
-			if err != nil {
-				return fmt.Errorf("--doc %s: %w", doc, err)
-			}
-			return report.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
+			return rewriteSection(doc, section, sim.ReplaceOracleTable)
 		},
 	}
 	fl := cmd.Flags()
@@ -326,4 +310,18 @@ func renderOracleTable(dir, doc string) (string, error) {
 		return "", fmt.Errorf("--dir %s: %w", dir, err)
 	}
 	return section, nil
+}
+
+// rewriteSection replaces doc's generated section (between the markers
+// replace looks for) with section.
+func rewriteSection(doc, section string, replace func([]byte, string) ([]byte, error)) error {
+	old, err := os.ReadFile(doc)
+	if err != nil {
+		return fmt.Errorf("--doc: %w", err)
+	}
+	updated, err := replace(old, section)
+	if err != nil {
+		return fmt.Errorf("--doc %s: %w", doc, err)
+	}
+	return report.WriteFile(doc, func(w io.Writer) error { _, err := w.Write(updated); return err })
 }
