@@ -160,6 +160,18 @@ func (c *Calibrator) Interval() time.Duration { return c.cfg.Interval }
 // Snapshot returns the state after the last step.
 func (c *Calibrator) Snapshot() *CalibrationSnapshot { return c.snap.Load() }
 
+// Learned returns how many endpoints of the latest snapshot are learned
+// (not the prior).
+func (c *Calibrator) Learned() int {
+	n := 0
+	for _, e := range c.Snapshot().Endpoints {
+		if e.Source == "learned" {
+			n++
+		}
+	}
+	return n
+}
+
 // Run calls Tick every Interval on the injected clock until ctx ends.
 func (c *Calibrator) Run(ctx context.Context) error {
 	t := c.clk.NewTicker(c.cfg.Interval)

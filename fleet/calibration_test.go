@@ -95,6 +95,9 @@ func TestCalibratorEstimates(t *testing.T) {
 			if math.Abs(got.PrefillTokensPerSecond-tc.wantR) > 0.1 || e.Source != tc.source || got.Samples != tc.samples {
 				t.Errorf("published %.1f tokens/s, %s, %d samples; want %.1f, %s, %d", got.PrefillTokensPerSecond, e.Source, got.Samples, tc.wantR, tc.source, tc.samples)
 			}
+			if learned := c.Learned(); (learned == 1) != (tc.source == "learned") {
+				t.Errorf("Learned() %d with the endpoint %s", learned, e.Source)
+			}
 			// KV from the scraped cache config: 1,000 blocks × 16 = 16,000.
 			if got.KVCapacityTokens != 16000 || e.KVSource != "scraped" {
 				t.Errorf("KV %v tokens (%s), want 16,000 scraped", got.KVCapacityTokens, e.KVSource)
@@ -232,8 +235,8 @@ func TestCalibratorForgetsOldObservations(t *testing.T) {
 	c.Tick(t0)
 	// MaxAge (10m) later, with nothing new: back to the prior.
 	c.Tick(t0.Add(10*time.Minute + time.Second))
-	if e := c.Snapshot().Endpoints[0]; e.Source != "prior" || e.Calibration.Samples != 0 {
-		t.Errorf("after max_age: %s with %d samples, want the prior", e.Source, e.Calibration.Samples)
+	if e := c.Snapshot().Endpoints[0]; e.Source != "prior" || e.Calibration.Samples != 0 || c.Learned() != 0 {
+		t.Errorf("after max_age: %s with %d samples (%d learned), want the prior", e.Source, e.Calibration.Samples, c.Learned())
 	}
 }
 

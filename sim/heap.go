@@ -19,6 +19,7 @@ const (
 	evMark                      // warm-up ends (idx 0) or issuing ends (idx 1)
 	evSync                      // every replica sends its sync batch
 	evSyncDeliver               // a replica's batch (msg) reaches the others
+	evRetune                    // the slow loop's run (RunConfig.Retune)
 	evCalibrate                 // every replica's calibrator steps and publishes
 	evFlow                      // the flow dispatchers run (idx: flowWake or flowPoll)
 	evStream                    // stream idx issues a request (gen 1: an open-loop arrival)

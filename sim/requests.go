@@ -113,6 +113,10 @@ func (r *runner) arrive(c int) {
 		r.classes[i].res.Issued++
 	}
 	rt := r.route(slot)
+	q.win = nil
+	if r.retune != nil && rt == r.routers[0] {
+		q.win, q.wi = r.retune.win, r.retune.win.record(r.now, q.req.Prompt)
+	}
 	if rt.flow != nil {
 		r.offer(rt, q)
 		return
@@ -249,6 +253,9 @@ func (r *runner) onEvent(ev engine.Event) {
 	}
 	ttft := q.seq.FirstTokenAt - q.arrival
 	e2e := r.now - q.arrival
+	if q.win != nil {
+		q.win.setOutput(q.wi, q.seq.OutputTokens)
+	}
 	if q.measured {
 		slo := r.sc.SLO
 		if q.spec.Continuation {

@@ -96,6 +96,8 @@ type Result struct {
 	// sent (TruePrefillTokensPerSecond at its MeanPromptTokens; 0 when it
 	// was sent none or its server is gone).
 	CalibrationTruth []float64 `json:"-"`
+	// Retune is every run of the slow loop (RunConfig.Retune), in order.
+	Retune []RetuneStep `json:",omitempty"`
 }
 
 // PhaseResult is one phase of a run.

@@ -40,6 +40,10 @@ type RunConfig struct {
 	// Calibration configures every router's calibrator (nil:
 	// fleet.DefaultCalibrationConfig).
 	Calibration *fleet.CalibrationConfig
+	// Retune runs the slow loop on the first router (sim/slowloop.go;
+	// nil or mode off: none). The policy must be a profile with its loop
+	// on.
+	Retune *control.RetuneConfig
 }
 
 type simReq struct {
@@ -68,6 +72,10 @@ type simReq struct {
 	lease   flow.Lease
 	notify  func(*scheduler.Decision, flow.Lease, error)
 	dropped bool
+	// win and wi are the request's record in the slow loop's traffic
+	// window (win nil: not recorded).
+	win *trafficWindow
+	wi  int
 }
 
 type runner struct {
@@ -121,6 +129,8 @@ type runner struct {
 	classes                []classRun
 	phaseClass             []int // class of each phase's load (empty: no classes)
 	streams                []streamRun
+
+	retune *simRetune // the slow loop (nil: off)
 }
 
 // Run simulates one scenario at one level under one policy. It is
@@ -215,6 +225,9 @@ func (r *runner) setup() error {
 		r.h.push(event{at: r.sc.Routers.SyncInterval, kind: evSync})
 	}
 	r.h.push(event{at: r.routers[0].cal.Interval(), kind: evCalibrate})
+	if err := r.buildRetune(); err != nil {
+		return err
+	}
 	r.h.push(event{at: 0, kind: evSample})
 	r.h.push(event{at: r.warm, kind: evMark, idx: 0})
 	r.h.push(event{at: r.end, kind: evMark, idx: 1})
@@ -321,6 +334,11 @@ func (r *runner) loop() {
 			r.dropEndpoint(int(ev.idx))
 		case evMark:
 			r.mark(ev.idx == 1)
+		case evRetune:
+			r.retuneStep()
+			if r.running() {
+				r.h.push(event{at: r.now + r.retune.interval, kind: evRetune})
+			}
 		case evSync:
 			r.sendSync()
 			if r.running() {

@@ -31,6 +31,10 @@ func (r *Result) Summary() report.RunSummary {
 		s.Calibration = append(s.Calibration, c)
 	}
 	s.HerdPicks = r.HerdPicks
+	for _, st := range r.Retune {
+		s.Retune = append(s.Retune, report.RetuneSummary{AtSeconds: st.At.Seconds(), Action: st.Action, Reason: st.Reason,
+			Requests: st.Requests, To: st.To})
+	}
 	s.AdapterLoads = r.AdapterLoads
 	for _, c := range r.Classes {
 		s.Classes = append(s.Classes, report.ClassSummary{Name: c.Name,

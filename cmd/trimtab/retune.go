@@ -39,12 +39,4 @@ func (r retuneSource) TakeWindow() ([]byte, int, error) {
 
 // Engine returns the calibrator's engine file and how many endpoints'
 // calibration is learned.
-func (r retuneSource) Engine() ([]byte, int) {
-	learned := 0
-	for _, e := range r.cal.Snapshot().Endpoints {
-		if e.Source == "learned" {
-			learned++
-		}
-	}
-	return r.cal.EngineFile(), learned
-}
+func (r retuneSource) Engine() ([]byte, int) { return r.cal.EngineFile(), r.cal.Learned() }

@@ -75,6 +75,9 @@ type RunSummary struct {
 	// HerdPicks counts picks whose calm choice was over the guard's bound
 	// (simulator runs; absent when none).
 	HerdPicks int64 `json:"herd_picks,omitempty"`
+	// Retune is every run of the slow loop (a profile with retune.mode
+	// apply), in order.
+	Retune []RetuneSummary `json:"retune,omitempty"`
 	// AdapterLoads counts LoRA adapters loaded into GPU slots during the
 	// window, over all servers (absent when the engine models no
 	// adapters).
@@ -230,4 +233,15 @@ func WriteFile(path string, fn func(io.Writer) error) error {
 		return werr
 	}
 	return os.Rename(tmp, path)
+}
+
+// RetuneSummary is one run of the slow loop in a simulated run: when, its
+// decision and reason, the window it replayed, and the calm weights it
+// applied (apply only).
+type RetuneSummary struct {
+	AtSeconds float64   `json:"at_s"`
+	Action    string    `json:"action"`
+	Reason    string    `json:"reason"`
+	Requests  int       `json:"requests"`
+	To        []float64 `json:"to,omitempty"`
 }
