@@ -6,19 +6,17 @@ import (
 	"slices"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
-
 	"github.com/trimtab/trimtab/control"
 )
 
 // The slow loop in a simulated run (RunConfig.Retune): the first router
 // records its traffic as trimtab serve's traffic recorder does
-// (sim/window.go), and every
-// retune interval of virtual time control.Retune replays the window on
-// the engine that router's calibrator learned (Replay, a nested
-// simulation on the caller's goroutine) and keeps, proposes or applies a
-// calm vector exactly as in serve. Virtual time stands still during a
-// replay, so a run is deterministic for its seed.
+// (sim/window.go), and every retune interval of virtual time
+// control.Retune replays the window on the engine that router's
+// calibrator learned (Replay, a nested simulation on the caller's
+// goroutine) and keeps or applies a calm vector exactly as in serve.
+// Virtual time stands still during a replay, so a run is deterministic
+// for its seed (a step's wall time is not part of the result).
 
 // RetuneStep is one run of the slow loop in a simulated run.
 type RetuneStep struct {
@@ -76,13 +74,10 @@ func (r *runner) buildRetune() error {
 		return err
 	}
 	rt := r.routers[0]
-	// A fake clock: a replay takes no virtual time, and its wall time must
-	// not decide anything (retune.timeout bounds it on the context).
-	clk := clocktesting.NewFakeClock(Epoch)
 	sr := &simRetune{win: newTrafficWindow(c.MaxRequests), interval: c.Interval}
 	// The window keeps what a replay reads: the first max_requests.
 	src := windowSource{win: &sr.win, max: c.MaxRequests, cal: rt.cal, sched: rt.sched}
-	loop, err := control.NewRetune(c, rt.ctl, tuner, src, control.RetuneDeps{Clock: clk})
+	loop, err := control.NewRetune(c, rt.ctl, tuner, src, control.RetuneDeps{})
 	if err != nil {
 		return err
 	}
