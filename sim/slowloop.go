@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/trimtab/trimtab/control"
+	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/scheduler"
 )
 
 // The slow loop in a simulated run (RunConfig.Retune): the first router
@@ -31,11 +33,16 @@ type RetuneStep struct {
 	To []float64
 }
 
-// simRetune is the run's slow loop.
+// simRetune is the run's slow loop, and its control.RetuneSource
+// (sim/window.go): the window being recorded and the first router's
+// calibrator and scheduler.
 type simRetune struct {
 	loop     *control.Retune
-	win      *trafficWindow // the window being recorded
+	win      *trafficWindow
+	max      int // requests a window keeps: what a replay reads
 	interval time.Duration
+	cal      *fleet.Calibrator
+	sched    *scheduler.Scheduler
 }
 
 // errRetuneNoLoop: the slow loop moves the calm weights of a control
@@ -49,10 +56,13 @@ var errRetuneNoLoop = errors.New("retune: the policy has no control loop (a stat
 // simulated run leaves it out.
 func (r *runner) buildRetune() error {
 	cfg := r.cfg.Retune
-	if cfg != nil && cfg.Mode != control.RetuneOff && (r.cfg.Policy.Profile == nil || r.ctl == nil) {
-		return errRetuneNoLoop
+	if cfg != nil && cfg.Mode == control.RetuneOff {
+		return nil
 	}
-	if r.cfg.Policy.Profile == nil || r.ctl == nil || cfg != nil && cfg.Mode == control.RetuneOff {
+	if r.cfg.Policy.Profile == nil || r.ctl == nil {
+		if cfg != nil {
+			return errRetuneNoLoop
+		}
 		return nil
 	}
 	f, err := r.cfg.Policy.Profile()
@@ -74,14 +84,10 @@ func (r *runner) buildRetune() error {
 		return err
 	}
 	rt := r.routers[0]
-	sr := &simRetune{win: newTrafficWindow(c.MaxRequests), interval: c.Interval}
-	// The window keeps what a replay reads: the first max_requests.
-	src := windowSource{win: &sr.win, max: c.MaxRequests, cal: rt.cal, sched: rt.sched}
-	loop, err := control.NewRetune(c, rt.ctl, tuner, src, control.RetuneDeps{})
-	if err != nil {
+	sr := &simRetune{win: newTrafficWindow(c.MaxRequests), max: c.MaxRequests, interval: c.Interval, cal: rt.cal, sched: rt.sched}
+	if sr.loop, err = control.NewRetune(c, rt.ctl, tuner, sr, control.RetuneDeps{}); err != nil {
 		return err
 	}
-	sr.loop = loop
 	r.retune = sr
 	r.h.push(event{at: c.Interval, kind: evRetune})
 	return nil

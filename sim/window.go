@@ -2,14 +2,10 @@ package sim
 
 import (
 	"bytes"
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/zeebo/xxh3"
-
-	"github.com/trimtab/trimtab/fleet"
-	"github.com/trimtab/trimtab/scheduler"
 )
 
 // The slow loop's traffic window in a simulated run: what trimtab serve's
@@ -102,23 +98,14 @@ func (w *trafficWindow) jsonl() []byte {
 	return b.Bytes()
 }
 
-// windowSource is control.RetuneSource over a simulated run's window and
-// its first router: TakeWindow hands the window over and opens the next,
-// Engine is the router's calibrator's engine file, as in serve.
-type windowSource struct {
-	win   **trafficWindow
-	max   int
-	cal   *fleet.Calibrator
-	sched *scheduler.Scheduler
-}
-
-func (s windowSource) TakeWindow() ([]byte, int, error) {
-	w := *s.win
-	if w == nil {
-		return nil, 0, errors.New("no window")
-	}
-	*s.win = newTrafficWindow(s.max)
+// TakeWindow implements control.RetuneSource: it hands the window over
+// and opens the next.
+func (s *simRetune) TakeWindow() ([]byte, int, error) {
+	w := s.win
+	s.win = newTrafficWindow(s.max)
 	return w.jsonl(), len(s.sched.Pool().Endpoints), nil
 }
 
-func (s windowSource) Engine() ([]byte, int) { return s.cal.EngineFile(), s.cal.Learned() }
+// Engine implements control.RetuneSource: the router's calibrator's engine
+// file, as in serve.
+func (s *simRetune) Engine() ([]byte, int) { return s.cal.EngineFile(), s.cal.Learned() }
