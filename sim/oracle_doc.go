@@ -218,19 +218,15 @@ func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 				at[c.Engine] = w
 				rows = append(rows, w)
 			}
-			dst := &w.search
+			dst, kind := &w.search, "search"
 			if r.File.HeldBack != "" {
-				dst = &w.check
+				dst, kind = &w.check, "held-back"
 			}
 			if *dst != nil {
-				kind := "search"
-				if r.File.HeldBack != "" {
-					kind = "held-back"
-				}
 				return "", fmt.Errorf("calibration %s: a second %s run (%s)", c.Engine, kind, r.Link)
 			}
 			*dst = r.File
-			if r.File.HeldBack == "" {
+			if kind == "search" {
 				w.link = r.Link
 			}
 		}
@@ -251,14 +247,9 @@ func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 			chk = w.check.calibration(w.engine)
 		}
 		ratio := func(n string) string {
-			s := "–"
-			if e, ok := c.entry(n); ok {
-				s = fmt.Sprintf("%.3f", e.Ratio)
-			}
-			if chk != nil {
-				if e, ok := chk.entry(n); ok {
-					s += fmt.Sprintf(" (%.3f)", e.Ratio)
-				}
+			s := w.search.ratio(w.engine, n)
+			if w.check != nil {
+				s += " (" + w.check.ratio(w.engine, n) + ")"
 			}
 			return s
 		}
