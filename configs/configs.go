@@ -266,6 +266,9 @@ func (f *File) Validate() error {
 	if g := f.Scheduler.Guard; g.WaitFactor > 0 && g.Factor <= 0 && !f.Adaptive.Enabled {
 		return fmt.Errorf("scheduler.guard.wait_factor: %v has no guard to run under; set scheduler.guard.factor (2.5 is the adaptive loop's) or adaptive.enabled: true", g.WaitFactor)
 	}
+	if g := f.Scheduler.Guard; g.JoinFactor > 0 && g.Factor <= 0 && !f.Adaptive.Enabled {
+		return fmt.Errorf("scheduler.guard.join_factor: %v has no guard to run under; set scheduler.guard.factor (2.5 is the adaptive loop's) or adaptive.enabled: true", g.JoinFactor)
+	}
 	if _, err := f.Picker.build(); err != nil {
 		return err
 	}

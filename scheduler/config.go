@@ -86,6 +86,19 @@ type GuardConfig struct {
 	// WaitFactor 4.
 	WaitFactor float64 `mapstructure:"wait_factor"`
 	WaitSlack  float64 `mapstructure:"wait_slack"`
+	// JoinFactor bounds the wait of a request that would join a prefill
+	// in progress: a candidate whose match is a prompt picked onto it that
+	// has not answered yet (its first prefill of a new prefix is queued
+	// or running; Match.Joining, which the prefix scorer reports with
+	// learn: join_new while the candidates' caches have room for another
+	// copy, prefix.join_spread_fill) ranks after the other candidates
+	// when its expected wait exceeds JoinFactor × the smallest wait, so
+	// the request computes the prefix again where that is sooner. Where
+	// the caches are full a copy evicts another prefix and the join
+	// stands. It runs where the wait bound runs; 0 (the default) turns it
+	// off. configs/adaptive.yaml sets 1.5 (docs/adaptive.md, "Bounding a
+	// join by its wait").
+	JoinFactor float64 `mapstructure:"join_factor"`
 }
 
 // Guard units (GuardConfig.Unit).
@@ -112,7 +125,7 @@ const (
 const DefaultWaitSlackSeconds = 3.0
 
 // maxWaitSlack bounds GuardConfig.WaitSlack (an hour) and maxWaitFactor
-// GuardConfig.WaitFactor.
+// GuardConfig.WaitFactor and JoinFactor.
 const (
 	maxWaitSlack  = 3600.0
 	maxWaitFactor = 1e6
@@ -128,8 +141,11 @@ func DefaultGuardConfig() GuardConfig {
 func (g GuardConfig) seconds() bool { return g.Unit == GuardSeconds }
 
 // measuresWaits reports whether a guarded pick computes each candidate's
-// expected wait (Scheduler.wait): for the seconds unit or the wait bound.
-func (g GuardConfig) measuresWaits() bool { return g.seconds() || g.WaitFactor > 0 }
+// expected wait (Scheduler.wait): for the seconds unit or the wait bound
+// (WaitFactor, JoinFactor).
+func (g GuardConfig) measuresWaits() bool {
+	return g.seconds() || g.WaitFactor > 0 || g.JoinFactor > 0
+}
 
 // Validate checks the guard; errors name the field under scheduler.
 func (g GuardConfig) Validate() error {
@@ -153,6 +169,10 @@ func (g GuardConfig) Validate() error {
 		return fmt.Errorf("guard.wait_slack: must be a number of seconds in [0, %v], got %v", maxWaitSlack, g.WaitSlack)
 	case g.WaitFactor > 0 && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
 		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with wait_factor set, got %v", g.PrefillTokensPerSecond)
+	case !(g.JoinFactor == 0 || g.JoinFactor >= 1 && g.JoinFactor <= maxWaitFactor):
+		return fmt.Errorf("guard.join_factor: must be 0 (off) or a number in [1, %v], got %v", maxWaitFactor, g.JoinFactor)
+	case g.JoinFactor > 0 && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
+		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with join_factor set, got %v", g.PrefillTokensPerSecond)
 	}
 	return nil
 }

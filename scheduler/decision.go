@@ -24,10 +24,13 @@ type Decision struct {
 	totals []float64
 	keys   []float64 // ranking keys when the guard is on (totals minus penalties)
 	waits  []float64 // expected waits (GuardConfig.Unit seconds, or the wait bound on)
-	// waitLimit is the wait bound's limit at this pick (+Inf: off), and
-	// guardKeys the ranking keys before it ranked the candidates over it
-	// last (valid while waitLimit is finite).
+	// waitLimit is the wait bound's limit at this pick (+Inf: off),
+	// joinLimit its limit for a candidate whose match is still in its
+	// first prefill (Match.Joining; 0: off), and guardKeys the ranking
+	// keys before it ranked the candidates over them last (valid while
+	// waitBounded).
 	waitLimit float64
+	joinLimit float64
 	guardKeys []float64
 	order     []int // candidate indexes, best first; order[0] chosen
 	at        int   // index in order of the current endpoint
@@ -65,7 +68,7 @@ func (s *Scheduler) newDecision() *Decision {
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
 	d.guarded, d.calm = false, false
-	d.waitLimit = math.Inf(1)
+	d.waitLimit, d.joinLimit = math.Inf(1), 0
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
@@ -76,6 +79,10 @@ func (d *Decision) reset(req *Request, w *Weights, n int) {
 		d.cs.cached = make([]int64, n)
 	}
 	d.cs.cached = d.cs.cached[:n]
+	if cap(d.cs.joining) < n {
+		d.cs.joining = make([]bool, n)
+	}
+	d.cs.joining = d.cs.joining[:n]
 	if cap(d.cands) < n {
 		d.cands = make([]*Endpoint, 0, n)
 		d.spare = make([]*Endpoint, 0, n)
@@ -103,7 +110,7 @@ func (d *Decision) OverBound(i int) bool {
 		return false
 	}
 	keys := d.keys
-	if !math.IsInf(d.waitLimit, 1) {
+	if d.waitBounded() {
 		keys = d.guardKeys // the wait bound's ranking is OverWait's
 	}
 	if d.calm {
@@ -141,9 +148,28 @@ func (d *Decision) GuardWait(i int) (seconds float64, ok bool) {
 }
 
 // OverWait reports whether candidate i was over the wait bound
-// (GuardConfig.WaitFactor) and so ranked after the candidates within it.
+// (GuardConfig.WaitFactor, or JoinFactor for a candidate whose match is
+// still in its first prefill) and so ranked after the candidates within
+// it.
 func (d *Decision) OverWait(i int) bool {
-	return d.guarded && i >= 0 && i < len(d.waits) && d.waits[i] > d.waitLimit
+	return d.guarded && i >= 0 && i < len(d.waits) && d.overWait(i)
+}
+
+// waitBounded reports whether the wait bound ran at this pick.
+func (d *Decision) waitBounded() bool { return !math.IsInf(d.waitLimit, 1) || d.joinLimit > 0 }
+
+// overWait reports whether candidate i's wait is over the wait bound: over
+// waitLimit, or over joinLimit while its match is a prompt still in its
+// first prefill (Match.Joining).
+func (d *Decision) overWait(i int) bool {
+	if d.waits[i] > d.waitLimit {
+		return true
+	}
+	if d.joinLimit > 0 && d.waits[i] > d.joinLimit {
+		m, ok := d.cs.Match(d.cands[i])
+		return ok && m.Joining
+	}
+	return false
 }
 
 // Uncached returns the prompt tokens of the request its current endpoint
@@ -331,8 +357,12 @@ type CandidateScore struct {
 	// otherwise).
 	GuardWaitSeconds *float64 `json:"guard_wait_seconds,omitempty"`
 	// OverWait: the wait bound ranked the candidate after those within
-	// it (its expected wait was far above the shortest).
+	// it (its expected wait was far above the shortest, or above
+	// join_factor × the shortest while Joining).
 	OverWait bool `json:"over_wait,omitempty"`
+	// Joining: the candidate's match is a prompt still in its first
+	// prefill there (Match.Joining), so the request would wait for it.
+	Joining bool `json:"joining,omitempty"`
 	// OverBound: the guard ranked the candidate after those within its
 	// bound.
 	OverBound bool `json:"over_bound,omitempty"`
@@ -374,6 +404,9 @@ func (d *Decision) Explain() Explanation {
 			cs.GuardWaitSeconds = &w
 		}
 		cs.OverWait = d.OverWait(i)
+		if m, ok := d.cs.Match(c); ok {
+			cs.Joining = m.Joining
+		}
 		x.Candidates[i] = cs
 	}
 	return x

@@ -45,6 +45,9 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 		if gc.WaitFactor > 0 {
 			d.waitLimit = max(gc.WaitFactor*least, least+gc.WaitSlack)
 		}
+		if gc.JoinFactor > 0 {
+			d.joinLimit = gc.JoinFactor * least
+		}
 	}
 	if secs {
 		sum /= float64(n) // the mean wait
@@ -134,15 +137,17 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 }
 
 // applyWaitBound ranks every candidate over the wait bound — a wait above
-// max(WaitFactor × the shortest, the shortest + WaitSlack), d.waitLimit —
-// after every candidate within it (GuardConfig.WaitFactor), whatever the keys so far
+// max(WaitFactor × the shortest, the shortest + WaitSlack), d.waitLimit,
+// or, for a candidate whose match is a prompt still in its first prefill
+// (Match.Joining), above JoinFactor × the shortest, d.joinLimit —
+// after every candidate within it (GuardConfig.WaitFactor, JoinFactor), whatever the keys so far
 // (the load guard's and, under HerdOnly, the calm weights' ranking): it
 // subtracts more than the keys' whole span. It runs after the herd
 // accounting, so a pod held by a long prefill is not a herd, and it keeps
 // the load guard's keys for Decision.OverBound. It counts a wait-bounded
 // pick when the best-ranked candidate before it was over the bound.
 func (s *Scheduler) applyWaitBound(d *Decision) {
-	if math.IsInf(d.waitLimit, 1) {
+	if !d.waitBounded() {
 		return
 	}
 	n := len(d.keys)
@@ -155,12 +160,15 @@ func (s *Scheduler) applyWaitBound(d *Decision) {
 		}
 		lo = min(lo, k)
 	}
-	if d.waits[best] > d.waitLimit {
+	switch {
+	case d.waits[best] > d.waitLimit:
 		s.m.waitBounded.Inc()
+	case d.overWait(best):
+		s.m.joinSpread.Inc()
 	}
 	span := d.keys[best] - lo + 1
 	for i := range d.keys {
-		if d.waits[i] > d.waitLimit {
+		if d.overWait(i) {
 			d.keys[i] -= span
 		}
 	}

@@ -597,6 +597,10 @@ func TestGuardConfigValidateWait(t *testing.T) {
 		{GuardConfig{Factor: 2, WaitFactor: math.Inf(1), PrefillTokensPerSecond: 1}, "guard.wait_factor"},
 		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: math.NaN(), PrefillTokensPerSecond: 1}, "guard.wait_slack"},
 		{GuardConfig{Factor: 2, WaitFactor: 4, WaitSlack: 3601, PrefillTokensPerSecond: 1}, "guard.wait_slack"},
+		{GuardConfig{Factor: 2, JoinFactor: 0.9, PrefillTokensPerSecond: 1}, "guard.join_factor"},
+		{GuardConfig{Factor: 2, JoinFactor: math.NaN(), PrefillTokensPerSecond: 1}, "guard.join_factor"},
+		{GuardConfig{Factor: 2, JoinFactor: 2e6, PrefillTokensPerSecond: 1}, "guard.join_factor"},
+		{GuardConfig{Factor: 2, JoinFactor: 1.5}, "guard.prefill_tokens_per_second"},
 	} {
 		if err := tc.g.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.g, err, tc.want)

@@ -118,6 +118,13 @@ type Match struct {
 	// Cached is how many leading prompt tokens the endpoint holds, ≤
 	// Indexed.
 	Cached int64
+	// Joining says the endpoint's match is a prompt picked onto it that
+	// has not answered yet — its first prefill is queued or running, so
+	// this request would wait for it — while the candidates' caches have
+	// room for another copy (the prefix scorer's join_spread_fill). The
+	// wait bound's GuardConfig.JoinFactor ranks such a candidate after
+	// the others when its wait is long.
+	Joining bool
 }
 
 // Ratio returns Cached ÷ Indexed, the share of the indexed prompt the
@@ -147,6 +154,7 @@ type CycleState struct {
 	matched         bool
 	prompt, indexed int64
 	cached          []int64
+	joining         []bool
 
 	// affinityCut is 1 − AffinityScale for this decision (the zero
 	// state reads as calm).
@@ -197,6 +205,7 @@ func (cs *CycleState) SetMatch(prompt, indexed int64) {
 	cs.matched = true
 	cs.prompt, cs.indexed = max(prompt, 0), min(max(indexed, 0), max(prompt, 0))
 	clear(cs.cached)
+	clear(cs.joining)
 }
 
 // SetCached records how many leading prompt tokens e holds (clamped to
@@ -205,6 +214,14 @@ func (cs *CycleState) SetMatch(prompt, indexed int64) {
 func (cs *CycleState) SetCached(e *Endpoint, tokens int64) {
 	if i := int(e.idx); i >= 0 && i < len(cs.cached) {
 		cs.cached[i] = min(max(tokens, 0), cs.indexed)
+	}
+}
+
+// SetJoining marks e's match as a prompt still in its first prefill there
+// (Match.Joining); called by a MatchProducer in Match, after SetMatch.
+func (cs *CycleState) SetJoining(e *Endpoint) {
+	if i := int(e.idx); i >= 0 && i < len(cs.joining) {
+		cs.joining[i] = true
 	}
 }
 
@@ -217,6 +234,9 @@ func (cs *CycleState) Match(e *Endpoint) (m Match, ok bool) {
 	m = Match{Prompt: cs.prompt, Indexed: cs.indexed}
 	if i := int(e.idx); i >= 0 && i < len(cs.cached) {
 		m.Cached = cs.cached[i]
+	}
+	if i := int(e.idx); i >= 0 && i < len(cs.joining) {
+		m.Joining = cs.joining[i]
 	}
 	return m, true
 }

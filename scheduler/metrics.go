@@ -10,6 +10,7 @@ type metrics struct {
 	picks           prometheus.Counter
 	guarded         prometheus.Counter
 	waitBounded     prometheus.Counter
+	joinSpread      prometheus.Counter
 	errNoEndpoints  prometheus.Counter
 	errUnknownModel prometheus.Counter
 	errUnreachable  prometheus.Counter
@@ -33,6 +34,10 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		waitBounded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_wait_bounded_picks_total",
 			Help: "Decisions whose best-ranked candidate expected a wait for its first token far above the shortest (scheduler.guard.wait_factor), so it was ranked after the candidates within the bound.",
+		}),
+		joinSpread: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_join_spread_picks_total",
+			Help: "Decisions whose best-ranked candidate was still computing the request's prefix for a prompt that shares it, with a wait for the first token above scheduler.guard.join_factor × the shortest, so the request was ranked onto a candidate that computes the prefix again.",
 		}),
 		ejectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_ejections_refused_total",
@@ -61,7 +66,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		m.outcomes[k] = outcomes.WithLabelValues(k.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.guarded, m.waitBounded, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
+		reg.MustRegister(m.picks, m.guarded, m.waitBounded, m.joinSpread, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
 }

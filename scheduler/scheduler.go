@@ -155,8 +155,9 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 			consumer = true
 		}
 	}
-	// The seconds guard reads the match and the pending tokens it counts.
-	consumer = consumer || cfg.Guard.seconds()
+	// The seconds guard reads the match and the pending tokens it counts,
+	// the join bound the match's Joining.
+	consumer = consumer || cfg.Guard.seconds() || cfg.Guard.JoinFactor > 0
 	for i, e := range entries {
 		if _, ok := e.Scorer.(MatchProducer); ok && consumer && s.matchBy < 0 {
 			s.matchBy = i

@@ -90,6 +90,8 @@ func TestInTreeRejectsBadParams(t *testing.T) {
 		{TypePrefix, map[string]any{"learn": "pick", "join_cache_fill": 0.5}, `prefix.join_cache_fill: applies to learn: join_new only (learn is "pick")`},
 		{TypePrefix, map[string]any{"learn": "join_new", "join_cache_fill": 0.5, "join_cache_room": -1}, "prefix.join_cache_room: must be in [0, 1e6] prompts, got -1"},
 		{TypePrefix, map[string]any{"learn": "join_new", "join_cache_room": 32}, "prefix.join_cache_room: applies with join_cache_fill only (join_cache_fill is 0)"},
+		{TypePrefix, map[string]any{"learn": "join_new", "join_spread_fill": 1.2}, "prefix.join_spread_fill: must be in [0, 1], got 1.2"},
+		{TypePrefix, map[string]any{"join_spread_fill": 0.8}, `prefix.join_spread_fill: applies to learn: join_new only (learn is "first_byte")`},
 		{TypePrefix, map[string]any{"block_sise": 64}, "block_sise"}, // unknown key
 		{TypeSession, map[string]any{"load_factor": 0.5}, "session.load_factor"},
 		{TypeSession, map[string]any{"max_sessions": 0}, "session.max_sessions"},

@@ -103,6 +103,9 @@ type OracleGuard struct {
 	// WaitFactor and WaitSlack are the guard's wait bound (factor 0: off).
 	WaitFactor float64 `json:"wait_factor,omitempty"`
 	WaitSlack  float64 `json:"wait_slack,omitempty"`
+	// JoinFactor is the wait bound's factor for a request joining a
+	// prefill in progress (0: off).
+	JoinFactor float64 `json:"join_factor,omitempty"`
 }
 
 // OracleCalibration is one engine calibration's column.
@@ -427,5 +430,6 @@ func oracleGuard(g scheduler.GuardConfig) OracleGuard {
 	if g.WaitFactor > 0 {
 		o.WaitFactor, o.WaitSlack = g.WaitFactor, g.WaitSlack
 	}
+	o.JoinFactor = g.JoinFactor
 	return o
 }

@@ -244,7 +244,11 @@ func (o *OracleFile) method() string {
 		guard = fmt.Sprintf("the profile's `scheduler.guard` (factor %s, slack %s, crowd factor %s, crowd slack %s)",
 			fmtWeight(g.Factor), fmtWeight(g.Slack), fmtWeight(g.CrowdFactor), fmtWeight(g.CrowdSlack))
 		if g.WaitFactor > 0 {
-			guard += fmt.Sprintf(" and its wait bound (wait factor %s, wait slack %s s)", fmtWeight(g.WaitFactor), fmtWeight(g.WaitSlack))
+			guard += fmt.Sprintf(" and its wait bound (wait factor %s, wait slack %s s", fmtWeight(g.WaitFactor), fmtWeight(g.WaitSlack))
+			if g.JoinFactor > 0 {
+				guard += fmt.Sprintf(", join factor %s", fmtWeight(g.JoinFactor))
+			}
+			guard += ")"
 		}
 	}
 	return fmt.Sprintf("**The oracle** of a calibration is the best single static weight vector for it over %s, "+

@@ -95,7 +95,7 @@ func (r *TuneResult) WriteProfile(w io.Writer, f *configs.File, comment string) 
 	}
 	if g := f.Scheduler.Guard; g.Factor > 0 {
 		doc.Scheduler["guard"] = map[string]any{"factor": g.Factor, "slack": g.Slack, "crowd_factor": g.CrowdFactor, "crowd_slack": g.CrowdSlack,
-			"unit": g.Unit, "prefill_tokens_per_second": g.PrefillTokensPerSecond, "wait_factor": g.WaitFactor, "wait_slack": g.WaitSlack}
+			"unit": g.Unit, "prefill_tokens_per_second": g.PrefillTokensPerSecond, "wait_factor": g.WaitFactor, "wait_slack": g.WaitSlack, "join_factor": g.JoinFactor}
 	}
 	if f.Picker.Type == "" {
 		doc.Picker["type"] = "max-score"

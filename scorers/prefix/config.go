@@ -64,6 +64,19 @@ type Config struct {
 	// 70, docs/adaptive.md "Joining a new prefix when the caches are
 	// full"). In [0, 1e6].
 	JoinCacheRoom float64 `mapstructure:"join_cache_room"`
+	// JoinSpreadFill, with learn: join_new, is the mean share of the
+	// candidates' prefix caches this index holds (as JoinCacheFill
+	// counts it) below which a request that would join a prefill in
+	// progress may be spread: while a prompt recorded at the pick has not
+	// answered, a candidate holding it is reported as joining
+	// (scheduler.Match.Joining), and the scheduler's
+	// scheduler.guard.join_factor ranks it after the others when waiting
+	// for that prefill is slower than computing the prefix again. Above
+	// it a copy would evict another prefix, and the join stands: a pool
+	// whose caches are full pays for every copy twice, in prefill and in
+	// the prefixes it evicts (docs/adaptive.md, "Bounding a join by its
+	// wait"). In [0, 1]; 0 (the default): never reported.
+	JoinSpreadFill float64 `mapstructure:"join_spread_fill"`
 }
 
 // DefaultConfig returns the defaults: 64-token blocks of 4 bytes a
@@ -108,6 +121,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefix.join_cache_room: must be in [0, 1e6] prompts, got %v", c.JoinCacheRoom)
 	case c.JoinCacheRoom > 0 && c.JoinCacheFill == 0:
 		return fmt.Errorf("prefix.join_cache_room: applies with join_cache_fill only (join_cache_fill is 0)")
+	case !(c.JoinSpreadFill >= 0 && c.JoinSpreadFill <= 1):
+		return fmt.Errorf("prefix.join_spread_fill: must be in [0, 1], got %v", c.JoinSpreadFill)
+	case c.JoinSpreadFill > 0 && c.Learn != LearnJoinNew:
+		return fmt.Errorf("prefix.join_spread_fill: applies to learn: %s only (learn is %q)", LearnJoinNew, c.Learn)
 	}
 	return nil
 }

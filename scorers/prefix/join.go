@@ -1,7 +1,10 @@
 package prefix
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -99,4 +102,152 @@ func (p *Scorer) roomy(sc *cycleScratch, tab *idTable) bool {
 		}
 	}
 	return n > 0 && sum/float64(n) >= p.cfg.JoinCacheRoom*float64(max(sc.n, 1))
+}
+
+// Joins in progress (join_spread_fill): the new prefixes recorded at the
+// pick whose first byte has not come, so a candidate holding one is
+// computing it still and a request that shares it would wait for that
+// prefill (scheduler.Match.Joining).
+
+// maxPendingJoins bounds how many are tracked; pendingJoinTTL is how long
+// one counts without its first byte (a request that fails never
+// answers). Past either, the prefix reads as computed and its joiners
+// join, as without the bound.
+const (
+	maxPendingJoins = 4096
+	pendingJoinTTL  = 60 * time.Second
+)
+
+// pendingJoin is one tracked prefix: the endpoint computing it and when
+// the request that started it arrived (Unix nanoseconds; 0: unknown).
+type pendingJoin struct {
+	id uint32
+	at int64
+}
+
+// pendingEntry is one slot of pendingJoins' ring.
+type pendingEntry struct {
+	hash uint64
+	pendingJoin
+}
+
+// pendingJoins is the set of joins in progress, by the hash of the
+// prompt's first block, bounded by a ring of its entries in the order
+// they came: adding to a full set drops the oldest, and entries past the
+// TTL leave as new ones come. The zero value is empty.
+type pendingJoins struct {
+	mu         sync.Mutex
+	byHash     map[uint64]pendingJoin
+	ring       []pendingEntry // maxPendingJoins slots, allocated on first add
+	head, size int
+	n          atomic.Int64 // len(byHash), read without the lock
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// stale reports whether j is past the TTL at now (Unix nanoseconds); an
+// unknown time on either side is not.
+func (j pendingJoin) stale(now int64) bool {
+	return now != 0 && j.at != 0 && now-j.at > int64(pendingJoinTTL)
+}
+
+// add records that the prompt whose first block hashes to hash is being
+// computed on endpoint id, for a request that arrived at at.
+func (q *pendingJoins) add(hash uint64, id uint32, at time.Time) {
+	now := unixNano(at)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring == nil {
+		q.ring = make([]pendingEntry, maxPendingJoins)
+		q.byHash = make(map[uint64]pendingJoin, maxPendingJoins)
+	}
+	for q.size > 0 && (q.size == len(q.ring) || q.ring[q.head].stale(now)) {
+		old := q.ring[q.head]
+		if j, ok := q.byHash[old.hash]; ok && j == old.pendingJoin {
+			delete(q.byHash, old.hash)
+		}
+		q.head = (q.head + 1) % len(q.ring)
+		q.size--
+	}
+	j := pendingJoin{id: id, at: now}
+	q.byHash[hash] = j
+	q.ring[(q.head+q.size)%len(q.ring)] = pendingEntry{hash, j}
+	q.size++
+	q.n.Store(int64(len(q.byHash)))
+}
+
+// computing returns the endpoint computing the prompt whose first block
+// hashes to hash, for a request that arrived at now; ok is false when
+// none is (or its entry is past the TTL). Lock-free while none is tracked.
+func (q *pendingJoins) computing(hash uint64, now time.Time) (id uint32, ok bool) {
+	if q.n.Load() == 0 {
+		return 0, false
+	}
+	q.mu.Lock()
+	j, ok := q.byHash[hash]
+	q.mu.Unlock()
+	if !ok || j.stale(unixNano(now)) {
+		return 0, false
+	}
+	return j.id, true
+}
+
+// answered removes the prompt whose first block hashes to hash when it
+// is endpoint id's: that endpoint has computed it.
+func (q *pendingJoins) answered(hash uint64, id uint32) {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	if j, ok := q.byHash[hash]; ok && j.id == id {
+		delete(q.byHash, hash)
+		q.n.Store(int64(len(q.byHash)))
+	}
+	q.mu.Unlock()
+}
+
+// forget removes the entries of the given endpoint ids (left the pool,
+// or numbered anew).
+func (q *pendingJoins) forget(ids []uint32) {
+	if len(ids) == 0 || q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	for h, j := range q.byHash {
+		if slices.Contains(ids, j.id) {
+			delete(q.byHash, h)
+		}
+	}
+	q.n.Store(int64(len(q.byHash)))
+	q.mu.Unlock()
+}
+
+// markJoining reports, in cs, each candidate whose match is a prompt still
+// in its first prefill there (scheduler.Match.Joining), while the
+// candidates' caches have room for another copy (fill below
+// join_spread_fill). sc holds the request's hashes and matches (Score).
+func (p *Scorer) markJoining(cs *scheduler.CycleState, sc *cycleScratch, eps []*scheduler.Endpoint) {
+	if p.cfg.JoinSpreadFill <= 0 || sc.idsTab == nil || len(sc.ids) < len(eps) {
+		return
+	}
+	id, ok := p.pending.computing(sc.hashes[0], sc.req.Arrival)
+	if !ok {
+		return
+	}
+	at := -1
+	for i := range eps {
+		if sc.ids[i] == id && sc.matched[i] > 0 {
+			at = i
+			break
+		}
+	}
+	if at < 0 || p.filled(sc, sc.idsTab, sc.ids[:len(eps)]) >= p.cfg.JoinSpreadFill {
+		return
+	}
+	cs.SetJoining(eps[at])
 }

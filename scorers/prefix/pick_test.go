@@ -69,7 +69,8 @@ func TestPickWithPickLogAllocatesNothing(t *testing.T) {
 
 // TestPrefixConcurrent races picks (scoring and recording), pool changes
 // and metric scrapes, and with learn: join_new the join gate's lock-free
-// read of the index's fill; run it with -race.
+// read of the index's fill and the joins in progress (join_spread_fill,
+// under the scheduler's join bound); run it with -race.
 func TestPrefixConcurrent(t *testing.T) {
 	t.Run(prefix.LearnFirstByte, func(t *testing.T) { prefixConcurrent(t, prefix.LearnFirstByte) })
 	t.Run(prefix.LearnJoinNew, func(t *testing.T) { prefixConcurrent(t, prefix.LearnJoinNew) })
@@ -79,8 +80,10 @@ func prefixConcurrent(t *testing.T, learn string) {
 	reg := prometheus.NewRegistry()
 	cfg := prefix.SmallConfig()
 	cfg.Capacity = 256
+	sc := scheduler.DefaultConfig()
 	if cfg.Learn = learn; learn == prefix.LearnJoinNew {
-		cfg.JoinCacheFill = 0.01
+		cfg.JoinCacheFill, cfg.JoinSpreadFill = 0.01, 1
+		sc.Guard = scheduler.GuardConfig{Factor: 2.5, Slack: 6, PrefillTokensPerSecond: 1000, JoinFactor: 1.5}
 	}
 	p, err := prefix.New("prefix", cfg, prefix.Deps{Registerer: reg})
 	if err != nil {
@@ -90,7 +93,7 @@ func prefixConcurrent(t *testing.T, learn string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+	s, err := scheduler.New(sc, []scheduler.ScorerEntry{
 		{Name: "prefix", Scorer: p, Weight: 3},
 		{Name: "session", Scorer: sess, Weight: 1},
 	}, nil, scheduler.MaxScore{}, scheduler.Deps{})
@@ -120,6 +123,9 @@ func prefixConcurrent(t *testing.T, learn string) {
 				}
 				if i%3 == 0 {
 					d.Advance()
+				}
+				if i%2 == 0 {
+					d.FirstByte()
 				}
 				d.Done(scheduler.Outcome{})
 			}

@@ -104,6 +104,10 @@ type Scorer struct {
 	// router's view of the prefix-cache hit ratio.
 	reqBlocks, hitBlocks prometheus.Counter
 	log                  *slog.Logger
+
+	// pending holds the new prefixes recorded at the pick that have not
+	// answered (join_spread_fill).
+	pending pendingJoins
 }
 
 // idTable is the published mapping from endpoints to the index's
@@ -409,6 +413,7 @@ func (p *Scorer) Match(cs *scheduler.CycleState, req *scheduler.Request, eps []*
 	for i, e := range eps {
 		cs.SetCached(e, int64(sc.matched[i])*bs)
 	}
+	p.markJoining(cs, sc, eps)
 }
 
 // resolveIDs fills sc.ids with the candidates' ids. Candidates are usually
@@ -460,8 +465,14 @@ func (p *Scorer) Picked(cs *scheduler.CycleState, req *scheduler.Request, chosen
 			}
 		}
 	}
-	if p.cfg.Learn == LearnPick || p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.cachesFull(sc, tab) {
+	switch {
+	case p.cfg.Learn == LearnPick:
 		p.record(sc, tab, id, chosen)
+	case p.cfg.Learn == LearnJoinNew && sc.idsTab == tab && !slices.ContainsFunc(sc.matched, func(m int32) bool { return m > 0 }) && p.cachesFull(sc, tab):
+		p.record(sc, tab, id, chosen)
+		if p.cfg.JoinSpreadFill > 0 {
+			p.pending.add(sc.hashes[0], id, req.Arrival)
+		}
 	}
 }
 
@@ -478,6 +489,7 @@ func (p *Scorer) FirstByte(cs *scheduler.CycleState, req *scheduler.Request, ep 
 	}
 	tab := p.tab.Load()
 	if id := tab.id(ep); id != 0 {
+		p.pending.answered(sc.hashes[0], id)
 		p.record(sc, tab, id, ep)
 	}
 }

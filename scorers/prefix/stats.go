@@ -81,6 +81,7 @@ func (p *Scorer) PoolChanged(eps []*scheduler.Endpoint) {
 	if len(gone) > 0 {
 		p.log.Debug("prefix index: purged endpoints that left the pool", "endpoints", len(gone))
 	}
+	p.pending.forget(append(fresh, gone...))
 	// Released ids are only reused by the next PoolChanged, after any Pick
 	// still holding the previous table has finished with them.
 	p.freed = append(free, gone...)
