@@ -51,8 +51,8 @@ scorers:
 			scheduler.GuardConfig{}, 0, "scheduler: guard.wait_factor"},
 		{"wait bound without a guard", "scheduler: {guard: {wait_factor: 4}}\nadaptive: {enabled: false}",
 			scheduler.GuardConfig{}, 0, "scheduler.guard.wait_factor: 4 has no guard"},
-		{"join bound written", "scheduler: {guard: {factor: 2.5, wait_factor: 4, join_factor: 1.5}}\nadaptive: {enabled: true}",
-			scheduler.GuardConfig{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: "requests", PrefillTokensPerSecond: 13100, WaitFactor: 4, WaitSlack: scheduler.DefaultWaitSlackSeconds, JoinFactor: 1.5}, 2.5, ""},
+		{"join bound with no scorer reporting joins", "scheduler: {guard: {factor: 2.5, wait_factor: 4, join_factor: 1.5}}\nadaptive: {enabled: true}",
+			scheduler.GuardConfig{}, 0, "scheduler.guard.join_factor: 1.5 needs a scorer that reports joins in progress; set learn: join_new and join_spread_fill"},
 		{"bad join_factor", "scheduler: {guard: {factor: 2.5, join_factor: 0.5}}",
 			scheduler.GuardConfig{}, 0, "scheduler: guard.join_factor"},
 		{"join bound without a guard", "scheduler: {guard: {join_factor: 1.5}}\nadaptive: {enabled: false}",
@@ -90,6 +90,30 @@ scorers:
 				t.Errorf("version 1 weights guard %+v, want factor %v", w.Guard, tc.sched.Factor)
 			}
 		})
+	}
+}
+
+// TestJoinBoundSetting: scheduler.guard.join_factor with a prefix scorer
+// that reports joins in progress (learn: join_new, join_spread_fill)
+// builds, and the scheduler carries it.
+func TestJoinBoundSetting(t *testing.T) {
+	f, err := Parse([]byte(`
+scheduler: {guard: {factor: 2.5, wait_factor: 4, join_factor: 1.5}}
+adaptive: {enabled: true}
+scorers:
+  - {type: prefix, weight: 3, params: {learn: join_new, join_spread_fill: 0.7}}
+  - {type: inflight, weight: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := scheduler.GuardConfig{Factor: 2.5, Slack: 6, CrowdFactor: 1.5, CrowdSlack: 3, Unit: "requests", PrefillTokensPerSecond: 13100,
+		WaitFactor: 4, WaitSlack: scheduler.DefaultWaitSlackSeconds, JoinFactor: 1.5}
+	if f.Scheduler.Guard != want {
+		t.Errorf("scheduler.guard %+v, want %+v", f.Scheduler.Guard, want)
+	}
+	if _, err := f.BuildScheduler(scorers.InTree(), scheduler.Deps{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

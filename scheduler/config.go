@@ -95,9 +95,13 @@ type GuardConfig struct {
 	// when its expected wait exceeds JoinFactor × the smallest wait, so
 	// the request computes the prefix again where that is sooner. Where
 	// the caches are full a copy evicts another prefix and the join
-	// stands. It runs where the wait bound runs; 0 (the default) turns it
-	// off. configs/adaptive.yaml sets 1.5 (docs/adaptive.md, "Bounding a
-	// join by its wait").
+	// stands. It runs where the wait bound runs, needs a scorer that
+	// reports joins (a profile without one is refused), and makes the
+	// scheduler run the profile's MatchProducer at every pick, so a
+	// wait_factor beside it counts uncached tokens even in a profile with
+	// no other match consumer. 0 (the default) turns it off.
+	// configs/adaptive.yaml sets 1.5 (docs/adaptive.md, "Bounding a join
+	// by its wait").
 	JoinFactor float64 `mapstructure:"join_factor"`
 }
 

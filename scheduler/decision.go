@@ -26,7 +26,7 @@ type Decision struct {
 	waits  []float64 // expected waits (GuardConfig.Unit seconds, or the wait bound on)
 	// waitLimit is the wait bound's limit at this pick (+Inf: off),
 	// joinLimit its limit for a candidate whose match is still in its
-	// first prefill (Match.Joining; 0: off), and guardKeys the ranking
+	// first prefill (Match.Joining; +Inf: off), and guardKeys the ranking
 	// keys before it ranked the candidates over them last (valid while
 	// waitBounded).
 	waitLimit float64
@@ -68,7 +68,7 @@ func (s *Scheduler) newDecision() *Decision {
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
 	d.guarded, d.calm = false, false
-	d.waitLimit, d.joinLimit = math.Inf(1), 0
+	d.waitLimit, d.joinLimit = math.Inf(1), math.Inf(1)
 	d.done.Store(false)
 	d.firstByte.Store(false)
 	d.prefill = int64(len(req.Prompt))
@@ -156,7 +156,9 @@ func (d *Decision) OverWait(i int) bool {
 }
 
 // waitBounded reports whether the wait bound ran at this pick.
-func (d *Decision) waitBounded() bool { return !math.IsInf(d.waitLimit, 1) || d.joinLimit > 0 }
+func (d *Decision) waitBounded() bool {
+	return !math.IsInf(d.waitLimit, 1) || !math.IsInf(d.joinLimit, 1)
+}
 
 // overWait reports whether candidate i's wait is over the wait bound: over
 // waitLimit, or over joinLimit while its match is a prompt still in its
@@ -165,7 +167,7 @@ func (d *Decision) overWait(i int) bool {
 	if d.waits[i] > d.waitLimit {
 		return true
 	}
-	if d.joinLimit > 0 && d.waits[i] > d.joinLimit {
+	if d.waits[i] > d.joinLimit {
 		m, ok := d.cs.Match(d.cands[i])
 		return ok && m.Joining
 	}

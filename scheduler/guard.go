@@ -139,13 +139,14 @@ func (s *Scheduler) applyGuard(d *Decision, w *Weights, g, crowd Guard, calm []f
 // applyWaitBound ranks every candidate over the wait bound — a wait above
 // max(WaitFactor × the shortest, the shortest + WaitSlack), d.waitLimit,
 // or, for a candidate whose match is a prompt still in its first prefill
-// (Match.Joining), above JoinFactor × the shortest, d.joinLimit —
-// after every candidate within it (GuardConfig.WaitFactor, JoinFactor), whatever the keys so far
-// (the load guard's and, under HerdOnly, the calm weights' ranking): it
-// subtracts more than the keys' whole span. It runs after the herd
-// accounting, so a pod held by a long prefill is not a herd, and it keeps
-// the load guard's keys for Decision.OverBound. It counts a wait-bounded
-// pick when the best-ranked candidate before it was over the bound.
+// (Match.Joining), above JoinFactor × the shortest, d.joinLimit — after
+// every candidate within it (GuardConfig.WaitFactor, JoinFactor),
+// whatever the keys so far (the load guard's and, under HerdOnly, the
+// calm weights' ranking): it subtracts more than the keys' whole span. It
+// runs after the herd accounting, so a pod held by a long prefill is not
+// a herd, and it keeps the load guard's keys for Decision.OverBound. It
+// counts a wait-bounded pick when the best-ranked candidate before it was
+// over waitLimit, a join-spread pick when it was over joinLimit only.
 func (s *Scheduler) applyWaitBound(d *Decision) {
 	if !d.waitBounded() {
 		return

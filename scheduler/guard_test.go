@@ -671,3 +671,74 @@ func TestWaitBoundHerdOnly(t *testing.T) {
 	small.Done(Outcome{})
 	giant.Done(Outcome{})
 }
+
+// joinMatcher is a MatchProducer that reports a prompt starting with 'x'
+// as held in full by every candidate and joining on a:1, and any other
+// prompt as held by none; it scores a:1 1 and the others 0.
+type joinMatcher struct{}
+
+func (joinMatcher) Category() Category { return CategoryAffinity }
+func (joinMatcher) ReportsJoins() bool { return true }
+func (joinMatcher) Score(_ *CycleState, _ *Request, eps []*Endpoint, out []float64) {
+	for i, e := range eps {
+		out[i] = 0
+		if e.Address == "a:1" {
+			out[i] = 1
+		}
+	}
+}
+func (joinMatcher) Match(cs *CycleState, req *Request, eps []*Endpoint) {
+	n := int64(len(req.Prompt) / 4)
+	cs.SetMatch(n, n)
+	if len(req.Prompt) == 0 || req.Prompt[0] != 'x' {
+		return
+	}
+	for _, e := range eps {
+		cs.SetCached(e, n)
+		if e.Address == "a:1" {
+			cs.SetJoining(e)
+		}
+	}
+}
+
+// TestJoinBoundShortestWaitZero: a candidate that holds the whole prompt
+// and has nothing queued waits 0 s, so the join bound's limit is 0 and a
+// joining candidate with any wait ranks after it. A 4,000-byte prompt no
+// one holds is queued on a:1 (1,000 tokens at 1,000 tokens/s); an 'x'
+// prompt held everywhere then waits 1 s on a:1, where it is joining, and
+// 0 on b:1: it goes to b:1 against its affinity, as a join-spread pick
+// (not a wait-bounded one: the wait bound is off). A request a:1 is not
+// joining for stays there.
+func TestJoinBoundShortestWaitZero(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Guard = GuardConfig{Factor: 2, Slack: 100, PrefillTokensPerSecond: 1000, JoinFactor: 1.5}
+	s, err := New(cfg, []ScorerEntry{{Name: "m", Scorer: joinMatcher{}, Weight: 1}}, nil, MaxScore{}, Deps{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEndpoints(eps("a:1", "b:1"))
+	queued, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 4000), Subset: []string{"a:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := s.Pick(context.Background(), &Request{Prompt: []byte("x" + strings.Repeat("y", 399))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Endpoint.Address != "b:1" || !x.OverWait(0) {
+		t.Errorf("joining request: %s (a:1 over the wait bound %v), want b:1 with a:1 over it", x.Endpoint.Address, x.OverWait(0))
+	}
+	if got, wb := testutil.ToFloat64(s.m.joinSpread), testutil.ToFloat64(s.m.waitBounded); got != 1 || wb != 0 {
+		t.Errorf("%v join-spread and %v wait-bounded picks, want 1 and 0", got, wb)
+	}
+	other, err := s.Pick(context.Background(), &Request{Prompt: make([]byte, 400)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Endpoint.Address != "a:1" || other.OverWait(0) {
+		t.Errorf("request a:1 is not joining for: %s (over the wait bound %v), want a:1", other.Endpoint.Address, other.OverWait(0))
+	}
+	for _, d := range []*Decision{other, x, queued} {
+		d.Done(Outcome{})
+	}
+}

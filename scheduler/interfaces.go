@@ -107,6 +107,14 @@ type MatchConsumer interface {
 	ConsumesMatch()
 }
 
+// JoinReporter is implemented by MatchProducers that can report
+// Match.Joining; ReportsJoins says whether this one is configured to (the
+// prefix scorer's join_spread_fill). A scheduler whose guard sets
+// GuardConfig.JoinFactor needs one.
+type JoinReporter interface {
+	ReportsJoins() bool
+}
+
 // Match is what a MatchProducer says of one request on one endpoint, in
 // tokens.
 type Match struct {
@@ -121,7 +129,8 @@ type Match struct {
 	// Joining says the endpoint's match is a prompt picked onto it that
 	// has not answered yet — its first prefill is queued or running, so
 	// this request would wait for it — while the candidates' caches have
-	// room for another copy (the prefix scorer's join_spread_fill). The
+	// room for another copy (the prefix scorer's join_spread_fill and
+	// join_kv_util). The
 	// wait bound's GuardConfig.JoinFactor ranks such a candidate after
 	// the others when its wait is long.
 	Joining bool

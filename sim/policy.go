@@ -142,13 +142,15 @@ func Policies(names []string) ([]Policy, error) {
 }
 
 // loopOff returns a copy of f with the control loop off and, unless
-// keepGuard, the scheduler's load guard and its wait bound off too.
+// keepGuard, the scheduler's load guard and its wait and join bounds off
+// too.
 func loopOff(f *configs.File, keepGuard bool) *configs.File {
 	off := *f
 	off.Adaptive.Enabled = false
 	if !keepGuard {
 		off.Scheduler.Guard.Factor = 0
 		off.Scheduler.Guard.WaitFactor = 0 // the wait bound runs only under a guard
+		off.Scheduler.Guard.JoinFactor = 0
 	}
 	return &off
 }

@@ -72,10 +72,15 @@ type Config struct {
 	// (scheduler.Match.Joining), and the scheduler's
 	// scheduler.guard.join_factor ranks it after the others when waiting
 	// for that prefill is slower than computing the prefix again. Above
-	// it a copy would evict another prefix, and the join stands: a pool
-	// whose caches are full pays for every copy twice, in prefill and in
-	// the prefixes it evicts (docs/adaptive.md, "Bounding a join by its
-	// wait"). In [0, 1]; 0 (the default): never reported.
+	// it — or while the candidates' scraped KV use is at join_kv_util,
+	// for servers that do not report their KV size, whose fill reads
+	// low — a copy would evict another prefix, and the join stands: a
+	// pool whose caches are full pays for every copy twice, in prefill
+	// and in the prefixes it evicts (docs/adaptive.md, "Bounding a join
+	// by its wait"). A prompt counts until its first byte, for at most
+	// 60 s after its request arrived (a request that fails never
+	// answers), 1,024 at a time. In [0, 1]; 0 (the default): never
+	// reported; without scheduler.guard.join_factor nothing reads it.
 	JoinSpreadFill float64 `mapstructure:"join_spread_fill"`
 }
 

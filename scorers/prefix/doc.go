@@ -13,7 +13,8 @@
 // Concurrency: every method is safe for concurrent use. The index is
 // sharded; Score reads a shard without a lock (a sequence lock, falling
 // back to the read lock) and recording takes a shard's write lock only when
-// it changes something. Nothing in the package starts a goroutine; the
+// it changes something. The joins in progress (join_spread_fill) are
+// sixteen rings of 64 entries, each under its own mutex. Nothing in the package starts a goroutine; the
 // index metrics are computed at scrape time by a collector. Per-request
 // scratch lives in the scheduler's CycleState slot, so a warm scorer
 // allocates nothing per request.

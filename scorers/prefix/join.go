@@ -1,7 +1,7 @@
 package prefix
 
 import (
-	"slices"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,20 +68,28 @@ func (p *Scorer) cachesFull(sc *cycleScratch, tab *idTable) bool {
 	if p.cfg.JoinKVUtil <= 0 && p.cfg.JoinCacheFill <= 0 {
 		return true
 	}
-	if p.cfg.JoinKVUtil > 0 {
-		var sum float64
-		var n int
-		for _, e := range sc.idsFor {
-			if e.State == scheduler.StateFresh {
-				sum += e.KVUtil
-				n++
-			}
-		}
-		if n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil {
-			return true
-		}
+	if p.kvFull(sc) {
+		return true
 	}
 	return p.cfg.JoinCacheFill > 0 && p.roomy(sc, tab) && p.filled(sc, tab, sc.ids[:len(sc.idsFor)]) >= p.cfg.JoinCacheFill
+}
+
+// kvFull is the scraped half of the join gate: whether the mean KV-cache
+// use of the request's candidates (sc.idsFor) with fresh metrics is at
+// least JoinKVUtil; false when it is off or no candidate is fresh.
+func (p *Scorer) kvFull(sc *cycleScratch) bool {
+	if p.cfg.JoinKVUtil <= 0 {
+		return false
+	}
+	var sum float64
+	var n int
+	for _, e := range sc.idsFor {
+		if e.State == scheduler.StateFresh {
+			sum += e.KVUtil
+			n++
+		}
+	}
+	return n > 0 && sum/float64(n) >= p.cfg.JoinKVUtil
 }
 
 // roomy reports whether the candidates' prefix caches hold at least
@@ -109,38 +117,50 @@ func (p *Scorer) roomy(sc *cycleScratch, tab *idTable) bool {
 // computing it still and a request that shares it would wait for that
 // prefill (scheduler.Match.Joining).
 
-// maxPendingJoins bounds how many are tracked; pendingJoinTTL is how long
-// one counts without its first byte (a request that fails never
-// answers). Past either, the prefix reads as computed and its joiners
-// join, as without the bound.
+// pendingShards × pendingPerShard bounds how many are tracked (a ring
+// per shard, by the top bits of the prompt's first block hash, so picks
+// of different prefixes do not contend on one lock); pendingJoinTTL is how
+// long one counts after its request arrived without a first byte (a
+// request that fails never answers). Past either, the prefix reads as
+// computed and its joiners join, as without the bound.
 const (
-	maxPendingJoins = 4096
+	pendingShards   = 16
+	pendingPerShard = 64
 	pendingJoinTTL  = 60 * time.Second
 )
 
-// pendingJoin is one tracked prefix: the endpoint computing it and when
-// the request that started it arrived (Unix nanoseconds; 0: unknown).
-type pendingJoin struct {
-	id uint32
-	at int64
-}
-
-// pendingEntry is one slot of pendingJoins' ring.
+// pendingEntry is one tracked prefix: the hash of its first block, the
+// endpoint computing it, and when the request that started it arrived
+// (Unix nanoseconds; 0: unknown, which never expires by age).
 type pendingEntry struct {
 	hash uint64
-	pendingJoin
+	at   int64
+	id   uint32
+	live bool
 }
 
-// pendingJoins is the set of joins in progress, by the hash of the
-// prompt's first block, bounded by a ring of its entries in the order
-// they came: adding to a full set drops the oldest, and entries past the
-// TTL leave as new ones come. The zero value is empty.
+// stale reports whether e is past the TTL at now (Unix nanoseconds); an
+// unknown time on either side is not.
+func (e *pendingEntry) stale(now int64) bool {
+	return now != 0 && e.at != 0 && now-e.at > int64(pendingJoinTTL)
+}
+
+// pendingShard is one ring of entries; adding to it overwrites the oldest.
+type pendingShard struct {
+	mu   sync.Mutex
+	live atomic.Int32 // live entries, read without the lock
+	next int
+	ring [pendingPerShard]pendingEntry
+}
+
+// pendingJoins is the set of joins in progress. The zero value is empty;
+// nothing in it allocates.
 type pendingJoins struct {
-	mu         sync.Mutex
-	byHash     map[uint64]pendingJoin
-	ring       []pendingEntry // maxPendingJoins slots, allocated on first add
-	head, size int
-	n          atomic.Int64 // len(byHash), read without the lock
+	shards [pendingShards]pendingShard
+}
+
+func (q *pendingJoins) shard(hash uint64) *pendingShard {
+	return &q.shards[hash>>(64-bits.Len(pendingShards-1))]
 }
 
 func unixNano(t time.Time) int64 {
@@ -150,87 +170,98 @@ func unixNano(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// stale reports whether j is past the TTL at now (Unix nanoseconds); an
-// unknown time on either side is not.
-func (j pendingJoin) stale(now int64) bool {
-	return now != 0 && j.at != 0 && now-j.at > int64(pendingJoinTTL)
-}
-
 // add records that the prompt whose first block hashes to hash is being
 // computed on endpoint id, for a request that arrived at at.
 func (q *pendingJoins) add(hash uint64, id uint32, at time.Time) {
-	now := unixNano(at)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.ring == nil {
-		q.ring = make([]pendingEntry, maxPendingJoins)
-		q.byHash = make(map[uint64]pendingJoin, maxPendingJoins)
+	s := q.shard(hash)
+	s.mu.Lock()
+	e := &s.ring[s.next]
+	if !e.live {
+		s.live.Add(1)
 	}
-	for q.size > 0 && (q.size == len(q.ring) || q.ring[q.head].stale(now)) {
-		old := q.ring[q.head]
-		if j, ok := q.byHash[old.hash]; ok && j == old.pendingJoin {
-			delete(q.byHash, old.hash)
-		}
-		q.head = (q.head + 1) % len(q.ring)
-		q.size--
-	}
-	j := pendingJoin{id: id, at: now}
-	q.byHash[hash] = j
-	q.ring[(q.head+q.size)%len(q.ring)] = pendingEntry{hash, j}
-	q.size++
-	q.n.Store(int64(len(q.byHash)))
+	*e = pendingEntry{hash: hash, at: unixNano(at), id: id, live: true}
+	s.next = (s.next + 1) % pendingPerShard
+	s.mu.Unlock()
 }
 
 // computing returns the endpoint computing the prompt whose first block
-// hashes to hash, for a request that arrived at now; ok is false when
-// none is (or its entry is past the TTL). Lock-free while none is tracked.
+// hashes to hash (its newest entry), for a request that arrived at now;
+// ok is false when none is or that entry is past the TTL. One atomic
+// load while the shard is empty.
 func (q *pendingJoins) computing(hash uint64, now time.Time) (id uint32, ok bool) {
-	if q.n.Load() == 0 {
+	s := q.shard(hash)
+	if s.live.Load() == 0 {
 		return 0, false
 	}
-	q.mu.Lock()
-	j, ok := q.byHash[hash]
-	q.mu.Unlock()
-	if !ok || j.stale(unixNano(now)) {
-		return 0, false
+	t := unixNano(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := 1; k <= pendingPerShard; k++ {
+		e := &s.ring[(s.next-k+pendingPerShard)%pendingPerShard]
+		if !e.live || e.hash != hash {
+			continue
+		}
+		if e.stale(t) {
+			return 0, false
+		}
+		return e.id, true
 	}
-	return j.id, true
+	return 0, false
 }
 
-// answered removes the prompt whose first block hashes to hash when it
-// is endpoint id's: that endpoint has computed it.
+// answered removes the prompt whose first block hashes to hash from
+// endpoint id's entries: that endpoint has computed it.
 func (q *pendingJoins) answered(hash uint64, id uint32) {
-	if q.n.Load() == 0 {
+	s := q.shard(hash)
+	if s.live.Load() == 0 {
 		return
 	}
-	q.mu.Lock()
-	if j, ok := q.byHash[hash]; ok && j.id == id {
-		delete(q.byHash, hash)
-		q.n.Store(int64(len(q.byHash)))
+	s.mu.Lock()
+	for k := range s.ring {
+		if e := &s.ring[k]; e.live && e.hash == hash && e.id == id {
+			e.live = false
+			s.live.Add(-1)
+		}
 	}
-	q.mu.Unlock()
+	s.mu.Unlock()
 }
 
 // forget removes the entries of the given endpoint ids (left the pool,
-// or numbered anew).
+// or numbered anew). Off the request path (PoolChanged).
 func (q *pendingJoins) forget(ids []uint32) {
-	if len(ids) == 0 || q.n.Load() == 0 {
+	if len(ids) == 0 {
 		return
 	}
-	q.mu.Lock()
-	for h, j := range q.byHash {
-		if slices.Contains(ids, j.id) {
-			delete(q.byHash, h)
-		}
+	gone := make(map[uint32]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
 	}
-	q.n.Store(int64(len(q.byHash)))
-	q.mu.Unlock()
+	for i := range q.shards {
+		s := &q.shards[i]
+		if s.live.Load() == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for k := range s.ring {
+			if e := &s.ring[k]; e.live && gone[e.id] {
+				e.live = false
+				s.live.Add(-1)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
-// markJoining reports, in cs, each candidate whose match is a prompt still
+// ReportsJoins implements scheduler.JoinReporter: with join_spread_fill
+// set, Match reports the joins in progress.
+func (p *Scorer) ReportsJoins() bool { return p.cfg.JoinSpreadFill > 0 }
+
+// markJoining reports, in cs, the candidate whose match is a prompt still
 // in its first prefill there (scheduler.Match.Joining), while the
-// candidates' caches have room for another copy (fill below
-// join_spread_fill). sc holds the request's hashes and matches (Score).
+// candidates' caches have room for another copy: the index's fill below
+// join_spread_fill and, with join_kv_util set, their scraped KV use below
+// it (the fill reads low where servers do not report their KV size).
+// sc holds the request's hashes and matches (Score).
 func (p *Scorer) markJoining(cs *scheduler.CycleState, sc *cycleScratch, eps []*scheduler.Endpoint) {
 	if p.cfg.JoinSpreadFill <= 0 || sc.idsTab == nil || len(sc.ids) < len(eps) {
 		return
@@ -246,7 +277,7 @@ func (p *Scorer) markJoining(cs *scheduler.CycleState, sc *cycleScratch, eps []*
 			break
 		}
 	}
-	if at < 0 || p.filled(sc, sc.idsTab, sc.ids[:len(eps)]) >= p.cfg.JoinSpreadFill {
+	if at < 0 || p.kvFull(sc) || p.filled(sc, sc.idsTab, sc.ids[:len(eps)]) >= p.cfg.JoinSpreadFill {
 		return
 	}
 	cs.SetJoining(eps[at])
