@@ -200,8 +200,10 @@ type OracleRun struct {
 // score ÷ the oracle, the best fixed policy (every policy but adaptive),
 // the oracle's vector, the cells where adaptive is worse than that vector
 // by more than OracleVectorTol (the worst named), and the search run's
-// commit. A calibration with only a check run is an error: its oracle
-// was chosen elsewhere. The output depends only on runs and command.
+// commit. A calibration with only a check run, or with a check of another
+// search run than the one beside it (HeldBack is not the search's
+// command), is an error: its oracle was chosen elsewhere. The output
+// depends only on runs and command.
 func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 	type row struct {
 		engine        string
@@ -229,6 +231,11 @@ func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 			if kind == "search" {
 				w.link = r.Link
 			}
+		}
+	}
+	for _, w := range rows {
+		if w.search != nil && w.check != nil && w.check.HeldBack != w.search.Command {
+			return "", fmt.Errorf("calibration %s: the held-back check scored another search run's oracle (%q, not %q)", w.engine, w.check.HeldBack, w.search.Command)
 		}
 	}
 	slices.SortFunc(rows, func(a, b *row) int { return strings.Compare(a.engine, b.engine) })

@@ -358,8 +358,9 @@ func TestRenderOracleDoc(t *testing.T) {
 }
 
 // TestRenderOracleTable: one row per calibration from its search run and
-// held-back check, deterministic, and a check with no search or a second
-// search run is an error naming the calibration.
+// held-back check, deterministic, and a check with no search, a check of
+// another search run or a second search run is an error naming the
+// calibration.
 func TestRenderOracleTable(t *testing.T) {
 	search := oracleFixture(1, 125)
 	check := oracleFixture(4, 101)
@@ -391,6 +392,12 @@ func TestRenderOracleTable(t *testing.T) {
 	}
 	if _, err := RenderOracleTable([]OracleRun{{File: search, Link: "x"}, {File: search, Link: "y"}}, "c"); err == nil || !strings.Contains(err.Error(), "second search run") {
 		t.Errorf("two search runs: %v", err)
+	}
+	// A check of an earlier search (its oracle chosen by another run).
+	stale := *check
+	stale.HeldBack = search.Command + " --commit old"
+	if _, err := RenderOracleTable([]OracleRun{{File: &stale, Link: "x"}, {File: search, Link: "y"}}, "c"); err == nil || !strings.Contains(err.Error(), "another search run") {
+		t.Errorf("a check of another search run: %v", err)
 	}
 	doc := []byte("a\n" + OracleTableBegin + "\nold\n" + OracleTableEnd + "\nb\n")
 	out, err := ReplaceOracleTable(doc, got)
