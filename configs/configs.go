@@ -281,11 +281,8 @@ func (f *File) Validate() error {
 	if err != nil {
 		return err
 	}
-	if g := f.Scheduler.Guard; g.JoinFactor > 0 && !slices.ContainsFunc(entries, func(e scheduler.ScorerEntry) bool {
-		r, ok := e.Scorer.(scheduler.JoinReporter)
-		return ok && r.ReportsJoins()
-	}) {
-		return fmt.Errorf("scheduler.guard.join_factor: %v needs a scorer that reports joins in progress; set learn: join_new and join_spread_fill on a scorer of type %s", g.JoinFactor, scorers.TypePrefix)
+	if err := f.Scheduler.Guard.ValidateScorers(entries); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
 	}
 	if slices.Contains(f.Filters, scorers.FilterPrefixAffinity) && !slices.ContainsFunc(f.Scorers, func(sc ScorerConfig) bool { return sc.Type == scorers.TypePrefix }) {
 		return fmt.Errorf("filters: %s reads the prefix scorer's index; add a scorer of type %s (weight 0 keeps it out of the scores)", scorers.FilterPrefixAffinity, scorers.TypePrefix)

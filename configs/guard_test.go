@@ -52,7 +52,7 @@ scorers:
 		{"wait bound without a guard", "scheduler: {guard: {wait_factor: 4}}\nadaptive: {enabled: false}",
 			scheduler.GuardConfig{}, 0, "scheduler.guard.wait_factor: 4 has no guard"},
 		{"join bound with no scorer reporting joins", "scheduler: {guard: {factor: 2.5, wait_factor: 4, join_factor: 1.5}}\nadaptive: {enabled: true}",
-			scheduler.GuardConfig{}, 0, "scheduler.guard.join_factor: 1.5 needs a scorer that reports joins in progress; set learn: join_new and join_spread_fill"},
+			scheduler.GuardConfig{}, 0, "scheduler: guard.join_factor: 1.5 needs a scorer that reports joins in progress; set learn: join_new and join_spread_fill"},
 		{"bad join_factor", "scheduler: {guard: {factor: 2.5, join_factor: 0.5}}",
 			scheduler.GuardConfig{}, 0, "scheduler: guard.join_factor"},
 		{"join bound without a guard", "scheduler: {guard: {join_factor: 1.5}}\nadaptive: {enabled: false}",

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Config holds the scheduler's own settings.
@@ -177,6 +178,19 @@ func (g GuardConfig) Validate() error {
 		return fmt.Errorf("guard.join_factor: must be 0 (off) or a number in [1, %v], got %v", maxWaitFactor, g.JoinFactor)
 	case g.JoinFactor > 0 && !(g.PrefillTokensPerSecond > 0 && g.PrefillTokensPerSecond <= 1e9):
 		return fmt.Errorf("guard.prefill_tokens_per_second: must be in (0, 1e9] with join_factor set, got %v", g.PrefillTokensPerSecond)
+	}
+	return nil
+}
+
+// ValidateScorers checks the guard against the profile's scorers: a
+// JoinFactor needs one that reports joins in progress (JoinReporter), or
+// the bound would never act. Errors name the field under scheduler.
+func (g GuardConfig) ValidateScorers(entries []ScorerEntry) error {
+	if g.JoinFactor > 0 && !slices.ContainsFunc(entries, func(e ScorerEntry) bool {
+		r, ok := e.Scorer.(JoinReporter)
+		return ok && r.ReportsJoins()
+	}) {
+		return fmt.Errorf("guard.join_factor: %v needs a scorer that reports joins in progress; set learn: join_new and join_spread_fill on a prefix scorer", g.JoinFactor)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -122,11 +121,8 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		seen[e.Name] = true
 		base[i] = e.Weight
 	}
-	if cfg.Guard.JoinFactor > 0 && !slices.ContainsFunc(entries, func(e ScorerEntry) bool {
-		r, ok := e.Scorer.(JoinReporter)
-		return ok && r.ReportsJoins()
-	}) {
-		return nil, fmt.Errorf("scheduler: guard.join_factor %v needs a scorer that reports joins in progress: a prefix scorer with learn: join_new and join_spread_fill set", cfg.Guard.JoinFactor)
+	if err := cfg.Guard.ValidateScorers(entries); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	s := &Scheduler{
 		cfg:     cfg,
