@@ -17,11 +17,14 @@ type Config struct {
 	// shape and a second one as the pool's learned prefill throughputs
 	// spread apart (docs/adaptive.md, "The trade law").
 	Trade TradeConfig `mapstructure:"trade"`
+	// Fill is the fill law: weight added to the calm weights while the
+	// pool's prefix caches are full (docs/adaptive.md, "The fill law").
+	Fill FillConfig `mapstructure:"fill"`
 }
 
 // DefaultConfig returns the documented defaults (adaptive mode off).
 func DefaultConfig() Config {
-	return Config{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig(), Trade: DefaultTradeConfig()}
+	return Config{Config: configurator.DefaultConfig(), Detector: detector.DefaultConfig(), Trade: DefaultTradeConfig(), Fill: DefaultFillConfig()}
 }
 
 // Validate checks both parts; errors name the field by its YAML path.
@@ -32,13 +35,16 @@ func (c Config) Validate() error {
 	if err := c.Trade.Validate(); err != nil {
 		return err
 	}
+	if err := c.Fill.Validate(); err != nil {
+		return err
+	}
 	return c.Config.Validate()
 }
 
 // CheckProfile reports whether the loop can run over the profile's
 // scorers: the config is valid and, in adaptive mode, the profile has
 // weight in both the affinity and the distribution category, at every
-// mix the trade law can reach.
+// mix the trade law can reach, with and without the fill law's weights.
 func (c Config) CheckProfile(profile []scheduler.ScorerEntry) error {
 	if err := c.Detector.Validate(); err != nil {
 		return err
@@ -46,7 +52,13 @@ func (c Config) CheckProfile(profile []scheduler.ScorerEntry) error {
 	if err := c.Trade.Validate(); err != nil {
 		return err
 	}
+	if err := c.Fill.Validate(); err != nil {
+		return err
+	}
 	if _, err := configurator.New(c.Config, profile, nil); err != nil {
+		return err
+	}
+	if err := c.checkFill(profile); err != nil {
 		return err
 	}
 	return c.checkTrade(profile)

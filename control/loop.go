@@ -68,6 +68,9 @@ type Tick struct {
 	// Trade is the trade law's reason when the tick moved the calm
 	// weights' mix (adaptive.trade), else "".
 	Trade string
+	// Fill is the fill law's reason when the tick added or removed its
+	// weights (adaptive.fill), else "".
+	Fill string
 }
 
 // Changed reports whether the tick made a new weights version.
@@ -91,7 +94,10 @@ type Loop struct {
 	prof      []scheduler.ScorerEntry // the profile the trade law mixes from
 	trade     TradeState
 	tradeNext time.Time // the trade law's next evaluation; zero: the first tick
-	sawPool   bool      // a tick has seen a non-empty pool: requests may have routed
+	fill      FillState
+	fillNext  time.Time              // the fill law's next evaluation
+	filler    scheduler.FillReporter // the fill law's input; nil: none in the profile
+	sawPool   bool                   // a tick has seen a non-empty pool: requests may have routed
 
 	poolWake chan struct{} // PoolInstalled's wake-up for Run, buffered 1
 
@@ -135,23 +141,27 @@ func New(cfg Config, target Target, deps Deps) (*Loop, error) {
 }
 
 // build makes the detector and the configurator for cfg and profile,
-// keeping the trade law's mix when cfg's law is on (its state is cleared
-// when it is off).
+// keeping the trade and fill laws' mixes when cfg's laws are on (a law's
+// state is cleared when it is off).
 func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 	det, err := detector.New(cfg.Detector)
 	if err != nil {
 		return err
 	}
-	ts := l.trade
+	ts, fs := l.trade, l.fill
 	if !cfg.Trade.Enabled {
 		ts = TradeState{}
 	}
-	mcfg, mixed := cfg.Mixed(profile, ts.Mix)
+	if !cfg.Fill.Enabled {
+		fs = FillState{}
+	}
+	mcfg, mixed := cfg.Shaped(profile, ts.Mix, fs.Mix)
 	conf, err := configurator.New(mcfg.Config, mixed, l.target.Weights())
 	if err != nil {
 		return err
 	}
-	l.cfg, l.det, l.conf, l.prof, l.trade = cfg, det, conf, profile, ts
+	l.cfg, l.det, l.conf, l.prof, l.trade, l.fill = cfg, det, conf, profile, ts, fs
+	l.filler = filler(profile)
 	l.cfgSeen.Store(&cfg)
 	l.storeBase(mixed)
 	return nil
@@ -172,9 +182,8 @@ func weightsOf(profile []scheduler.ScorerEntry) []float64 {
 }
 
 // stepTrade evaluates the trade law on pool and, when the mix moves,
-// rebuilds the configurator over the mixed profile (continuing the
-// weight versions from those in force); it returns the law's reason, or
-// "" when the mix stayed.
+// reshapes the calm weights; it returns the law's reason, or "" when the
+// mix stayed.
 func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 	spread, n := PrefillSpread(pool, l.cfg.Trade.MinSamples)
 	declared := CapacitySpread(pool)
@@ -185,7 +194,48 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 		l.trade = next
 		return ""
 	}
-	mcfg, mixed := l.cfg.Mixed(l.prof, next.Mix)
+	if !l.reshape(next, l.fill, "trade law", why) {
+		return ""
+	}
+	l.m.tradeMix.Set(next.Mix)
+	l.m.tradeChanges.Inc()
+	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared,
+		slog.Group("base", l.attrs(*l.base.Load())...))
+	return why
+}
+
+// stepFill evaluates the fill law on pool and, when its weights come in
+// or go out, reshapes the calm weights; it returns the law's reason, or
+// "" when nothing changed.
+func (l *Loop) stepFill(pool []*scheduler.Endpoint) string {
+	if l.filler == nil {
+		return ""
+	}
+	fill, ok := l.filler.Fill(pool)
+	if ok {
+		l.m.fill.Set(fill)
+	}
+	next, why := l.cfg.Fill.Next(l.fill, FillInput{Fill: fill, OK: ok, LoopMode: l.conf.Mode()})
+	if why == "" {
+		l.fill = next
+		return ""
+	}
+	if !l.reshape(l.trade, next, "fill law", why) {
+		return ""
+	}
+	l.m.fillMix.Set(next.Mix)
+	l.m.fillChanges.Inc()
+	l.log.Info("fill", "reason", why, "mix", next.Mix, "index_fill", fill,
+		slog.Group("base", l.attrs(*l.base.Load())...))
+	return why
+}
+
+// reshape rebuilds the configurator over the profile shaped by the trade
+// and fill laws' states ts and fs, continuing the weight versions from
+// those in force, and keeps both states; false (and nothing changed) when
+// the shaped profile does not build, which CheckProfile rules out.
+func (l *Loop) reshape(ts TradeState, fs FillState, law, why string) bool {
+	mcfg, mixed := l.cfg.Shaped(l.prof, ts.Mix, fs.Mix)
 	from := l.target.Weights()
 	if (l.conf.Mode() == configurator.ModeStatic || !l.sawPool) && from != nil {
 		// Before the configurator's first step (the loop's first tick, or
@@ -199,22 +249,22 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 		from = &start
 	}
 	conf, err := configurator.New(mcfg.Config, mixed, from)
-	if err != nil { // CheckProfile checked every reachable mix
-		l.log.Error("trade law: the mixed profile does not build; keeping the shape in force", "reason", why, "err", err)
-		return ""
+	if err != nil { // CheckProfile checked every reachable shape
+		l.log.Error(law+": the shaped profile does not build; keeping the shape in force", "reason", why, "err", err)
+		return false
 	}
-	l.conf, l.trade = conf, next
+	l.conf, l.trade, l.fill = conf, ts, fs
 	l.storeBase(mixed)
-	l.m.tradeMix.Set(next.Mix)
-	l.m.tradeChanges.Inc()
-	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared,
-		slog.Group("base", l.attrs(*l.base.Load())...))
-	return why
+	return true
 }
 
 // Trade returns the trade law's state (mix 0 while it is off). Not safe
 // for concurrent use with Tick.
 func (l *Loop) Trade() TradeState { return l.trade }
+
+// Fill returns the fill law's state (mix 0 while it is off). Not safe for
+// concurrent use with Tick.
+func (l *Loop) Fill() FillState { return l.fill }
 
 // Config returns the configuration in force (a reload takes effect at the
 // next tick). Safe for concurrent use.
@@ -238,7 +288,8 @@ func (l *Loop) Signal() (value float64, at time.Time, ok bool) {
 
 // BaseWeights returns the base weights the loop runs over: the
 // profile's (a reload's once a tick has applied it), blended by the trade
-// law's mix when it has moved (adaptive.trade), index-aligned with the
+// law's mix when it has moved (adaptive.trade) and with the fill law's
+// weights added while the caches are full (adaptive.fill), index-aligned with the
 // target's scorers. Safe for concurrent use; the caller must not modify
 // the slice.
 func (l *Loop) BaseWeights() []float64 { return *l.base.Load() }
@@ -341,6 +392,10 @@ func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 	if l.cfg.Trade.Enabled && l.cfg.Enabled && !now.Before(l.tradeNext) && len(pool) > 0 {
 		l.tradeNext = now.Add(l.cfg.Trade.Interval)
 		t.Trade = l.stepTrade(pool)
+	}
+	if l.cfg.Fill.Enabled && l.cfg.Enabled && !now.Before(l.fillNext) && len(pool) > 0 {
+		l.fillNext = now.Add(l.cfg.Fill.Interval)
+		t.Fill = l.stepFill(pool)
 	}
 	if len(pool) > 0 {
 		l.sawPool = true

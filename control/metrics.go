@@ -34,6 +34,8 @@ type metrics struct {
 
 	tradeMix, tradeSpread, tradeDeclared prometheus.Gauge
 	tradeChanges                         prometheus.Counter
+	fill, fillMix                        prometheus.Gauge
+	fillChanges                          prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -77,6 +79,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "trimtab_control_trade_capacity_spread_ratio",
 			Help: "Spread the trade law read at its latest evaluation: largest ÷ smallest declared endpoint capacity.",
 		}),
+		fill: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_fill_ratio",
+			Help: "Prefix index fill the fill law (adaptive.fill) read at its latest evaluation: the mean over the pool's endpoints of the share of what the index can hold for each that it holds.",
+		}),
+		fillMix: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_fill_mix_ratio",
+			Help: "Whether the fill law's weights (adaptive.fill.add) are in the calm weights: 1 while the caches count as full, else 0.",
+		}),
+		fillChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_control_fill_changes_total",
+			Help: "Times the fill law added or removed its weights; each is logged (\"fill\") with its reason.",
+		}),
 		tradeChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_control_trade_changes_total",
 			Help: "Times the trade law moved the calm weights' mix; each is logged (\"trade\") with its reason.",
@@ -119,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges, m.fill, m.fillMix, m.fillChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

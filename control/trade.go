@@ -142,12 +142,29 @@ func (c TradeConfig) names() []string {
 }
 
 // Mixed returns the configuration and profile the loop runs at mix m in
-// [0,1]: every scorer's weight (1−m)·profile + m·shape, and d_max and
-// affinity_floor the same blend of the profile's and the section's. The
-// profile is not modified; the returned Trade is cfg's.
+// [0,1] of the trade law with the fill law's weights out: Shaped(profile,
+// m, 0).
 func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []scheduler.ScorerEntry) {
+	return c.Shaped(profile, m, 0)
+}
+
+// Shaped returns the configuration and profile the loop runs at the trade
+// law's mix m and the fill law's f, each in [0,1]: every scorer's weight
+// (1−m)·profile + m·shape, plus f times its adaptive.fill.add weight; and
+// d_max and affinity_floor the trade's blend of the profile's and the
+// section's. The profile is not modified; the returned sections are c's.
+func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, []scheduler.ScorerEntry) {
 	out := make([]scheduler.ScorerEntry, len(profile))
 	copy(out, profile)
+	if f > 0 && c.Fill.Enabled {
+		defer func() {
+			for i := range out {
+				if w, ok := c.Fill.weight(out[i].Name); ok {
+					out[i].Weight = min(out[i].Weight+min(f, 1)*w, maxTradeWeight)
+				}
+			}
+		}()
+	}
 	if m <= 0 || !c.Trade.Enabled {
 		return c, out
 	}
@@ -169,35 +186,53 @@ func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []sch
 
 // checkTrade reports whether every trade weight names one of the
 // profile's scorers and, with the loop on, whether the loop can run the
-// profile at every mix the law can reach (0, Step, 2·Step, …, 1). With
+// profile at every mix the law can reach (0, Step, 2·Step, …, 1), each
+// with and without the fill law's weights (adaptive.fill). With
 // adaptive.enabled false the law is idle (it moves the loop's calm
 // weights), so turning the loop off is the one edit a roll-back needs.
 func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
-	if !c.Trade.Enabled {
-		return nil
-	}
-	for _, name := range c.Trade.names() {
-		found := false
-		for _, e := range profile {
-			found = found || strings.EqualFold(e.Name, name)
-		}
-		if !found {
-			return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
+	if c.Trade.Enabled {
+		for _, name := range c.Trade.names() {
+			found := false
+			for _, e := range profile {
+				found = found || strings.EqualFold(e.Name, name)
+			}
+			if !found {
+				return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
+			}
 		}
 	}
 	if !c.Enabled {
 		return nil
 	}
-	for m := c.Trade.Step; ; m += c.Trade.Step {
-		m = min(m, 1)
-		cfg, mixed := c.Mixed(profile, m)
-		if _, err := configurator.New(cfg.Config, mixed, nil); err != nil {
-			return fmt.Errorf("adaptive.trade: at mix %.3g the loop cannot run: %w", m, err)
-		}
-		if m >= 1 {
-			return nil
+	fills := []float64{0}
+	if c.Fill.Enabled {
+		fills = append(fills, 1)
+	}
+	mixes := []float64{0}
+	if c.Trade.Enabled {
+		for m := c.Trade.Step; ; m += c.Trade.Step {
+			mixes = append(mixes, min(m, 1))
+			if m >= 1 {
+				break
+			}
 		}
 	}
+	for _, f := range fills {
+		for _, m := range mixes {
+			if m == 0 && f == 0 {
+				continue // the profile itself, checked by CheckProfile
+			}
+			cfg, shaped := c.Shaped(profile, m, f)
+			if _, err := configurator.New(cfg.Config, shaped, nil); err != nil {
+				if f > 0 {
+					return fmt.Errorf("adaptive.fill: with its weights added at trade mix %.3g the loop cannot run: %w", m, err)
+				}
+				return fmt.Errorf("adaptive.trade: at mix %.3g the loop cannot run: %w", m, err)
+			}
+		}
+	}
+	return nil
 }
 
 // CapacitySpread returns the largest declared capacity in pool over the

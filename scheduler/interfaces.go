@@ -115,6 +115,16 @@ type JoinReporter interface {
 	ReportsJoins() bool
 }
 
+// FillReporter is implemented by scorers that keep an index of what each
+// endpoint's prefix cache holds (the prefix scorer). Fill is the mean over
+// the pool's endpoints the index knows of the share of what the index can
+// hold for each that it holds, in [0,1]; ok is false when it knows none.
+// The control loop's fill law (adaptive.fill) reads it off the request
+// path; it must be safe for concurrent use with Score.
+type FillReporter interface {
+	Fill(pool []*Endpoint) (fill float64, ok bool)
+}
+
 // Match is what a MatchProducer says of one request on one endpoint, in
 // tokens.
 type Match struct {

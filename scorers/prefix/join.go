@@ -18,8 +18,14 @@ import (
 // own account of how full each server's prefix cache is, counting the
 // blocks a server keeps after their requests finished, which its scraped
 // KV-cache use does not. Lock-free, like fresh: each list publishes its
-// length; one view load per shard.
+// length; one view load per shard. 0 when the index knows none of them.
 func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
+	f, _ := p.fillOf(sc, tab, ids)
+	return f
+}
+
+// fillOf is filled and how many of ids the index knows.
+func (p *Scorer) fillOf(sc *cycleScratch, tab *idTable, ids []uint32) (float64, int) {
 	sc.fill = grow(sc.fill, len(ids))
 	clear(sc.fill)
 	for s := range p.shards {
@@ -42,9 +48,22 @@ func (p *Scorer) filled(sc *cycleScratch, tab *idTable, ids []uint32) float64 {
 		}
 	}
 	if n == 0 {
-		return 0
+		return 0, 0
 	}
-	return sum / float64(n)
+	return sum / float64(n), n
+}
+
+// Fill implements scheduler.FillReporter: the index's fill (filled) over
+// the pool's endpoints, for the control loop's fill law. Off the request
+// path: it allocates its scratch.
+func (p *Scorer) Fill(pool []*scheduler.Endpoint) (float64, bool) {
+	tab := p.tab.Load()
+	ids := make([]uint32, len(pool))
+	for i, e := range pool {
+		ids[i] = tab.id(e)
+	}
+	f, n := p.fillOf(&cycleScratch{}, tab, ids)
+	return f, n > 0
 }
 
 // holds is what the index can hold for endpoint id (resolved with tab), in

@@ -67,10 +67,11 @@ func TestPickWithPickLogAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestPrefixConcurrent races picks (scoring and recording), pool changes
-// and metric scrapes, and with learn: join_new the join gate's lock-free
-// read of the index's fill and the joins in progress (join_spread_fill,
-// under the scheduler's join bound); run it with -race.
+// TestPrefixConcurrent races picks (scoring and recording), pool changes,
+// metric scrapes and the fill law's read of the index (Fill), and with
+// learn: join_new the join gate's lock-free read of the index's fill and
+// the joins in progress (join_spread_fill, under the scheduler's join
+// bound); run it with -race.
 func TestPrefixConcurrent(t *testing.T) {
 	t.Run(prefix.LearnFirstByte, func(t *testing.T) { prefixConcurrent(t, prefix.LearnFirstByte) })
 	t.Run(prefix.LearnJoinNew, func(t *testing.T) { prefixConcurrent(t, prefix.LearnJoinNew) })
@@ -140,6 +141,9 @@ func prefixConcurrent(t *testing.T, learn string) {
 			}
 			s.SetEndpoints(pools[i%len(pools)])
 			_ = p.Stats()
+			if f, ok := p.Fill(s.Pool().Pointers()); ok && !(f >= 0 && f <= 1) {
+				t.Errorf("Fill %v, want a share in [0,1]", f)
+			}
 			if _, err := reg.Gather(); err != nil {
 				t.Error(err)
 			}

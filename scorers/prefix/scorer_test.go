@@ -578,7 +578,9 @@ func pickWhileFirstComputes(t *testing.T, h *scorertest.Harness) (first, second 
 // TestPrefixCacheFill: the fill the join_cache_fill gate reads is each
 // endpoint's held blocks over its capacity, averaged over the candidates:
 // it grows with records, stays at 1 once eviction holds an endpoint at
-// its capacity, and drops to 0 for an endpoint purged from the pool.
+// its capacity, and drops to 0 for an endpoint purged from the pool. Fill
+// (the fill law's input) reads the same over the pool, and nothing for
+// a pool the index does not know.
 func TestPrefixCacheFill(t *testing.T) {
 	cfg := smallPrefix()
 	cfg.Capacity, cfg.Shards = 8, 1
@@ -586,8 +588,13 @@ func TestPrefixCacheFill(t *testing.T) {
 	eps := scorertest.Eps("a:1", "b:1")
 	h := scorertest.NewHarness(t, p, eps)
 	fill := func() float64 {
+		t.Helper()
 		tab := p.tab.Load()
-		return p.filled(&cycleScratch{}, tab, []uint32{tab.id(&eps[0]), tab.id(&eps[1])}) // found by address
+		f := p.filled(&cycleScratch{}, tab, []uint32{tab.id(&eps[0]), tab.id(&eps[1])}) // found by address
+		if pf, ok := p.Fill(h.S.Pool().Pointers()); !ok || pf != f {
+			t.Errorf("Fill over the pool = %v, %v; want %v, true", pf, ok, f)
+		}
+		return f
 	}
 	if f := fill(); f != 0 {
 		t.Fatalf("empty index: fill %v, want 0", f)
@@ -605,6 +612,9 @@ func TestPrefixCacheFill(t *testing.T) {
 	h.S.SetEndpoints(eps)
 	if f := fill(); f != 0.25 {
 		t.Errorf("a purged and back: fill %v, want 0.25 (b's half over two)", f)
+	}
+	if f, ok := p.Fill([]*scheduler.Endpoint{{Address: "z:1"}}); ok || f != 0 {
+		t.Errorf("Fill over a pool the index does not know = %v, %v; want 0, false", f, ok)
 	}
 }
 
