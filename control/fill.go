@@ -37,7 +37,7 @@ type FillConfig struct {
 	// as full. Default 0.8: above the prefix scorer's join_spread_fill in
 	// the shipped profile (0.7), below which the join bound spreads a
 	// long-waiting joiner (a copy is cheap while there is room); 0.7 read
-	// the same on the ladder and worse on the Mooncake trace
+	// the same on the ladder and worse on the Mooncake trace at full length
 	// (docs/adaptive.md, "The fill law").
 	On float64 `mapstructure:"on"`
 	// Off is the fill at or below which a full pool counts as having
