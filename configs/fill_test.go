@@ -16,7 +16,7 @@ scorers:
   - {type: time-cost, weight: 0}
 adaptive:
   enabled: %e
-  fill: {enabled: true, add: {%a}, on: 0.8, off: 0.5}
+  fill: {enabled: true, add: {%a}, on: 0.8, off: 0.5, window: 2m, churn_on: 0.1}
 `
 	parse := func(scorer, enabled, add string) (*File, error) {
 		r := strings.NewReplacer("%p", scorer, "%e", enabled, "%a", add)
@@ -26,8 +26,9 @@ adaptive:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := f.Adaptive.Fill; !c.Enabled || c.On != 0.8 || c.Off != 0.5 || c.Add["time-cost"] != 1 || c.Interval.Seconds() != 5 {
-		t.Errorf("parsed %+v, want on 0.8, off 0.5, add time-cost 1, interval 5s (the default)", c)
+	if c := f.Adaptive.Fill; !c.Enabled || c.On != 0.8 || c.Off != 0.5 || c.Add["time-cost"] != 1 || c.Interval.Seconds() != 5 ||
+		c.Window.Minutes() != 2 || c.ChurnOn != 0.1 || c.ChurnOff != 0.01 {
+		t.Errorf("parsed %+v, want on 0.8, off 0.5, add time-cost 1, window 2m, churn_on 0.1; interval 5s and churn_off 0.01 (the defaults)", c)
 	}
 	for name, tt := range map[string]struct{ scorer, enabled, add, want string }{
 		"unknown scorer":      {"prefix", "true", "nope: 1", "adaptive.fill.add.nope: no scorer"},

@@ -39,6 +39,24 @@
 // Calm and ReloadCalm work on the profile's shape; the mix is applied on
 // top of whatever profile is in force.
 //
+// # The fill law
+//
+// With adaptive.fill on (fill.go), every fill.interval a tick reads the
+// prefix index through the profile's scheduler.FillReporter (the prefix
+// scorer; called on the loop's goroutine, concurrently with picks): its
+// fill over the pool and its evictions, whose growth over fill.window ÷
+// the index's capacity is the churn. The caches count as full when the
+// fill reaches fill.on and stop when it falls to fill.off or, after a
+// whole window, when the churn is under fill.churn_off (an index fills
+// once and then only evicts: a stale one reads full); stale caches count
+// as full again at fill.churn_on. While full, fill.add is added to the
+// calm weights after the trade law's blend. Like the trade law it moves
+// in calm (or before the first step) only, rebuilds the configurator, and
+// is logged ("fill") and counted. Both laws read the mode as the tick
+// found it, so two laws moving at one tick both go through the slew
+// limit. With adaptive.enabled false both laws' states are cleared: the
+// roll-back publishes the profile's own weights.
+//
 // # The slow loop
 //
 // Retune (retune.go, retune_run.go) re-tunes the calm weights on the

@@ -3,9 +3,6 @@ package control
 import (
 	"errors"
 	"fmt"
-	"math"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/trimtab/trimtab/configurator"
@@ -47,11 +44,26 @@ type FillConfig struct {
 	// Interval is the time between evaluations, 1s…1h. Default 5s: caches
 	// fill over minutes.
 	Interval time.Duration `mapstructure:"interval"`
+	// Window is how far back the churn is read: the blocks the index
+	// evicted for capacity in the last Window over its capacity, in
+	// [Interval, 1h]. Default 1m.
+	Window time.Duration `mapstructure:"window"`
+	// ChurnOff is the churn below which caches that have counted as full
+	// for a whole Window count as stale rather than full, and the weights
+	// go: an index fills once and then only evicts, so its fill stays
+	// high on a long-running router after the traffic that filled it has
+	// gone. In [0, ChurnOn). Default 0.01: while full in the suite the
+	// index evicted 3 % of its capacity a minute or more (docs/adaptive.md,
+	// "The fill law").
+	ChurnOff float64 `mapstructure:"churn_off"`
+	// ChurnOn is the churn at or above which stale caches count as full
+	// again (the fill is still above On), in (ChurnOff, 100]. Default 0.05.
+	ChurnOn float64 `mapstructure:"churn_on"`
 }
 
 // DefaultFillConfig returns the documented defaults (off).
 func DefaultFillConfig() FillConfig {
-	return FillConfig{On: 0.8, Off: 0.7, Interval: 5 * time.Second}
+	return FillConfig{On: 0.8, Off: 0.7, Interval: 5 * time.Second, Window: time.Minute, ChurnOff: 0.01, ChurnOn: 0.05}
 }
 
 // maxFillAdds bounds the fill.add map, like trade.weights.
@@ -74,38 +86,14 @@ func (c FillConfig) Validate() error {
 		return fmt.Errorf(p+"off: must be in [0, on (%v)), got %v", c.On, c.Off)
 	case c.Interval < time.Second || c.Interval > time.Hour:
 		return fmt.Errorf(p+"interval: must be 1s…1h, got %v", c.Interval)
+	case c.Window < c.Interval || c.Window > time.Hour:
+		return fmt.Errorf(p+"window: must be interval (%v)…1h, got %v", c.Interval, c.Window)
+	case !(c.ChurnOff >= 0 && c.ChurnOff < c.ChurnOn):
+		return fmt.Errorf(p+"churn_off: must be in [0, churn_on (%v)), got %v", c.ChurnOn, c.ChurnOff)
+	case !(c.ChurnOn <= 100):
+		return fmt.Errorf(p+"churn_on: must be at most 100, got %v", c.ChurnOn)
 	}
-	for _, name := range c.names() {
-		if w := c.Add[name]; !(w >= 0 && w <= maxTradeWeight) || math.IsNaN(w) {
-			return fmt.Errorf(p+"add.%s: must be in [0, %g], got %v", name, float64(maxTradeWeight), w)
-		}
-	}
-	return nil
-}
-
-// weight returns the weight added to the scorer called name: its key's,
-// else that of the first key (in sorted order) equal to it without regard
-// to case.
-func (c FillConfig) weight(name string) (float64, bool) {
-	if w, ok := c.Add[name]; ok {
-		return w, true
-	}
-	for _, k := range c.names() {
-		if strings.EqualFold(k, name) {
-			return c.Add[k], true
-		}
-	}
-	return 0, false
-}
-
-// names returns the Add keys sorted, so errors are deterministic.
-func (c FillConfig) names() []string {
-	out := make([]string, 0, len(c.Add))
-	for n := range c.Add {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return checkWeights(c.Add, p+"add.", nil)
 }
 
 // checkFill reports whether every added weight names one of the profile's
@@ -115,14 +103,8 @@ func (c Config) checkFill(profile []scheduler.ScorerEntry) error {
 	if !c.Fill.Enabled {
 		return nil
 	}
-	for _, name := range c.Fill.names() {
-		found := false
-		for _, e := range profile {
-			found = found || strings.EqualFold(e.Name, name)
-		}
-		if !found {
-			return fmt.Errorf("adaptive.fill.add.%s: no scorer of the profile has this name", name)
-		}
+	if err := checkWeights(c.Fill.Add, "adaptive.fill.add.", profile); err != nil {
+		return err
 	}
 	if c.Enabled && filler(profile) == nil {
 		return errors.New("adaptive.fill: no scorer of the profile reports the prefix index's fill, the law's input; add a scorer of type prefix (weight 0 keeps it out of the scores) or set adaptive.fill.enabled: false")
@@ -145,37 +127,63 @@ func filler(profile []scheduler.ScorerEntry) scheduler.FillReporter {
 type FillState struct {
 	// Mix is 1 while the added weights are in the calm weights, else 0.
 	Mix float64 `json:"mix"`
-	// Full is the hysteresis state: the fill last crossed on (true) or
-	// off (false, the start).
+	// Full is the hysteresis state: the caches last counted as full
+	// (true) or not (false, the start).
 	Full bool `json:"full"`
+	// Stale is set when full caches stopped churning (ChurnOff): the fill
+	// is still high, and only churn (ChurnOn) makes them full again.
+	// Cleared when the fill falls to Off.
+	Stale bool `json:"stale"`
+	// Since is when the caches last began to count as full.
+	Since time.Time `json:"since"`
 }
 
 // FillInput is what one evaluation reads.
 type FillInput struct {
+	// At is the evaluation's time.
+	At time.Time
 	// Fill is the index's fill over the pool; OK false when the index
 	// knows no endpoint of it (the state then holds).
 	Fill float64
 	OK   bool
-	// LoopMode is the configurator's mode; the mix changes only in calm
-	// (or before the configurator's first step).
+	// Churn is the blocks the index evicted for capacity over the last
+	// Window over its capacity; ChurnOK false until the loop has read the
+	// index a Window ago (or the index has no capacity).
+	Churn   float64
+	ChurnOK bool
+	// LoopMode is the configurator's mode at the start of the tick; the
+	// mix changes only in calm (or before the configurator's first step).
 	LoopMode string
 }
 
-// Next is the fill law as a pure function: the fill's crossing on makes
-// the caches full, crossing off gives them room again; the mix follows
-// (0 or 1) only while the loop is calm, since a new shape restarts the
-// configurator, which would end a rebalance. It returns the state
-// afterwards and a reason with the numbers when the mix changed ("" when
-// it did not).
+// Next is the fill law as a pure function. The caches count as full when
+// the fill reaches On — or, once stale, when it is still there and the
+// churn reaches ChurnOn; they stop counting as full when the fill falls
+// to Off, or when they have counted as full for a whole Window and the
+// churn is under ChurnOff (stale). The mix follows (0 or 1) only while
+// the loop is calm, since a new shape restarts the configurator, which
+// would end a rebalance. It returns the state afterwards and a reason
+// with the numbers when the mix changed ("" when it did not).
 func (c FillConfig) Next(s FillState, in FillInput) (FillState, string) {
 	if !in.OK {
 		return s, ""
 	}
+	why := ""
 	switch {
-	case !s.Full && in.Fill >= c.On:
-		s.Full = true
 	case s.Full && in.Fill <= c.Off:
-		s.Full = false
+		s.Full, s.Stale = false, false
+		why = fmt.Sprintf("index fill %.3f (room again: crossed off %.2f)", in.Fill, c.Off)
+	case s.Full && in.ChurnOK && in.At.Sub(s.Since) >= c.Window && in.Churn < c.ChurnOff:
+		s.Full, s.Stale = false, true
+		why = fmt.Sprintf("index fill %.3f, %.3g of it evicted in the last %v (stale: under churn_off %.3g)", in.Fill, in.Churn, c.Window, c.ChurnOff)
+	case !s.Full && s.Stale && in.Fill <= c.Off:
+		s.Stale = false
+	case !s.Full && !s.Stale && in.Fill >= c.On:
+		s.Full, s.Since = true, in.At
+		why = fmt.Sprintf("index fill %.3f (caches full: crossed on %.2f)", in.Fill, c.On)
+	case !s.Full && s.Stale && in.Fill >= c.On && in.ChurnOK && in.Churn >= c.ChurnOn:
+		s.Full, s.Stale, s.Since = true, false, in.At
+		why = fmt.Sprintf("index fill %.3f, %.3g of it evicted in the last %v (caches full again: churn_on %.3g)", in.Fill, in.Churn, c.Window, c.ChurnOn)
 	}
 	target := 0.0
 	if s.Full {
@@ -184,11 +192,32 @@ func (c FillConfig) Next(s FillState, in FillInput) (FillState, string) {
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
 		return s, ""
 	}
+	if why == "" { // the state changed out of calm; the mix follows now
+		why = fmt.Sprintf("index fill %.3f (caches full: %v)", in.Fill, s.Full)
+	}
 	from := s.Mix
 	s.Mix = target
-	why := fmt.Sprintf("index fill %.3f (caches full: crossed on %.2f)", in.Fill, c.On)
-	if !s.Full {
-		why = fmt.Sprintf("index fill %.3f (room again: crossed off %.2f)", in.Fill, c.Off)
-	}
 	return s, fmt.Sprintf("%s: mix %.3g → %.3g", why, from, s.Mix)
+}
+
+// churnWindow keeps the loop's recent reads of the index's eviction
+// count, so the law can read the churn over its window.
+type churnWindow struct {
+	at  []time.Time
+	ev  []uint64
+	cap int
+}
+
+// add records a read and returns the churn since the oldest read at least
+// window ago (dropping older ones), and whether there is one.
+func (w *churnWindow) add(now time.Time, evicted uint64, capacity int, window time.Duration) (float64, bool) {
+	w.at, w.ev, w.cap = append(w.at, now), append(w.ev, evicted), capacity
+	// Keep one read at or before now − window: the churn's start.
+	for len(w.at) > 1 && !w.at[1].After(now.Add(-window)) {
+		w.at, w.ev = w.at[1:], w.ev[1:]
+	}
+	if capacity <= 0 || now.Sub(w.at[0]) < window || evicted < w.ev[0] {
+		return 0, false
+	}
+	return float64(evicted-w.ev[0]) / float64(capacity), true
 }

@@ -97,6 +97,7 @@ type Loop struct {
 	fill      FillState
 	fillNext  time.Time              // the fill law's next evaluation
 	filler    scheduler.FillReporter // the fill law's input; nil: none in the profile
+	churn     churnWindow            // the fill law's recent reads of the index's evictions
 	sawPool   bool                   // a tick has seen a non-empty pool: requests may have routed
 
 	poolWake chan struct{} // PoolInstalled's wake-up for Run, buffered 1
@@ -148,11 +149,14 @@ func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 	if err != nil {
 		return err
 	}
+	// With the loop off the laws are idle and their shapes must go: the
+	// roll-back (adaptive.enabled: false) publishes the profile's own
+	// weights.
 	ts, fs := l.trade, l.fill
-	if !cfg.Trade.Enabled {
+	if !cfg.Enabled || !cfg.Trade.Enabled {
 		ts = TradeState{}
 	}
-	if !cfg.Fill.Enabled {
+	if !cfg.Enabled || !cfg.Fill.Enabled {
 		fs = FillState{}
 	}
 	mcfg, mixed := cfg.Shaped(profile, ts.Mix, fs.Mix)
@@ -184,17 +188,17 @@ func weightsOf(profile []scheduler.ScorerEntry) []float64 {
 // stepTrade evaluates the trade law on pool and, when the mix moves,
 // reshapes the calm weights; it returns the law's reason, or "" when the
 // mix stayed.
-func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
+func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) string {
 	spread, n := PrefillSpread(pool, l.cfg.Trade.MinSamples)
 	declared := CapacitySpread(pool)
 	l.m.tradeSpread.Set(spread)
 	l.m.tradeDeclared.Set(declared)
-	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, LoopMode: l.conf.Mode()})
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, LoopMode: mode})
 	if why == "" {
 		l.trade = next
 		return ""
 	}
-	if !l.reshape(next, l.fill, "trade law", why) {
+	if !l.reshape(next, l.fill, fresh, "trade law", why) {
 		return ""
 	}
 	l.m.tradeMix.Set(next.Mix)
@@ -207,7 +211,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint) string {
 // stepFill evaluates the fill law on pool and, when its weights come in
 // or go out, reshapes the calm weights; it returns the law's reason, or
 // "" when nothing changed.
-func (l *Loop) stepFill(pool []*scheduler.Endpoint) string {
+func (l *Loop) stepFill(now time.Time, pool []*scheduler.Endpoint, mode string, fresh bool) string {
 	if l.filler == nil {
 		return ""
 	}
@@ -215,29 +219,35 @@ func (l *Loop) stepFill(pool []*scheduler.Endpoint) string {
 	if ok {
 		l.m.fill.Set(fill)
 	}
-	next, why := l.cfg.Fill.Next(l.fill, FillInput{Fill: fill, OK: ok, LoopMode: l.conf.Mode()})
+	evicted, capacity := l.filler.Evictions()
+	churn, churnOK := l.churn.add(now, evicted, capacity, l.cfg.Fill.Window)
+	if churnOK {
+		l.m.fillChurn.Set(churn)
+	}
+	next, why := l.cfg.Fill.Next(l.fill, FillInput{At: now, Fill: fill, OK: ok, Churn: churn, ChurnOK: churnOK, LoopMode: mode})
 	if why == "" {
 		l.fill = next
 		return ""
 	}
-	if !l.reshape(l.trade, next, "fill law", why) {
+	if !l.reshape(l.trade, next, fresh, "fill law", why) {
 		return ""
 	}
 	l.m.fillMix.Set(next.Mix)
 	l.m.fillChanges.Inc()
-	l.log.Info("fill", "reason", why, "mix", next.Mix, "index_fill", fill,
+	l.log.Info("fill", "reason", why, "mix", next.Mix, "index_fill", fill, "churn", churn,
 		slog.Group("base", l.attrs(*l.base.Load())...))
 	return why
 }
 
 // reshape rebuilds the configurator over the profile shaped by the trade
 // and fill laws' states ts and fs, continuing the weight versions from
-// those in force, and keeps both states; false (and nothing changed) when
-// the shaped profile does not build, which CheckProfile rules out.
-func (l *Loop) reshape(ts TradeState, fs FillState, law, why string) bool {
+// those in force (fresh: the new calm weights in force at once), and keeps
+// both states; false (and nothing changed) when the shaped profile does
+// not build, which CheckProfile rules out.
+func (l *Loop) reshape(ts TradeState, fs FillState, fresh bool, law, why string) bool {
 	mcfg, mixed := l.cfg.Shaped(l.prof, ts.Mix, fs.Mix)
 	from := l.target.Weights()
-	if (l.conf.Mode() == configurator.ModeStatic || !l.sawPool) && from != nil {
+	if fresh && from != nil {
 		// Before the configurator's first step (the loop's first tick, or
 		// the first after a reload) or before a tick has seen a pool
 		// (serve's first tick usually runs before discovery's first list)
@@ -376,26 +386,37 @@ func (l *Loop) ReloadCalm(gen uint64, weights []float64, reason string) error {
 // or Run.
 func (l *Loop) Tick(now time.Time, pool []*scheduler.Endpoint) *Tick {
 	if p := l.pending.Swap(nil); p != nil {
-		if err := l.build(p.cfg, p.profile); err != nil { // validated by Reload
+		switch err := l.build(p.cfg, p.profile); {
+		case err != nil: // validated by Reload
 			l.log.Error("control loop reload failed; keeping the running loop", "err", err)
-		} else if p.reason != "" {
+		case p.reason != "":
 			l.log.Info("control loop reconfigured", "adaptive", p.cfg.Enabled, "reason", p.reason,
 				slog.Group("base", l.attrs(*l.base.Load())...))
-		} else {
+		default:
 			l.log.Info("control loop reconfigured", "adaptive", p.cfg.Enabled)
 		}
+		// A reload may have cleared a law's state (the law or the loop off).
+		l.m.tradeMix.Set(l.trade.Mix)
+		l.m.fillMix.Set(l.fill.Mix)
 	}
 	t := &Tick{At: now, Previous: l.target.Weights()}
 	// The first evaluation is the first tick that sees a pool, before the
 	// configurator's first step: the shape decides where the first
 	// requests' prefixes live.
+	// Both laws read the mode as the tick found it: a law that reshaped
+	// leaves a new configurator in static mode, which is not the
+	// configurator's first step for the other. fresh: before the first
+	// step (the loop's first tick, or the first after a reload) or before
+	// a tick has seen a pool, when a new shape is in force at once.
+	mode := l.conf.Mode()
+	fresh := mode == configurator.ModeStatic || !l.sawPool
 	if l.cfg.Trade.Enabled && l.cfg.Enabled && !now.Before(l.tradeNext) && len(pool) > 0 {
 		l.tradeNext = now.Add(l.cfg.Trade.Interval)
-		t.Trade = l.stepTrade(pool)
+		t.Trade = l.stepTrade(pool, mode, fresh)
 	}
 	if l.cfg.Fill.Enabled && l.cfg.Enabled && !now.Before(l.fillNext) && len(pool) > 0 {
 		l.fillNext = now.Add(l.cfg.Fill.Interval)
-		t.Fill = l.stepFill(pool)
+		t.Fill = l.stepFill(now, pool, mode, fresh)
 	}
 	if len(pool) > 0 {
 		l.sawPool = true

@@ -34,7 +34,7 @@ type metrics struct {
 
 	tradeMix, tradeSpread, tradeDeclared prometheus.Gauge
 	tradeChanges                         prometheus.Counter
-	fill, fillMix                        prometheus.Gauge
+	fill, fillMix, fillChurn             prometheus.Gauge
 	fillChanges                          prometheus.Counter
 }
 
@@ -87,6 +87,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "trimtab_control_fill_mix_ratio",
 			Help: "Whether the fill law's weights (adaptive.fill.add) are in the calm weights: 1 while the caches count as full, else 0.",
 		}),
+		fillChurn: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_fill_churn_ratio",
+			Help: "Churn the fill law (adaptive.fill) read at its latest evaluation: the entries the prefix index evicted for capacity in the last adaptive.fill.window over its capacity.",
+		}),
 		fillChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_control_fill_changes_total",
 			Help: "Times the fill law added or removed its weights; each is logged (\"fill\") with its reason.",
@@ -133,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges, m.fill, m.fillMix, m.fillChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

@@ -108,37 +108,57 @@ func (c TradeConfig) Validate() error {
 	case c.MinSamples < 1 || c.MinSamples > 4096:
 		return fmt.Errorf(p+"min_samples: must be 1…4096, got %d", c.MinSamples)
 	}
-	for _, name := range c.names() {
-		if w := c.Weights[name]; !(w >= 0 && w <= maxTradeWeight) {
-			return fmt.Errorf(p+"weights.%s: must be in [0, %g], got %v", name, w, float64(maxTradeWeight))
-		}
-	}
-	return nil
+	return checkWeights(c.Weights, p+"weights.", nil)
 }
 
-// Weight returns the trade weight for the scorer called name: its key's,
-// else that of the first key (in sorted order) equal to it without regard
-// to case.
-func (c TradeConfig) Weight(name string) (float64, bool) {
-	if w, ok := c.Weights[name]; ok {
+// Weight returns the trade weight for the scorer called name (byName).
+func (c TradeConfig) Weight(name string) (float64, bool) { return byName(c.Weights, name) }
+
+// byName returns m's weight for the scorer called name: its key's, else
+// that of the first key (in sorted order) equal to it without regard to
+// case (the config loader lowercases map keys).
+func byName(m map[string]float64, name string) (float64, bool) {
+	if w, ok := m[name]; ok {
 		return w, true
 	}
-	for _, k := range c.names() {
+	for _, k := range sortedNames(m) {
 		if strings.EqualFold(k, name) {
-			return c.Weights[k], true
+			return m[k], true
 		}
 	}
 	return 0, false
 }
 
-// names returns the Weights keys sorted, so errors are deterministic.
-func (c TradeConfig) names() []string {
-	out := make([]string, 0, len(c.Weights))
-	for n := range c.Weights {
+// sortedNames returns m's keys sorted, so errors are deterministic.
+func sortedNames(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkWeights reports whether every key of m, a section's weights by
+// scorer name, is in [0, 1e6] and, with profile set, names one of its
+// scorers; errors name the key under prefix (adaptive.trade.weights.).
+func checkWeights(m map[string]float64, prefix string, profile []scheduler.ScorerEntry) error {
+	for _, name := range sortedNames(m) {
+		if w := m[name]; !(w >= 0 && w <= maxTradeWeight) {
+			return fmt.Errorf("%s%s: must be in [0, %g], got %v", prefix, name, float64(maxTradeWeight), w)
+		}
+		if profile == nil {
+			continue
+		}
+		found := false
+		for _, e := range profile {
+			found = found || strings.EqualFold(e.Name, name)
+		}
+		if !found {
+			return fmt.Errorf("%s%s: no scorer of the profile has this name", prefix, name)
+		}
+	}
+	return nil
 }
 
 // Mixed returns the configuration and profile the loop runs at mix m in
@@ -159,7 +179,7 @@ func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, [
 	if f > 0 && c.Fill.Enabled {
 		defer func() {
 			for i := range out {
-				if w, ok := c.Fill.weight(out[i].Name); ok {
+				if w, ok := byName(c.Fill.Add, out[i].Name); ok {
 					out[i].Weight = min(out[i].Weight+min(f, 1)*w, maxTradeWeight)
 				}
 			}
@@ -186,20 +206,15 @@ func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, [
 
 // checkTrade reports whether every trade weight names one of the
 // profile's scorers and, with the loop on, whether the loop can run the
-// profile at every mix the law can reach (0, Step, 2·Step, …, 1), each
+// profile at every mix the law can reach (0, Step, 2·Step, …, 1, and 1 −
+// Step, 1 − 2·Step, … on the way back), each
 // with and without the fill law's weights (adaptive.fill). With
 // adaptive.enabled false the law is idle (it moves the loop's calm
 // weights), so turning the loop off is the one edit a roll-back needs.
 func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	if c.Trade.Enabled {
-		for _, name := range c.Trade.names() {
-			found := false
-			for _, e := range profile {
-				found = found || strings.EqualFold(e.Name, name)
-			}
-			if !found {
-				return fmt.Errorf("adaptive.trade.weights.%s: no scorer of the profile has this name", name)
-			}
+		if err := checkWeights(c.Trade.Weights, "adaptive.trade.weights.", profile); err != nil {
+			return err
 		}
 	}
 	if !c.Enabled {
@@ -211,12 +226,7 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	}
 	mixes := []float64{0}
 	if c.Trade.Enabled {
-		for m := c.Trade.Step; ; m += c.Trade.Step {
-			mixes = append(mixes, min(m, 1))
-			if m >= 1 {
-				break
-			}
-		}
+		mixes = c.Trade.mixes()
 	}
 	for _, f := range fills {
 		for _, m := range mixes {
@@ -233,6 +243,24 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 		}
 	}
 	return nil
+}
+
+// mixes returns every mix the law can reach: 0, Step, 2·Step, … up to 1,
+// and 1 − Step, 1 − 2·Step, … down from it (a declared spread jumps to 1;
+// every move back is a step), so a step that does not divide 1 has two
+// ladders.
+func (c TradeConfig) mixes() []float64 {
+	out := []float64{0}
+	for m := c.Step; ; m += c.Step {
+		out = append(out, min(m, 1))
+		if m >= 1 {
+			break
+		}
+	}
+	for m := 1 - c.Step; m > 1e-9; m -= c.Step {
+		out = append(out, m)
+	}
+	return out
 }
 
 // CapacitySpread returns the largest declared capacity in pool over the

@@ -142,7 +142,7 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"off ignores the rest", func(c *TradeConfig) { c.Enabled, c.Step = false, -1 }, ""},
 		{"valid", func(*TradeConfig) {}, ""},
 		{"no weights", func(c *TradeConfig) { c.Weights = nil }, "adaptive.trade.weights"},
-		{"negative weight", func(c *TradeConfig) { c.Weights["queue"] = -1 }, "adaptive.trade.weights.queue"},
+		{"negative weight", func(c *TradeConfig) { c.Weights["queue"] = -1 }, "adaptive.trade.weights.queue: must be in [0, 1e+06], got -1"},
 		{"NaN weight", func(c *TradeConfig) { c.Weights["prefix"] = math.NaN() }, "adaptive.trade.weights.prefix"},
 		{"d_max", func(c *TradeConfig) { c.DMax = 1.5 }, "adaptive.trade.d_max"},
 		{"affinity_floor", func(c *TradeConfig) { c.AffinityFloor = 1 }, "adaptive.trade.affinity_floor"},
@@ -446,4 +446,27 @@ func TestLoopTradeFirstPool(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTradeMixes: with step 0.3 the law reaches 0.3, 0.6, 0.9 and 1 on the
+// way up and 0.7, 0.4 and 0.1 on the way down from 1; CheckProfile checks
+// each.
+func TestTradeMixes(t *testing.T) {
+	c := DefaultTradeConfig()
+	c.Step = 0.3
+	got := c.mixes()
+	want := []float64{0, 0.3, 0.6, 0.9, 1, 0.7, 0.4, 0.1}
+	if len(got) != len(want) {
+		t.Fatalf("mixes %v, want %v", got, want)
+	}
+	for i := range want {
+		if !closeTo(got[i], want[i], 1e-9) {
+			t.Errorf("mixes %v, want %v", got, want)
+			break
+		}
+	}
+	c.Step = 0.25
+	if got := c.mixes(); len(got) != 8 { // 0, .25, .5, .75, 1, .75, .5, .25
+		t.Errorf("step 0.25: %v", got)
+	}
 }

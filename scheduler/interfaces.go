@@ -119,10 +119,13 @@ type JoinReporter interface {
 // endpoint's prefix cache holds (the prefix scorer). Fill is the mean over
 // the pool's endpoints the index knows of the share of what the index can
 // hold for each that it holds, in [0,1]; ok is false when it knows none.
-// The control loop's fill law (adaptive.fill) reads it off the request
-// path; it must be safe for concurrent use with Score.
+// Evictions is how many entries the index has evicted for capacity since
+// it started, and how many it can hold in all. The control loop's fill
+// law (adaptive.fill) reads both off the request path; they must be safe
+// for concurrent use with Score.
 type FillReporter interface {
 	Fill(pool []*Endpoint) (fill float64, ok bool)
+	Evictions() (evicted uint64, capacity int)
 }
 
 // Match is what a MatchProducer says of one request on one endpoint, in

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -14,11 +15,6 @@ import (
 // is 1 and the weights never leave the profile's shape (time-cost 0 at
 // every sample).
 func TestTradeLaw(t *testing.T) {
-	pols, err := Policies([]string{PolicyAdaptive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := pols[0]
 	for _, tc := range []struct {
 		engine string
 		moves  bool
@@ -27,34 +23,7 @@ func TestTradeLaw(t *testing.T) {
 		{"a100-40gb-llama-3.1-8b", false},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
-			scs, err := LoadScenarios([]string{"chat"}, 90*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ApplyEngine(scs, tc.engine); err != nil {
-				t.Fatal(err)
-			}
-			res, err := Run(RunConfig{Scenario: scs[0], Policy: pol, Level: 125, Seed: 1, Timeline: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tl := res.Timeline
-			tc0 := -1
-			for i, name := range tl.Scorers {
-				if name == "time-cost" {
-					tc0 = i
-				}
-			}
-			if tc0 < 0 {
-				t.Fatalf("no time-cost scorer in the timeline's %v", tl.Scorers)
-			}
-			first, last := -1.0, tl.Weights[tc0][len(tl.T)-1]
-			for i, w := range tl.Weights[tc0] {
-				if w > 0 && first < 0 {
-					first = tl.T[i]
-				}
-			}
-			t.Logf("time-cost weight first > 0 at %v s, last %.3f", first, last)
+			first, last := timeCostWeight(t, tc.engine, "chat", 125, 90*time.Second)
 			switch {
 			case tc.moves && !(last > 0):
 				t.Errorf("time-cost weight at the end %v, want > 0: the law did not trade on a pool of two GPU generations", last)
@@ -63,4 +32,39 @@ func TestTradeLaw(t *testing.T) {
 			}
 		})
 	}
+}
+
+// timeCostWeight runs the shipped adaptive profile on scenario at level
+// for dur on engine (seed 1) and returns when the time-cost scorer's
+// weight was first above 0 (−1: never) and its weight at the end.
+func timeCostWeight(t *testing.T, engine, scenario string, level float64, dur time.Duration) (first, last float64) {
+	t.Helper()
+	pols, err := Policies([]string{PolicyAdaptive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs, err := LoadScenarios([]string{scenario}, dur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyEngine(scs, engine); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(RunConfig{Scenario: scs[0], Policy: pols[0], Level: level, Seed: 1, Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := res.Timeline
+	i := slices.Index(tl.Scorers, "time-cost")
+	if i < 0 {
+		t.Fatalf("no time-cost scorer in the timeline's %v", tl.Scorers)
+	}
+	first, last = -1, tl.Weights[i][len(tl.T)-1]
+	for j, w := range tl.Weights[i] {
+		if w > 0 && first < 0 {
+			first = tl.T[j]
+		}
+	}
+	t.Logf("%s %s@%g: time-cost weight first > 0 at %v s, last %.3f", engine, scenario, level, first, last)
+	return first, last
 }

@@ -66,6 +66,13 @@ func (p *Scorer) Fill(pool []*scheduler.Endpoint) (float64, bool) {
 	return f, n > 0
 }
 
+// Evictions implements scheduler.FillReporter: Stats' Evictions and
+// Capacity (each shard's read lock in turn).
+func (p *Scorer) Evictions() (uint64, int) {
+	st := p.Stats()
+	return st.Evictions, st.Capacity
+}
+
 // holds is what the index can hold for endpoint id (resolved with tab), in
 // blocks; 0 for an unknown endpoint. Eviction holds each shard's list to
 // perShard.

@@ -580,7 +580,7 @@ func pickWhileFirstComputes(t *testing.T, h *scorertest.Harness) (first, second 
 // it grows with records, stays at 1 once eviction holds an endpoint at
 // its capacity, and drops to 0 for an endpoint purged from the pool. Fill
 // (the fill law's input) reads the same over the pool, and nothing for
-// a pool the index does not know.
+// a pool the index does not know; Evictions counts what capacity evicted.
 func TestPrefixCacheFill(t *testing.T) {
 	cfg := smallPrefix()
 	cfg.Capacity, cfg.Shards = 8, 1
@@ -607,6 +607,9 @@ func TestPrefixCacheFill(t *testing.T) {
 	route(t, h, scheduler.Request{Prompt: prompt("MNOP")}, "b:1")
 	if f := fill(); f != 0.75 {
 		t.Errorf("a at its capacity (12 blocks recorded), b half: fill %v, want 0.75", f)
+	}
+	if ev, c := p.Evictions(); ev != 4 || c != 16 {
+		t.Errorf("Evictions() = %d of %d, want 4 (12 recorded on a, which holds 8) of 16", ev, c)
 	}
 	h.S.SetEndpoints(scorertest.Eps("b:1"))
 	h.S.SetEndpoints(eps)
