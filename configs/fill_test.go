@@ -31,7 +31,7 @@ adaptive:
 		t.Errorf("parsed %+v, want on 0.8, off 0.5, add time-cost 1, window 2m, churn_on 0.1; interval 5s and churn_off 0.01 (the defaults)", c)
 	}
 	for name, tt := range map[string]struct{ scorer, enabled, add, want string }{
-		"unknown scorer":      {"prefix", "true", "nope: 1", "adaptive.fill.add.nope: no scorer"},
+		"unknown scorer":      {"prefix", "true", "nope: 1", "adaptive.fill.add.nope: no scorer of the profile has this name; add one (weight 0"},
 		"negative":            {"prefix", "true", "time-cost: -1", "adaptive.fill.add.time-cost"},
 		"no prefix scorer":    {"lora", "true", "time-cost: 1", "adaptive.fill: no scorer of the profile reports the prefix index's fill"},
 		"off checks the name": {"prefix", "false", "nope: 1", "adaptive.fill.add.nope"},

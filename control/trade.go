@@ -155,7 +155,7 @@ func checkWeights(m map[string]float64, prefix string, profile []scheduler.Score
 			found = found || strings.EqualFold(e.Name, name)
 		}
 		if !found {
-			return fmt.Errorf("%s%s: no scorer of the profile has this name", prefix, name)
+			return fmt.Errorf("%s%s: no scorer of the profile has this name; add one (weight 0 keeps it out of the profile's own weights) or remove the key", prefix, name)
 		}
 	}
 	return nil
