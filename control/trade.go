@@ -161,13 +161,6 @@ func checkWeights(m map[string]float64, prefix string, profile []scheduler.Score
 	return nil
 }
 
-// Mixed returns the configuration and profile the loop runs at mix m in
-// [0,1] of the trade law with the fill law's weights out: Shaped(profile,
-// m, 0).
-func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []scheduler.ScorerEntry) {
-	return c.Shaped(profile, m, 0)
-}
-
 // Shaped returns the configuration and profile the loop runs at the trade
 // law's mix m and the fill law's f, each in [0,1]: every scorer's weight
 // (1−m)·profile + m·shape, plus f times its adaptive.fill.add weight; and
@@ -176,32 +169,30 @@ func (c Config) Mixed(profile []scheduler.ScorerEntry, m float64) (Config, []sch
 func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, []scheduler.ScorerEntry) {
 	out := make([]scheduler.ScorerEntry, len(profile))
 	copy(out, profile)
-	if f > 0 && c.Fill.Enabled {
-		defer func() {
-			for i := range out {
-				if w, ok := byName(c.Fill.Add, out[i].Name); ok {
-					out[i].Weight = min(out[i].Weight+min(f, 1)*w, maxTradeWeight)
-				}
+	shaped := c
+	if m > 0 && c.Trade.Enabled {
+		m = min(m, 1)
+		for i := range out {
+			if w, ok := c.Trade.Weight(out[i].Name); ok {
+				out[i].Weight = (1-m)*out[i].Weight + m*w
 			}
-		}()
-	}
-	if m <= 0 || !c.Trade.Enabled {
-		return c, out
-	}
-	m = min(m, 1)
-	for i := range out {
-		if w, ok := c.Trade.Weight(out[i].Name); ok {
-			out[i].Weight = (1-m)*out[i].Weight + m*w
+		}
+		if c.Trade.DMax > 0 {
+			shaped.DMax = (1-m)*c.DMax + m*c.Trade.DMax
+		}
+		if c.Trade.AffinityFloor > 0 {
+			shaped.AffinityFloor = (1-m)*c.AffinityFloor + m*c.Trade.AffinityFloor
 		}
 	}
-	mixed := c
-	if c.Trade.DMax > 0 {
-		mixed.DMax = (1-m)*c.DMax + m*c.Trade.DMax
+	if f > 0 && c.Fill.Enabled {
+		f = min(f, 1)
+		for i := range out {
+			if w, ok := byName(c.Fill.Add, out[i].Name); ok {
+				out[i].Weight = min(out[i].Weight+f*w, maxTradeWeight)
+			}
+		}
 	}
-	if c.Trade.AffinityFloor > 0 {
-		mixed.AffinityFloor = (1-m)*c.AffinityFloor + m*c.Trade.AffinityFloor
-	}
-	return mixed, out
+	return shaped, out
 }
 
 // checkTrade reports whether every trade weight names one of the
