@@ -52,10 +52,20 @@ func TestFleetRecoveredAt(t *testing.T) {
 				}
 				return
 			}
-			// The snapshot that shows the endpoint fresh again carries the
-			// recovering scrape's time, which is its ScrapedAt.
-			if e.RecoveredAt.IsZero() || !e.RecoveredAt.Equal(e.ScrapedAt) || e.RecoveredAt.Before(faultEnd) {
+			// The recovering scrape's time: after the fault ended and no later
+			// than the snapshot's scrape (the poll, stepping the fake clock
+			// while scrapes run, may first see a snapshot one scrape later)…
+			if e.RecoveredAt.IsZero() || e.RecoveredAt.After(e.ScrapedAt) || e.RecoveredAt.Before(faultEnd) {
 				t.Errorf("RecoveredAt = %v, ScrapedAt %v, fault ended %v: want the recovering scrape's time", e.RecoveredAt, e.ScrapedAt, faultEnd)
+			}
+			// … and it stays that time on the scrapes after it.
+			rec, at := e.RecoveredAt, e.ScrapedAt
+			s = h.eventually("a later scrape", func(s *Snapshot) bool {
+				e := s.Lookup(addr)
+				return e != nil && e.ScrapedAt.After(at)
+			})
+			if got := s.Lookup(addr).RecoveredAt; !got.Equal(rec) {
+				t.Errorf("RecoveredAt moved to %v on a later scrape, want it kept at %v", got, rec)
 			}
 		})
 	}
