@@ -12,8 +12,9 @@ import (
 // trace it names lives inside the binary (a relative path without ".."),
 // so `trimtab sim --scenario all` needs nothing outside the repository.
 // The YAML files beside the suite (the held-out scenarios in
-// sim/scenarios/held-out, sim/profiles) load from the repository alone too,
-// and no held-out scenario is shipped.
+// sim/scenarios/held-out, the long-running router's in sim/scenarios/warm,
+// sim/profiles) load from the repository alone too, and none of them is
+// shipped.
 func TestShippedScenariosSelfContained(t *testing.T) {
 	t.Chdir(t.TempDir()) // nothing may be read from the working tree
 	for _, name := range Shipped() {
@@ -36,6 +37,8 @@ func TestShippedScenariosSelfContained(t *testing.T) {
 
 func TestHeldOutScenariosAndProfilesLoad(t *testing.T) {
 	extra, _ := filepath.Glob("scenarios/held-out/*.yaml")
+	warm, _ := filepath.Glob("scenarios/warm/*.yaml")
+	extra = append(extra, warm...)
 	profiles, _ := filepath.Glob("profiles/*.yaml")
 	if len(extra) == 0 || len(profiles) == 0 {
 		t.Fatalf("no sim/scenarios/held-out or sim/profiles files (%v, %v)", extra, profiles)

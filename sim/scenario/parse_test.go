@@ -10,7 +10,7 @@ import (
 // accepts stays valid (Validate passes again) with what a run relies on:
 // a positive duration, at least one phase and one load level.
 func FuzzParse(f *testing.F) {
-	for _, glob := range []string{"../scenarios/*.yaml", "../scenarios/held-out/*.yaml"} {
+	for _, glob := range []string{"../scenarios/*.yaml", "../scenarios/held-out/*.yaml", "../scenarios/warm/*.yaml"} {
 		paths, _ := filepath.Glob(glob)
 		for _, p := range paths {
 			data, err := os.ReadFile(p)
