@@ -110,6 +110,10 @@ type shard struct {
 	used   int
 	lists  []lruList // by endpoint id
 	evicts uint64    // entries evicted by capacity (not by purge)
+	// ghost remembers the latest evictions; misses counts the new entries
+	// it remembered (capacity misses, see ghosts).
+	ghost  ghosts
+	misses uint64
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -179,6 +183,9 @@ func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, se
 		} else {
 			p, found := s.probe(key)
 			if !found {
+				if s.ghost.has(key) {
+					s.misses++
+				}
 				storeKey(&s.slots[p], key)
 				s.used++
 				s.linkAfter(cursor, p)
@@ -225,6 +232,7 @@ func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, se
 		cursor = pos
 	}
 	for l.N > capacity && l.Tail != nilIdx {
+		s.ghost.add(s.slots[l.Tail].Key, s.used)
 		s.remove(l.Tail)
 		s.evicts++
 	}
@@ -362,5 +370,5 @@ func (s *shard) purge(id uint32) {
 // bytes is the shard's memory: the slot and stamp arrays at their
 // allocated size plus the per-endpoint list heads.
 func (s *shard) bytes() int {
-	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{}))
+	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{})) + s.ghost.bytes()
 }

@@ -113,6 +113,11 @@ type Stats struct {
 	Capacity int
 	// Evictions counts entries evicted for capacity since the start.
 	Evictions uint64
+	// CapacityMisses counts entries recorded again on their endpoint
+	// within a shard's worth of evictions after the index evicted them
+	// (ghosts): what a cache twice the size would have kept. Near 0
+	// against Evictions, the caches evict prompts that do not come back.
+	CapacityMisses uint64
 }
 
 // Stats returns the index's current size. It takes each shard's read lock
@@ -126,6 +131,7 @@ func (p *Scorer) Stats() Stats {
 		st.Slots += len(sh.slots)
 		st.Bytes += sh.bytes()
 		st.Evictions += sh.evicts
+		st.CapacityMisses += sh.misses
 		sh.mu.RUnlock()
 	}
 	t := p.tab.Load()
@@ -153,8 +159,8 @@ func grow[T any](b []T, n int) []T {
 // descriptors carry the scorer name as a constant label, so several prefix
 // scorers can share a registry.
 type collector struct {
-	p                                  *Scorer
-	blocks, bytes, capacity, evictions *prometheus.Desc
+	p                                          *Scorer
+	blocks, bytes, capacity, evictions, misses *prometheus.Desc
 }
 
 func newCollector(p *Scorer, name string) *collector {
@@ -169,6 +175,8 @@ func newCollector(p *Scorer, name string) *collector {
 			"Most entries the prefix index may hold: the sum of its endpoints' capacities.", nil, l),
 		evictions: prometheus.NewDesc("trimtab_prefix_index_evictions_total",
 			"Prefix index entries evicted because an endpoint reached its capacity.", nil, l),
+		misses: prometheus.NewDesc("trimtab_prefix_index_capacity_misses_total",
+			"Prefix index entries recorded again on their endpoint soon after the index evicted them (within about its size in evictions): what caches twice the size would have kept. Near 0 against the evictions, the caches evict prompts that do not come back.", nil, l),
 	}
 }
 
@@ -178,6 +186,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.capacity
 	ch <- c.evictions
+	ch <- c.misses
 }
 
 // Collect implements prometheus.Collector.
@@ -187,4 +196,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity))
 	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(st.CapacityMisses))
 }
