@@ -1,7 +1,5 @@
 package prefix
 
-import "math/bits"
-
 // ghosts remembers, per shard, the entries the index evicted for capacity
 // lately, so that recording one of them again counts as a capacity miss:
 // a (block, endpoint) entry a cache twice the size would still have held.
@@ -15,12 +13,12 @@ import "math/bits"
 // generation has taken as many keys as the shard held entries when it
 // started, it becomes the previous one and a cleared filter the current.
 // So a key is remembered for at least one shard's worth of evictions
-// (and at most two), at 16 to 32 bits a key per generation: at most
-// 1.4 % false positives per full generation, 4 to 8 bytes an index entry
-// in all, once the shard evicts. Guarded by the shard's lock.
+// (and at most two), at 20 bits a key per generation (16 to 32 as the
+// shard's size moves): about 1 % false positives per full generation, 5
+// bytes an index entry in all once the shard evicts. Guarded by the
+// shard's lock.
 type ghosts struct {
-	cur, prev []uint64 // bitsets of equal, power-of-two length
-	shift     uint     // 64 − log2(bits): a key's probes are its top bits
+	cur, prev []uint64 // bitsets of equal length
 	n, limit  int      // keys in cur; keys a generation takes
 }
 
@@ -41,14 +39,13 @@ func (g *ghosts) add(key uint64, used int) {
 
 // turn starts a new generation of limit keys: the current one becomes the
 // previous. The filters are resized (both cleared) when limit outgrows
-// them or needs under a quarter of them, so a shard whose entries hover
-// around a size keeps its memory of evictions.
+// them or needs under half of them, with a quarter to spare, so a shard
+// whose entries hover around a size keeps its memory of evictions.
 func (g *ghosts) turn(limit int) {
 	need, have := limit*ghostBitsPerKey, len(g.cur)*64
-	if need > have || need*4 < have {
-		words := (1 << bits.Len(uint(need-1))) / 64
+	if need > have || need*2 < have {
+		words := (need + need/4 + 63) / 64
 		g.cur, g.prev = make([]uint64, words), make([]uint64, words)
-		g.shift = uint(64 - bits.Len(uint(words*64-1)))
 	} else {
 		g.cur, g.prev = g.prev, g.cur
 		clear(g.cur)
@@ -67,11 +64,14 @@ func (g *ghosts) has(key uint64) bool {
 	return in(g.cur) || in(g.prev)
 }
 
-// probes are key's two bit positions. The key's hash bits are already a
-// hash, but of the block only: the multiply mixes the endpoint id in.
+// probes are key's two bit positions, from the two halves of the product
+// (the key's hash bits are already a hash, but of the block only: the
+// multiply mixes the endpoint id in), each reduced to the filter's size by
+// multiply-shift as home does.
 func (g *ghosts) probes(key uint64) (uint64, uint64) {
 	h := key * 0x9e3779b97f4a7c15
-	return h >> g.shift, (h<<32 | h>>32) >> g.shift
+	n := uint64(len(g.cur)) * 64
+	return (h >> 32) * n >> 32, (h & 0xffffffff) * n >> 32
 }
 
 // bytes is the filters' memory.

@@ -73,7 +73,7 @@ import (
 // a 4-byte stamp; the tables stay between 2/5 and 3/5 full (short probe
 // runs), so about 33–50 bytes an entry, plus 16 bytes per endpoint per
 // shard; a shard that evicts also remembers its latest evictions (ghosts,
-// 4–8 bytes an entry). Slots keep
+// about 5 bytes an entry). Slots keep
 // 48 bits of each block hash and a 16-bit endpoint id, so at most 65535
 // endpoints are indexed at a time. Stats and the metrics
 // trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.
