@@ -63,6 +63,8 @@ type lruList struct {
 	// held is N as of the list's last change, for optimistic readers
 	// (Scorer.filled).
 	held uint32
+	// epoch counts the purges of the list's endpoint id (ghostKey).
+	epoch uint32
 }
 
 // shard is one shard of the prefix index: an open-addressing
@@ -183,7 +185,7 @@ func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, se
 		} else {
 			p, found := s.probe(key)
 			if !found {
-				if s.ghost.has(key) {
+				if s.ghost.has(ghostKey(key, l.epoch)) {
 					s.misses++
 				}
 				storeKey(&s.slots[p], key)
@@ -232,7 +234,7 @@ func (s *shard) record(id, capacity uint32, blocks []uint16, hashes []uint64, se
 		cursor = pos
 	}
 	for l.N > capacity && l.Tail != nilIdx {
-		s.ghost.add(s.slots[l.Tail].Key, s.used)
+		s.ghost.add(ghostKey(s.slots[l.Tail].Key, l.epoch), s.used)
 		s.remove(l.Tail)
 		s.evicts++
 	}
@@ -362,6 +364,7 @@ func (s *shard) purge(id uint32) {
 		s.remove(s.lists[id].Head)
 	}
 	atomic.StoreUint32(&s.lists[id].held, 0)
+	s.lists[id].epoch++
 	if len(s.slots) > minSlots && s.used*5 < len(s.slots) {
 		s.resize(max(minSlots, s.used*5/2))
 	}

@@ -72,8 +72,8 @@ import (
 // Memory: each cached (block, endpoint) entry costs one 16-byte slot and
 // a 4-byte stamp; the tables stay between 2/5 and 3/5 full (short probe
 // runs), so about 33–50 bytes an entry, plus 16 bytes per endpoint per
-// shard; a shard that evicts also remembers its latest evictions (ghosts,
-// about 5 bytes an entry). Slots keep
+// shard, and the capacity misses' memory of evictions once a shard evicts
+// (ghosts; README). Slots keep
 // 48 bits of each block hash and a 16-bit endpoint id, so at most 65535
 // endpoints are indexed at a time. Stats and the metrics
 // trimtab_prefix_index_blocks / trimtab_prefix_index_bytes report it.

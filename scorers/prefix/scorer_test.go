@@ -225,11 +225,14 @@ func TestPrefixLRUBoundsMemory(t *testing.T) {
 		if st.Blocks > 64 {
 			t.Fatalf("after %d prompts: %d blocks cached, capacity 64", i+1, st.Blocks)
 		}
-		if i == 100 {
+		// By 500 prompts (250 blocks a shard) every shard has turned its
+		// eviction filter's generation twice (64 evictions each), so both
+		// filters are allocated.
+		if i == 500 {
 			maxBytes = st.Bytes
 		}
-		if i > 100 && st.Bytes > maxBytes {
-			t.Fatalf("after %d prompts index grew to %d bytes (was %d at 100): memory not bounded", i+1, st.Bytes, maxBytes)
+		if i > 500 && st.Bytes > maxBytes {
+			t.Fatalf("after %d prompts index grew to %d bytes (was %d at 500): memory not bounded", i+1, st.Bytes, maxBytes)
 		}
 	}
 	st := p.Stats()
@@ -307,10 +310,14 @@ trimtab_prefix_index_capacity_blocks{scorer="prefix"} 65536
 # HELP trimtab_prefix_index_evictions_total Prefix index entries evicted because an endpoint reached its capacity.
 # TYPE trimtab_prefix_index_evictions_total counter
 trimtab_prefix_index_evictions_total{scorer="prefix"} 0
-`, st.Bytes)
+# HELP trimtab_prefix_index_capacity_misses_total %s
+# TYPE trimtab_prefix_index_capacity_misses_total counter
+trimtab_prefix_index_capacity_misses_total{scorer="prefix"} 0
+`, st.Bytes, capacityMissesHelp)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"trimtab_prefix_index_blocks", "trimtab_prefix_index_bytes",
-		"trimtab_prefix_index_capacity_blocks", "trimtab_prefix_index_evictions_total"); err != nil {
+		"trimtab_prefix_index_capacity_blocks", "trimtab_prefix_index_evictions_total",
+		"trimtab_prefix_index_capacity_misses_total"); err != nil {
 		t.Error(err)
 	}
 	// Hit ratio: the first request found nothing (0 of 4 blocks); ABCX on

@@ -103,8 +103,9 @@ type Stats struct {
 	Blocks int
 	// Slots is the number of allocated table slots (≥ Blocks).
 	Slots int
-	// Bytes is the index's memory: slot tables, per-endpoint list heads
-	// and the endpoint id maps (estimated from their entry counts).
+	// Bytes is the index's memory: slot tables, per-endpoint list heads,
+	// the eviction filters (ghosts) and the endpoint id maps (estimated
+	// from their entry counts).
 	Bytes int
 	// Endpoints is the number of endpoints in the index's pool.
 	Endpoints int
@@ -114,9 +115,8 @@ type Stats struct {
 	// Evictions counts entries evicted for capacity since the start.
 	Evictions uint64
 	// CapacityMisses counts entries recorded again on their endpoint
-	// within a shard's worth of evictions after the index evicted them
-	// (ghosts): what a cache twice the size would have kept. Near 0
-	// against Evictions, the caches evict prompts that do not come back.
+	// while the index remembered evicting them (ghosts; README, "Capacity
+	// misses").
 	CapacityMisses uint64
 }
 
@@ -155,6 +155,9 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
+// capacityMissesHelp is the help of trimtab_prefix_index_capacity_misses_total.
+const capacityMissesHelp = "Prefix index entries recorded again on their endpoint while it remembered evicting them (the last one or two generations of its shard's evictions, each as many as the shard holds): what larger caches would have kept. A small share of the evictions (the filter's false positives, 1-2 %) says the caches evict prompts that do not come back."
+
 // collector reports the index's size at scrape time. Its
 // descriptors carry the scorer name as a constant label, so several prefix
 // scorers can share a registry.
@@ -175,8 +178,7 @@ func newCollector(p *Scorer, name string) *collector {
 			"Most entries the prefix index may hold: the sum of its endpoints' capacities.", nil, l),
 		evictions: prometheus.NewDesc("trimtab_prefix_index_evictions_total",
 			"Prefix index entries evicted because an endpoint reached its capacity.", nil, l),
-		misses: prometheus.NewDesc("trimtab_prefix_index_capacity_misses_total",
-			"Prefix index entries recorded again on their endpoint soon after the index evicted them (within about its size in evictions): what caches twice the size would have kept. Near 0 against the evictions, the caches evict prompts that do not come back.", nil, l),
+		misses: prometheus.NewDesc("trimtab_prefix_index_capacity_misses_total", capacityMissesHelp, nil, l),
 	}
 }
 
