@@ -49,15 +49,16 @@ func (g *ghosts) turn(limit int) {
 
 // has reports whether key was added within the last generation or two
 // (or collides with keys that were).
-func (g *ghosts) has(key uint64) bool {
-	in := func(f []uint64) bool {
-		if len(f) == 0 {
-			return false
-		}
-		a, b := probes(key, len(f))
-		return f[a>>6]&(1<<(a&63)) != 0 && f[b>>6]&(1<<(b&63)) != 0
+func (g *ghosts) has(key uint64) bool { return inFilter(g.cur, key) || inFilter(g.prev, key) }
+
+// inFilter reports whether both of key's bits are set in filter f (false
+// for an empty one).
+func inFilter(f []uint64, key uint64) bool {
+	if len(f) == 0 {
+		return false
 	}
-	return in(g.cur) || in(g.prev)
+	a, b := probes(key, len(f))
+	return f[a>>6]&(1<<(a&63)) != 0 && f[b>>6]&(1<<(b&63)) != 0
 }
 
 // probes are key's two bit positions in a filter of words words: two

@@ -371,7 +371,7 @@ func (s *shard) purge(id uint32) {
 }
 
 // bytes is the shard's memory: the slot and stamp arrays at their
-// allocated size plus the per-endpoint list heads.
+// allocated size, the per-endpoint list heads and the eviction filters.
 func (s *shard) bytes() int {
 	return cap(s.slots)*bytesPerSlot + cap(s.lists)*int(unsafe.Sizeof(lruList{})) + s.ghost.bytes()
 }
