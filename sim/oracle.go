@@ -154,8 +154,12 @@ type CellStats struct {
 // current llm-d baseline) and time-cost with cache_credit 1 (the trade
 // law's shape, and a cache-aware cost in seconds as Dynamo and SMG
 // weigh), so the oracle is not weaker than any policy it is compared
-// with for want of a scorer. A shipped scorer of a type not listed here
-// is an error (TestOracleSearchCoversShipped).
+// with for want of a scorer — and trade-cost, time-cost that also prices
+// the decode a pod adds (decode_credit 0.05), the trade law's cost on a
+// pool of two GPU generations. Entries are matched to the shipped
+// profile's scorers by name (the type where no name is set); a shipped
+// scorer that matches none, or matches one of another type, is an error
+// (TestOracleSearchCoversShipped).
 var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypePrefix},
 	{Type: scorers.TypeQueue},
@@ -164,6 +168,7 @@ var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypePendingPrefill},
 	{Type: scorers.TypeTokenLoad},
 	{Type: scorers.TypeTimeCost, Params: map[string]any{"cache_credit": 1.0}},
+	{Type: scorers.TypeTimeCost, Name: "trade-cost", Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
 }
 
 // OracleProfile returns the profile the oracle searches: the scorers of
@@ -185,16 +190,16 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 	shipped := f.Scorers
 	f.Scorers = nil
 	for _, s := range OracleSearch {
-		s.Name = s.Type
+		s.Name = scorerName(s)
 		zero := 0.0
 		s.Weight = &zero
-		if i := slices.IndexFunc(shipped, func(c configs.ScorerConfig) bool { return c.Type == s.Type }); i >= 0 {
+		if i := slices.IndexFunc(shipped, func(c configs.ScorerConfig) bool { return scorerName(c) == s.Name && c.Type == s.Type }); i >= 0 {
 			s = shipped[i]
 		}
 		f.Scorers = append(f.Scorers, s)
 	}
 	for _, s := range shipped {
-		if !slices.ContainsFunc(OracleSearch, func(c configs.ScorerConfig) bool { return c.Type == s.Type }) {
+		if !slices.ContainsFunc(OracleSearch, func(c configs.ScorerConfig) bool { return scorerName(c) == scorerName(s) && c.Type == s.Type }) {
 			return nil, fmt.Errorf("oracle profile: the shipped profile's scorer %q (type %s) is not in the oracle's search space (sim.OracleSearch)", scorerName(s), s.Type)
 		}
 	}
@@ -208,19 +213,16 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // Baselines of the profile (its own vector, named guard-only since it
 // runs with the profile's guard, the load shares and the built-in static
 // vectors, each under the guard), then each cost scorer the profile has
-// alone (token-load, time-cost) and the trade law's shape when the
+// alone (token-load, time-cost, trade-cost) and the trade law's shape when the
 // profile has one: adaptive.trade.weights alone, the other scorers at 0
-// (configs/adaptive.yaml's: prefix 2 : time-cost 16).
+// (configs/adaptive.yaml's: prefix 2 : kvcache 3 : trade-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
-	idx := func(typ string) int {
-		return slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return s.Type == typ })
-	}
-	for _, typ := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost} {
-		if i := idx(typ); i >= 0 {
+	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, "trade-cost"} {
+		if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == name }); i >= 0 {
 			w := make([]float64, len(f.Scorers))
 			w[i] = 1
-			base = append(base, Candidate{typ, w})
+			base = append(base, Candidate{name, w})
 		}
 	}
 	if len(f.Adaptive.Trade.Weights) > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -145,24 +146,46 @@ func TestOracleSearchCoversShipped(t *testing.T) {
 		t.Fatalf("%d scorers, want the %d of OracleSearch", len(f.Scorers), len(OracleSearch))
 	}
 	for i, s := range f.Scorers {
-		if s.Type != OracleSearch[i].Type {
-			t.Errorf("scorer %d is %s, want %s", i, s.Type, OracleSearch[i].Type)
+		if s.Type != OracleSearch[i].Type || scorerName(s) != scorerName(OracleSearch[i]) {
+			t.Errorf("scorer %d is %s (type %s), want %s", i, scorerName(s), s.Type, scorerName(OracleSearch[i]))
 		}
-		want := 0.0
+		want, params := 0.0, OracleSearch[i].Params
 		for _, c := range shipped.Scorers {
-			if c.Type == s.Type {
-				want = *c.Weight
+			if scorerName(c) == scorerName(s) {
+				want, params = *c.Weight, c.Params
 			}
 		}
 		if *s.Weight != want {
-			t.Errorf("%s starts at %v, want the shipped %v", s.Type, *s.Weight, want)
+			t.Errorf("%s starts at %v, want the shipped %v", scorerName(s), *s.Weight, want)
+		}
+		if !reflect.DeepEqual(s.Params, params) {
+			t.Errorf("%s has params %v, want %v", scorerName(s), s.Params, params)
 		}
 	}
+	// The shipped profile's two time-costs are two entries, each with its
+	// own params: the trade's prices decode, the other does not.
+	tc := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == scorers.TypeTimeCost })
+	tr := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == "trade-cost" })
+	if tc < 0 || tr < 0 || f.Scorers[tc].Params["decode_credit"] != nil || f.Scorers[tr].Params["decode_credit"] == nil {
+		t.Errorf("time-cost at %d, trade-cost at %d: %v / %v, want one without decode_credit and one with", tc, tr, f.Scorers[max(tc, 0)].Params, f.Scorers[max(tr, 0)].Params)
+	}
 	one := 1.0
-	shipped.Scorers = append(shipped.Scorers, configs.ScorerConfig{Type: scorers.TypeSession, Name: "sticky", Weight: &one})
-	if _, err := oracleProfileOf(shipped); err == nil || !strings.Contains(err.Error(), `"sticky"`) {
+	sticky := configs.ScorerConfig{Type: scorers.TypeSession, Name: "sticky", Weight: &one}
+	if _, err := oracleProfileOf(withScorer(shipped, sticky)); err == nil || !strings.Contains(err.Error(), `"sticky"`) {
 		t.Errorf("a shipped scorer outside the search space: %v, want an error naming it", err)
 	}
+	// A known type under a name the search does not have is outside it too.
+	other := configs.ScorerConfig{Type: scorers.TypeTimeCost, Name: "other-cost", Weight: &one}
+	if _, err := oracleProfileOf(withScorer(shipped, other)); err == nil || !strings.Contains(err.Error(), `"other-cost"`) {
+		t.Errorf("a time-cost named other-cost: %v, want an error naming it", err)
+	}
+}
+
+// withScorer returns a copy of f with s added to its scorers.
+func withScorer(f *configs.File, s configs.ScorerConfig) *configs.File {
+	g := *f
+	g.Scorers = append(slices.Clone(f.Scorers), s)
+	return &g
 }
 
 // TestRunOracle runs the oracle on one short scenario and two
@@ -191,23 +214,23 @@ func TestRunOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := OracleBaselines(f)
-	if len(base) != 11 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" || base[9].Name != "time-cost" || base[10].Name != "trade-shape" {
-		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load, time-cost, the trade shape", base)
+	if len(base) != 12 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" || base[9].Name != "time-cost" || base[10].Name != "trade-cost" || base[11].Name != "trade-shape" {
+		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load, time-cost, trade-cost, the trade shape", base)
 	}
 	// The trade shape is configs/adaptive.yaml's adaptive.trade.weights
 	// alone, the vector the published oracle runs were seeded with.
-	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{2, 0, 3, 0, 0, 0, 16}) {
-		t.Errorf("trade shape %v, want prefix 2 : kvcache 3 : time-cost 16 and nothing else", w)
+	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{2, 0, 3, 0, 0, 0, 0, 16}) {
+		t.Errorf("trade shape %v, want prefix 2 : kvcache 3 : trade-cost 16 and nothing else", w)
 	}
-	if len(o.Calibrations) != 2 || len(o.Scorers) != 7 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Guard.Factor != 2.5 {
+	if len(o.Calibrations) != 2 || len(o.Scorers) != 8 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Scorers[7] != "trade-cost" || o.Guard.Factor != 2.5 {
 		t.Fatalf("file %+v", o)
 	}
-	if steps != 2*(11+3) {
-		t.Errorf("%d progress calls, want 2 × (11 baselines + 3 policies)", steps)
+	if steps != 2*(12+3) {
+		t.Errorf("%d progress calls, want 2 × (12 baselines + 3 policies)", steps)
 	}
 	for _, c := range o.Calibrations {
 		g, _ := c.entry(PolicyGuardOnly)
-		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 7 || len(c.Cells) != 2 {
+		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 8 || len(c.Cells) != 2 {
 			t.Errorf("%s: oracle %v (ratio %v, score %v), guard-only %v; %d cells", c.Engine, c.Oracle.Weights, c.Oracle.Ratio, c.Oracle.Score, g.Score, len(c.Cells))
 		}
 		if cc := c.Comparisons(); len(cc) != 3 || cc[0].Against != PolicyOracle {
