@@ -168,8 +168,12 @@ var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypePendingPrefill},
 	{Type: scorers.TypeTokenLoad},
 	{Type: scorers.TypeTimeCost, Params: map[string]any{"cache_credit": 1.0}},
-	{Type: scorers.TypeTimeCost, Name: "trade-cost", Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
+	{Type: scorers.TypeTimeCost, Name: TradeCost, Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
 }
+
+// TradeCost is the name of the shipped profile's second time-cost, the
+// trade law's cost (configs/adaptive.yaml).
+const TradeCost = "trade-cost"
 
 // OracleProfile returns the profile the oracle searches: the scorers of
 // OracleSearch, each starting at the shipped adaptive profile's calm
@@ -218,7 +222,7 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // (configs/adaptive.yaml's: prefix 2 : kvcache 3 : trade-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
-	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, "trade-cost"} {
+	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, TradeCost} {
 		if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == name }); i >= 0 {
 			w := make([]float64, len(f.Scorers))
 			w[i] = 1
@@ -259,7 +263,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 	base := OracleBaselines(cfg.Profile)
 	if cfg.HeldBack != nil {
 		if !slices.Equal(cfg.HeldBack.Scorers, out.Scorers) {
-			return nil, fmt.Errorf("oracle: the held-back run's scorers %v are not the profile's %v", cfg.HeldBack.Scorers, out.Scorers)
+			return nil, fmt.Errorf("oracle: the held-back run's scorers %v are not the profile's %v: run the search (without --held-back) with this profile first", cfg.HeldBack.Scorers, out.Scorers)
 		}
 		if cfg.HeldBack.Guard != out.Guard {
 			return nil, fmt.Errorf("oracle: the held-back run's guard %+v is not the profile's %+v: its vectors were searched under another scheduler.guard; run the search again", cfg.HeldBack.Guard, out.Guard)

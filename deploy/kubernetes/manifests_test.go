@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -653,16 +653,27 @@ func TestProfile(t *testing.T) {
 		if sc.Type != def.Scorers[i].Type || *sc.Weight != *def.Scorers[i].Weight {
 			t.Errorf("scorers[%d] = %s %v, configs/adaptive.yaml has %s %v", i, sc.Type, *sc.Weight, def.Scorers[i].Type, *def.Scorers[i].Weight)
 		}
-		// When the index learns and the cache bound of its join.
-		for _, k := range []string{"learn", "join_kv_util", "join_cache_fill", "join_cache_room", "cache_credit", "decode_credit"} {
-			if fmt.Sprint(sc.Params[k]) != fmt.Sprint(def.Scorers[i].Params[k]) {
-				t.Errorf("scorers[%d] (%s) %s: %v, configs/adaptive.yaml has %v", i, sc.Type, k, sc.Params[k], def.Scorers[i].Params[k])
+		if sc.Name != def.Scorers[i].Name {
+			t.Errorf("scorers[%d] is named %q, configs/adaptive.yaml's %q", i, sc.Name, def.Scorers[i].Name)
+		}
+		// Every param the shipped profile sets (the ConfigMap may spell
+		// out more, at their defaults).
+		for k, v := range def.Scorers[i].Params {
+			if fmt.Sprint(sc.Params[k]) != fmt.Sprint(v) {
+				t.Errorf("scorers[%d] (%s) %s: %v, configs/adaptive.yaml has %v", i, sc.Type, k, sc.Params[k], v)
 			}
 		}
 	}
-	if f.Adaptive.RebalanceScope != def.Adaptive.RebalanceScope || f.Adaptive.Trade.Enabled != def.Adaptive.Trade.Enabled || !maps.Equal(f.Adaptive.Trade.Weights, def.Adaptive.Trade.Weights) {
-		t.Errorf("adaptive: rebalance_scope %q, trade %v %v; configs/adaptive.yaml has %q, %v %v", f.Adaptive.RebalanceScope, f.Adaptive.Trade.Enabled, f.Adaptive.Trade.Weights,
-			def.Adaptive.RebalanceScope, def.Adaptive.Trade.Enabled, def.Adaptive.Trade.Weights)
+	if f.Adaptive.RebalanceScope != def.Adaptive.RebalanceScope || !reflect.DeepEqual(f.Adaptive.Trade, def.Adaptive.Trade) {
+		t.Errorf("adaptive: rebalance_scope %q, trade %+v; configs/adaptive.yaml has %q, %+v", f.Adaptive.RebalanceScope, f.Adaptive.Trade,
+			def.Adaptive.RebalanceScope, def.Adaptive.Trade)
+	}
+	if !reflect.DeepEqual(f.Adaptive.Fill, def.Adaptive.Fill) {
+		t.Errorf("adaptive.fill %+v; configs/adaptive.yaml has %+v", f.Adaptive.Fill, def.Adaptive.Fill)
+	}
+	// The guard, its wait bound and its join bound.
+	if f.Scheduler.Guard != def.Scheduler.Guard {
+		t.Errorf("scheduler.guard %+v; configs/adaptive.yaml has %+v", f.Scheduler.Guard, def.Scheduler.Guard)
 	}
 	ep := f.Fleet.Endpoints
 	pools := crds(objs, "InferencePool")
