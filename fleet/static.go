@@ -38,7 +38,8 @@ type Static struct {
 	interval time.Duration
 	clock    clock.WithTicker
 	log      *slog.Logger
-	noWatch  bool // tests: rely on the periodic re-read alone
+	noWatch  bool   // tests: rely on the periodic re-read alone
+	read     func() // tests: called after the first list is sent
 }
 
 // NewStatic returns a static-file discoverer. clk and log may be nil.
@@ -55,6 +56,20 @@ func NewStatic(path string, reload time.Duration, clk clock.WithTicker, log *slo
 // Run implements Discoverer. A file that cannot be read or parsed at start
 // is an error; later bad edits are reported through sink.Error.
 func (s *Static) Run(ctx context.Context, sink Sink) error {
+	// Watch before the first read, so an edit made just after it is an
+	// event, not an edit missed until the next periodic re-read.
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	w, werr := fsnotify.NewWatcher()
+	if s.noWatch && werr == nil {
+		w.Close()
+		w, werr = nil, errors.New("disabled")
+	}
+	if werr == nil {
+		defer w.Close()
+		werr = w.Add(filepath.Dir(s.path))
+		events, errs = w.Events, w.Errors
+	}
 	data, err := os.ReadFile(s.path)
 	if err != nil {
 		return fmt.Errorf("endpoints file: %w", err)
@@ -65,21 +80,11 @@ func (s *Static) Run(ctx context.Context, sink Sink) error {
 	}
 	last := hashBytes(data)
 	sink.Update(targets)
-
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	w, err := fsnotify.NewWatcher()
-	if s.noWatch && err == nil {
-		w.Close()
-		w, err = nil, errors.New("disabled")
+	if s.read != nil {
+		s.read()
 	}
-	if err == nil {
-		defer w.Close()
-		err = w.Add(filepath.Dir(s.path))
-		events, errs = w.Events, w.Errors
-	}
-	if err != nil {
-		sink.Error(fmt.Errorf("endpoints file %s: watch: %w (falling back to re-reading every %v)", s.path, err, s.interval))
+	if werr != nil {
+		sink.Error(fmt.Errorf("endpoints file %s: watch: %w (falling back to re-reading every %v)", s.path, werr, s.interval))
 	}
 	tick := s.clock.NewTicker(s.interval)
 	defer tick.Stop()

@@ -189,6 +189,37 @@ func TestStaticWatch(t *testing.T) {
 	waitFor(t, "fixed list", func() bool { return addrs(sink.last()) == "10.0.0.4:8000" }, nil)
 }
 
+// TestStaticEditAfterFirstRead: an edit made right after the first read,
+// before any tick, is picked up: the watch is in place before the read.
+func TestStaticEditAfterFirstRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "endpoints.yaml")
+	if err := os.WriteFile(path, []byte("endpoints:\n  - address: 10.0.0.1:8000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStatic(path, time.Minute, clocktesting.NewFakeClock(time.Unix(0, 0)), nil)
+	s.read = func() {
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte("endpoints:\n  - address: 10.0.0.2:8000\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Error(err)
+		}
+	}
+	sink := newRecordingSink()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "the edit made after the first read", func() bool { return addrs(sink.last()) == "10.0.0.2:8000" }, nil)
+}
+
 func TestStaticPeriodicReload(t *testing.T) {
 	// Without a watcher, the periodic re-read alone picks up edits.
 	path := filepath.Join(t.TempDir(), "endpoints.yaml")
