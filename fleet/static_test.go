@@ -155,16 +155,7 @@ func TestStaticWatch(t *testing.T) {
 	write("endpoints:\n  - address: 10.0.0.1:8000\n")
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	s := NewStatic(path, time.Minute, clk, nil)
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	sink := runStatic(t, s)
 	waitFor(t, "initial list", func() bool { return addrs(sink.last()) == "10.0.0.1:8000" }, nil)
 
 	// A good edit is picked up by the watcher (the fake clock never ticks).
@@ -207,16 +198,7 @@ func TestStaticEditAfterFirstRead(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	sink := runStatic(t, s)
 	waitFor(t, "the edit made after the first read", func() bool { return addrs(sink.last()) == "10.0.0.2:8000" }, nil)
 }
 
@@ -229,16 +211,7 @@ func TestStaticPeriodicReload(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	s := NewStatic(path, time.Minute, clk, nil)
 	s.noWatch = true
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	sink := runStatic(t, s)
 	waitFor(t, "initial list", func() bool { return addrs(sink.last()) == "10.0.0.1:8000" }, nil)
 	if err := os.WriteFile(path, []byte("endpoints:\n  - address: 10.0.0.9:8000\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -295,4 +268,20 @@ func FuzzParseStatic(f *testing.F) {
 			}
 		}
 	})
+}
+
+// runStatic runs s against a recording sink until the test ends.
+func runStatic(t *testing.T, s *Static) *recordingSink {
+	t.Helper()
+	sink := newRecordingSink()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return sink
 }

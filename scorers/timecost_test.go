@@ -364,18 +364,7 @@ func BenchmarkPickTimeCost(b *testing.B) {
 			tok := 8 << 10
 			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk/trade=%s", n, tok>>10, map[bool]string{false: "off", true: "on"}[trade]), func(b *testing.B) {
 				s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1), 0, trade)
-				reqs := scorertest.BenchWorkload(tok, 16, 8, 1024, 1)
-				scorertest.Warm(b, s, reqs)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := range b.N {
-					d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
-					if err != nil {
-						b.Fatal(err)
-					}
-					d.FirstByte()
-					d.Done(scheduler.Outcome{})
-				}
+				scorertest.BenchPicks(b, s, scorertest.BenchWorkload(tok, 16, 8, 1024, 1))
 			})
 		}
 	}

@@ -348,18 +348,7 @@ func BenchmarkPickTokenLoad(b *testing.B) {
 		tok := 8 << 10
 		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
 			s := tokenLoadScheduler(b, scorertest.BenchEndpoints(n, 1))
-			reqs := scorertest.BenchWorkload(tok, 16, 8, 1024, 1)
-			scorertest.Warm(b, s, reqs)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
-				if err != nil {
-					b.Fatal(err)
-				}
-				d.FirstByte()
-				d.Done(scheduler.Outcome{})
-			}
+			scorertest.BenchPicks(b, s, scorertest.BenchWorkload(tok, 16, 8, 1024, 1))
 		})
 	}
 }

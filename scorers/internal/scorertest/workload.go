@@ -91,6 +91,23 @@ func Warm(tb testing.TB, s *scheduler.Scheduler, reqs []scheduler.Request) {
 	}
 }
 
+// BenchPicks warms s with reqs, then times b.N picks over them in turn,
+// each released at its first byte and finished: the loop of the
+// composition benchmarks (BenchmarkPickTokenLoad, BenchmarkPickTimeCost).
+func BenchPicks(b *testing.B, s *scheduler.Scheduler, reqs []scheduler.Request) {
+	Warm(b, s, reqs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		d, err := s.Pick(context.Background(), &reqs[i%len(reqs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.FirstByte()
+		d.Done(scheduler.Outcome{})
+	}
+}
+
 // BenchSizes are the benchmarks' pool sizes and prompt lengths in tokens.
 var BenchSizes = struct {
 	Endpoints, Tokens []int
