@@ -664,16 +664,19 @@ func TestProfile(t *testing.T) {
 			}
 		}
 	}
-	if f.Adaptive.RebalanceScope != def.Adaptive.RebalanceScope || !reflect.DeepEqual(f.Adaptive.Trade, def.Adaptive.Trade) {
-		t.Errorf("adaptive: rebalance_scope %q, trade %+v; configs/adaptive.yaml has %q, %+v", f.Adaptive.RebalanceScope, f.Adaptive.Trade,
-			def.Adaptive.RebalanceScope, def.Adaptive.Trade)
+	// Everything else that routes: the whole adaptive section (trade,
+	// fill, detector, dwell …), the scheduler (its guard, wait bound and
+	// join bound; the seed is the deployment's), the picker and filters.
+	if !reflect.DeepEqual(f.Adaptive, def.Adaptive) {
+		t.Errorf("adaptive %+v; configs/adaptive.yaml has %+v", f.Adaptive, def.Adaptive)
 	}
-	if !reflect.DeepEqual(f.Adaptive.Fill, def.Adaptive.Fill) {
-		t.Errorf("adaptive.fill %+v; configs/adaptive.yaml has %+v", f.Adaptive.Fill, def.Adaptive.Fill)
+	fs, ds := f.Scheduler, def.Scheduler
+	fs.Seed, ds.Seed = 0, 0
+	if !reflect.DeepEqual(fs, ds) {
+		t.Errorf("scheduler %+v; configs/adaptive.yaml has %+v", fs, ds)
 	}
-	// The guard, its wait bound and its join bound.
-	if f.Scheduler.Guard != def.Scheduler.Guard {
-		t.Errorf("scheduler.guard %+v; configs/adaptive.yaml has %+v", f.Scheduler.Guard, def.Scheduler.Guard)
+	if !reflect.DeepEqual(f.Picker, def.Picker) || !slices.Equal(f.Filters, def.Filters) {
+		t.Errorf("picker %+v, filters %v; configs/adaptive.yaml has %+v, %v", f.Picker, f.Filters, def.Picker, def.Filters)
 	}
 	ep := f.Fleet.Endpoints
 	pools := crds(objs, "InferencePool")
