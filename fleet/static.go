@@ -34,12 +34,12 @@ import (
 // as a fallback. A bad edit keeps the previous list and is reported to the
 // sink's Error with the file, line and field.
 type Static struct {
-	path     string
-	interval time.Duration
-	clock    clock.WithTicker
-	log      *slog.Logger
-	noWatch  bool   // tests: rely on the periodic re-read alone
-	read     func() // tests: called after the first list is sent
+	path           string
+	interval       time.Duration
+	clock          clock.WithTicker
+	log            *slog.Logger
+	noWatch        bool   // tests: rely on the periodic re-read alone
+	afterFirstRead func() // tests: called after the first list is sent
 }
 
 // NewStatic returns a static-file discoverer. clk and log may be nil.
@@ -80,8 +80,8 @@ func (s *Static) Run(ctx context.Context, sink Sink) error {
 	}
 	last := hashBytes(data)
 	sink.Update(targets)
-	if s.read != nil {
-		s.read()
+	if s.afterFirstRead != nil {
+		s.afterFirstRead()
 	}
 	if werr != nil {
 		sink.Error(fmt.Errorf("endpoints file %s: watch: %w (falling back to re-reading every %v)", s.path, werr, s.interval))

@@ -189,7 +189,7 @@ func TestStaticEditAfterFirstRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewStatic(path, time.Minute, clocktesting.NewFakeClock(time.Unix(0, 0)), nil)
-	s.read = func() {
+	s.afterFirstRead = func() {
 		tmp := filepath.Join(dir, ".tmp")
 		if err := os.WriteFile(tmp, []byte("endpoints:\n  - address: 10.0.0.2:8000\n"), 0o644); err != nil {
 			t.Error(err)
