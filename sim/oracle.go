@@ -157,7 +157,7 @@ type CellStats struct {
 // with for want of a scorer — and trade-cost, time-cost that also prices
 // a twentieth of the decode a pod adds (decode_credit 0.05), which on a
 // pool of two GPU generations a static vector can use (docs/adaptive.md,
-// "The decode a pod adds"). Entries are matched to the shipped profile's
+// "The decode a pod adds (tried, not shipped)"). Entries are matched to the shipped profile's
 // scorers by name (the type where no name is set); a shipped scorer that
 // matches none, or matches one of another type, is an error
 // (TestOracleSearchCoversShipped).
@@ -169,12 +169,12 @@ var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypePendingPrefill},
 	{Type: scorers.TypeTokenLoad},
 	{Type: scorers.TypeTimeCost, Params: map[string]any{"cache_credit": 1.0}},
-	{Type: scorers.TypeTimeCost, Name: TradeCost, Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
+	{Type: scorers.TypeTimeCost, Name: tradeCost, Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
 }
 
-// TradeCost is the name of the oracle's second time-cost, with a decode
+// tradeCost is the name of the oracle's second time-cost, with a decode
 // credit (OracleSearch).
-const TradeCost = "trade-cost"
+const tradeCost = "trade-cost"
 
 // OracleProfile returns the profile the oracle searches: the scorers of
 // OracleSearch, each starting at the shipped adaptive profile's calm
@@ -223,7 +223,7 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // (configs/adaptive.yaml's: prefix 2 : kvcache 3 : time-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
-	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, TradeCost} {
+	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, tradeCost} {
 		if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == name }); i >= 0 {
 			w := make([]float64, len(f.Scorers))
 			w[i] = 1

@@ -165,7 +165,7 @@ func TestOracleSearchCoversShipped(t *testing.T) {
 	// The search's two time-costs are two entries, each with its own
 	// params: trade-cost prices decode, the shipped time-cost does not.
 	tc := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == scorers.TypeTimeCost })
-	tr := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == "trade-cost" })
+	tr := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == tradeCost })
 	if tc < 0 || tr < 0 || f.Scorers[tc].Params["decode_credit"] != nil || f.Scorers[tr].Params["decode_credit"] == nil {
 		t.Errorf("time-cost at %d, trade-cost at %d: %v / %v, want one without decode_credit and one with", tc, tr, f.Scorers[max(tc, 0)].Params, f.Scorers[max(tr, 0)].Params)
 	}
