@@ -157,10 +157,10 @@ type CellStats struct {
 // with for want of a scorer — and trade-cost, time-cost that also prices
 // a twentieth of the decode a pod adds (decode_credit 0.05), which on a
 // pool of two GPU generations a static vector can use (docs/adaptive.md,
-// "The decode a pod adds (tried, not shipped)"). Entries are matched to the shipped profile's
-// scorers by name (the type where no name is set); a shipped scorer that
-// matches none, or matches one of another type, is an error
-// (TestOracleSearchCoversShipped).
+// "The decode a pod adds (tried, not shipped)"). Entries are matched to
+// the shipped profile's scorers by name (the type where no name is set);
+// a shipped scorer that matches none, or matches one of another type, is
+// an error (TestOracleSearchCoversShipped).
 var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypePrefix},
 	{Type: scorers.TypeQueue},
