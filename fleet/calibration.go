@@ -48,6 +48,12 @@ type EndpointCalibration struct {
 	// while admission-bound).
 	PrefillSamples int `json:"prefill_samples"`
 	DecodeSamples  int `json:"decode_samples"`
+	// Observed is how many of the endpoint's requests the window holds
+	// (completed, with a first byte, within max_age), whether or not
+	// they gave a prefill point. While its class holds fewer than
+	// min_samples, Calibration.Probes asks the scheduler to probe it
+	// (scheduler.probe).
+	Observed int `json:"observed"`
 	// LearnedPrefillTokensPerSecond is the estimate from the observations
 	// alone (0: none).
 	LearnedPrefillTokensPerSecond float64 `json:"learned_prefill_tokens_per_second"`
@@ -426,6 +432,7 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		if reportedPrompt > 0 {
 			out.UncachedShare = min(reportedOwn/reportedPrompt, 1)
 		}
+		out.Observed = len(e.live)
 		if len(e.live) > 0 {
 			out.MeanPromptTokens = promptSum / float64(len(e.live))
 		}

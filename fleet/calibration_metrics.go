@@ -26,6 +26,9 @@ var (
 	descCalLearned = prometheus.NewDesc("trimtab_fleet_calibration_learned",
 		"1 when the endpoint's calibration rests on at least min_samples observations, 0 while it is the prior or blended with it.",
 		[]string{"endpoint"}, nil)
+	descCalProbes = prometheus.NewDesc("trimtab_fleet_calibration_probes_wanted",
+		"Requests the calibrator last asked the scheduler to send the endpoint as probes (scheduler.probe): its share of what its class lacks of min_samples prefill points (0: none).",
+		[]string{"endpoint"}, nil)
 	descCalObserved = prometheus.NewDesc("trimtab_fleet_calibration_observations_total",
 		"Finished requests the request path recorded for the calibrator.", nil, nil)
 	descCalDropped = prometheus.NewDesc("trimtab_fleet_calibration_observations_dropped_total",
@@ -38,7 +41,7 @@ var (
 type calCollector struct{ c *Calibrator }
 
 func (cc *calCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalPerSeq, descCalOutput, descCalKV, descCalSamples, descCalLearned, descCalObserved, descCalDropped, descCalMin} {
+	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalPerSeq, descCalOutput, descCalKV, descCalSamples, descCalLearned, descCalProbes, descCalObserved, descCalDropped, descCalMin} {
 		ch <- d
 	}
 }
@@ -58,6 +61,7 @@ func (cc *calCollector) Collect(ch chan<- prometheus.Metric) {
 			learned = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descCalLearned, prometheus.GaugeValue, learned, a)
+		ch <- prometheus.MustNewConstMetric(descCalProbes, prometheus.GaugeValue, float64(e.Calibration.Probes), a)
 	}
 	ch <- prometheus.MustNewConstMetric(descCalObserved, prometheus.CounterValue, float64(cc.c.ring.Recorded()))
 	ch <- prometheus.MustNewConstMetric(descCalDropped, prometheus.CounterValue, float64(cc.c.ring.Dropped()))

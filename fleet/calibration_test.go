@@ -282,6 +282,49 @@ func TestCalibratorPoolsAClass(t *testing.T) {
 	}
 }
 
+// TestCalibratorAsksForProbes: a class whose estimate rests on fewer than
+// min_samples (20) prefill points asks for the rest as probes, split over
+// its members, until its window holds 2 × min_samples requests. a:1 and
+// b:1 share a class with 15 points each (30, pooled): none. c:1 and f:1
+// of capacity 2 share one, 13 points on c:1 and none on f:1 (c:1 alone
+// has a fit, so no class fit: 13), 7 short: 4 each. d:1 of capacity 4
+// was sent nothing: 20. e:1 of capacity 8 has 25 requests of one length,
+// which fit no prefill line (it publishes its prior): 15 more, to 40.
+func TestCalibratorAsksForProbes(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"},
+		scheduler.Endpoint{Address: "c:1", Capacity: 2}, scheduler.Endpoint{Address: "f:1", Capacity: 2},
+		scheduler.Endpoint{Address: "d:1", Capacity: 4}, scheduler.Endpoint{Address: "e:1", Capacity: 8})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 25 {
+		o := obs("e:1", 1000, 0, 2)
+		o.TTFT = 120 * time.Millisecond
+		c.Ring().Record(o)
+	}
+	for _, ep := range []struct {
+		addr string
+		n    int
+	}{{"a:1", 15}, {"b:1", 15}, {"c:1", 13}} {
+		for i := range ep.n {
+			o := obs(ep.addr, int64(100*(i+1)), 0, 2)
+			o.TTFT = time.Duration((0.02 + float64(o.UncachedTokens)/10000) * float64(time.Second))
+			c.Ring().Record(o)
+		}
+	}
+	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	want := map[string]int{"a:1": 0, "b:1": 0, "c:1": 4, "f:1": 4, "d:1": 20, "e:1": 15}
+	for _, e := range c.Snapshot().Endpoints {
+		if e.Address == "e:1" && (e.Source != "prior" || e.Observed != 25) {
+			t.Errorf("e:1: %s on %d observations, want the prior on 25", e.Source, e.Observed)
+		}
+		if e.Calibration.Probes != want[e.Address] || tg.got[e.Address].Probes != want[e.Address] {
+			t.Errorf("%s (%s, %d samples, %d observed): asks for %d probes (published %d), want %d", e.Address, e.Source, e.Calibration.Samples, e.Observed, e.Calibration.Probes, tg.got[e.Address].Probes, want[e.Address])
+		}
+	}
+}
+
 // TestCalibratorPoolsTheDecodeSlope: a class publishes the median of its
 // members' decode step lines. a:1, b:1 and c:1 (capacity 1) decode at
 // 13 ms + s per sequence with s = 0.1, 0.3 and 0.2 ms, but c:1 always at
@@ -352,7 +395,7 @@ func TestCalibrationConfigValidate(t *testing.T) {
 
 func TestCalibrationMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000})
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1", CacheBlockSize: 16, CacheBlocks: 1000}, scheduler.Endpoint{Address: "b:1", Capacity: 2, CacheBlockSize: 16, CacheBlocks: 2000})
 	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -365,14 +408,20 @@ func TestCalibrationMetrics(t *testing.T) {
 # HELP trimtab_fleet_calibration_kv_capacity_tokens KV cache capacity the calibrator publishes for the endpoint, in tokens (scraped cache_config_info, else the prior).
 # TYPE trimtab_fleet_calibration_kv_capacity_tokens gauge
 trimtab_fleet_calibration_kv_capacity_tokens{endpoint="a:1"} 16000
+trimtab_fleet_calibration_kv_capacity_tokens{endpoint="b:1"} 32000
 # HELP trimtab_fleet_calibration_samples Observations the endpoint's prefill estimate rests on (0: the prior alone).
 # TYPE trimtab_fleet_calibration_samples gauge
 trimtab_fleet_calibration_samples{endpoint="a:1"} 40
+trimtab_fleet_calibration_samples{endpoint="b:1"} 0
+# HELP trimtab_fleet_calibration_probes_wanted Requests the calibrator last asked the scheduler to send the endpoint as probes (scheduler.probe): its share of what its class lacks of min_samples prefill points (0: none).
+# TYPE trimtab_fleet_calibration_probes_wanted gauge
+trimtab_fleet_calibration_probes_wanted{endpoint="a:1"} 0
+trimtab_fleet_calibration_probes_wanted{endpoint="b:1"} 20
 # HELP trimtab_fleet_calibration_observations_total Finished requests the request path recorded for the calibrator.
 # TYPE trimtab_fleet_calibration_observations_total counter
 trimtab_fleet_calibration_observations_total 40
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_observations_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "trimtab_fleet_calibration_kv_capacity_tokens", "trimtab_fleet_calibration_samples", "trimtab_fleet_calibration_probes_wanted", "trimtab_fleet_calibration_observations_total"); err != nil {
 		t.Error(err)
 	}
 	// The prefill throughput: 10,000 up to the nanosecond rounding of the
@@ -385,6 +434,9 @@ trimtab_fleet_calibration_observations_total 40
 	for _, mf := range mfs {
 		if mf.GetName() == "trimtab_fleet_calibration_prefill_tokens_per_second" {
 			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() != "a:1" {
+					continue
+				}
 				found = true
 				if v := m.GetGauge().GetValue(); math.Abs(v/10000-1) > 1e-9 {
 					t.Errorf("prefill_tokens_per_second %v, want 10,000", v)

@@ -28,6 +28,12 @@ type Calibration struct {
 	// Samples is how many observations the estimate rests on; 0 when the
 	// values are the prior.
 	Samples int
+	// Probes is how many more requests the calibrator wants the endpoint
+	// sent: its share of what its class lacks of the observations the
+	// calibrator needs (min_samples). The scheduler may send that many
+	// as probes (ProbeConfig) until the next publication replaces the
+	// count; 0 wants none.
+	Probes int
 }
 
 // Calibration returns what the control plane last published for the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // Config holds the scheduler's own settings.
@@ -18,12 +19,63 @@ type Config struct {
 	// Guard is the load guard every pick runs under when the weights in
 	// force carry none (see GuardConfig).
 	Guard GuardConfig `mapstructure:"guard"`
+	// Probe is calibration probing: while the calibrator lacks prefill
+	// observations of a class of endpoints (Calibration.Probes), an idle
+	// member is now and then sent a request routing would have sent
+	// elsewhere, so a pod priced as slow is still measured. Off by
+	// default; configs/adaptive.yaml probes every 2 s at most, within
+	// wait factor 1, share 0.002 (docs/calibration.md, "Probing").
+	Probe ProbeConfig `mapstructure:"probe"`
+}
+
+// ProbeConfig is calibration probing (YAML scheduler.probe). Routing that
+// prices an endpoint as slow sends it nothing, so nothing the router
+// observes would tell the calibrator it is faster than priced. With
+// Interval > 0, a pick whose chosen endpoint's calibration wants no
+// requests may go instead to a candidate whose calibration does
+// (Calibration.Probes, its share of what its class lacks of min_samples
+// observations), when that candidate is idle, was not probed in the last
+// Interval, and would not make the request wait for its first token more
+// than WaitFactor times as long as the choice. So probes are bounded in
+// number (min_samples per class per calibration max_age) and in what each
+// costs. docs/calibration.md, "Probing".
+type ProbeConfig struct {
+	// Interval is the least time between two probes of one endpoint
+	// (0: no probing, the default; else 100ms…1h). Probes go only to an
+	// endpoint with no request in flight, and only while its calibration
+	// asks for them.
+	Interval time.Duration `mapstructure:"interval"`
+	// WaitFactor bounds a probe's expected wait for its first token at
+	// this multiple of the choice's, by the wait bound's measure: queued
+	// and own uncached prompt tokens over the prefill rate (≥ 1 when
+	// probing; default 1: a probe never expects to wait longer than the
+	// choice).
+	WaitFactor float64 `mapstructure:"wait_factor"`
+	// Share is the share of picks that may be probes expected to wait
+	// longer than WaitFactor allows: one in 1/Share picks made while an
+	// endpoint asks for probes, for classes no request reaches within
+	// the factor (slow pods next to fast idle ones). 0…0.1; default 0:
+	// none.
+	Share float64 `mapstructure:"share"`
+}
+
+// Validate checks the probe settings; errors name the field.
+func (c ProbeConfig) Validate() error {
+	switch {
+	case c.Interval != 0 && (c.Interval < 100*time.Millisecond || c.Interval > time.Hour):
+		return fmt.Errorf("probe.interval: %v, want 0 (off) or 100ms…1h", c.Interval)
+	case c.Interval != 0 && !(c.WaitFactor >= 1 && c.WaitFactor <= 100):
+		return fmt.Errorf("probe.wait_factor: %v, want 1…100", c.WaitFactor)
+	case !(c.Share >= 0 && c.Share <= 0.1):
+		return fmt.Errorf("probe.share: %v, want 0…0.1", c.Share)
+	}
+	return nil
 }
 
 // DefaultConfig returns the defaults: seed 0, two fallbacks, outlier
 // ejection on with DefaultOutlierConfig, the guard off (DefaultGuardConfig).
 func DefaultConfig() Config {
-	return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig(), Guard: DefaultGuardConfig()}
+	return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig(), Guard: DefaultGuardConfig(), Probe: ProbeConfig{WaitFactor: 1}}
 }
 
 // Validate checks the config.
@@ -32,6 +84,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_fallbacks: %d, want 0…16", c.MaxFallbacks)
 	}
 	if err := c.Guard.Validate(); err != nil {
+		return err
+	}
+	if err := c.Probe.Validate(); err != nil {
 		return err
 	}
 	return c.Outlier.Validate()

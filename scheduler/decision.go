@@ -42,6 +42,8 @@ type Decision struct {
 	// and not a herd pick); calmTotals hold their totals then.
 	calm       bool
 	calmTotals []float64
+	// probed says the pick was a calibration probe (Probed).
+	probed bool
 	// prefill is the prompt bytes counted as pending prefill on Endpoint
 	// until the first byte; firstByte says they were released.
 	prefill int64
@@ -67,7 +69,7 @@ func (s *Scheduler) newDecision() *Decision {
 
 func (d *Decision) reset(req *Request, w *Weights, n int) {
 	d.Request, d.Weights = req, w
-	d.guarded, d.calm = false, false
+	d.guarded, d.calm, d.probed = false, false, false
 	d.waitLimit, d.joinLimit = math.Inf(1), math.Inf(1)
 	d.done.Store(false)
 	d.firstByte.Store(false)
@@ -341,7 +343,11 @@ type Explanation struct {
 	// RankedCalm: the candidates were ranked with the calm weights, not
 	// Weights — the loop rebalances only herd picks
 	// (adaptive.rebalance_scope: herd) and this was not one.
-	RankedCalm bool             `json:"ranked_calm,omitempty"`
+	RankedCalm bool `json:"ranked_calm,omitempty"`
+	// Probe: the request was sent to an idle endpoint whose calibration
+	// wanted observations, not to the best-ranked candidate
+	// (scheduler.probe); the ranking it displaced follows as fallbacks.
+	Probe      bool             `json:"probe,omitempty"`
 	Candidates []CandidateScore `json:"candidates"`
 }
 
@@ -379,6 +385,7 @@ func (d *Decision) Explain() Explanation {
 		WeightsVersion: d.Weights.Version,
 		Mode:           d.Weights.Mode,
 		RankedCalm:     d.calm,
+		Probe:          d.probed,
 		Weights:        make(map[string]float64, len(ents)),
 		Candidates:     make([]CandidateScore, len(d.cands)),
 	}

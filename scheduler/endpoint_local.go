@@ -13,7 +13,10 @@ type endpointState struct {
 
 	// What the control plane learned of the endpoint's speed
 	// (SetCalibration); nil until something was learned.
-	calib atomic.Pointer[Calibration]
+	calib  atomic.Pointer[Calibration]
+	wants  bool         // calib.Probes > 0 as last counted in Scheduler.wanting; under Scheduler.mu
+	probes atomic.Int64 // probes left of calib.Probes
+	probe  atomic.Int64 // the last probe's time, Unix ns; 0 never
 
 	// Other routers' counts for the endpoint, as their sync updates
 	// reported them (AddPeerLoad); 0 without replica sync.

@@ -10,6 +10,7 @@ type metrics struct {
 	picks           prometheus.Counter
 	guarded         prometheus.Counter
 	waitBounded     prometheus.Counter
+	probes          prometheus.Counter
 	joinSpread      prometheus.Counter
 	errNoEndpoints  prometheus.Counter
 	errUnknownModel prometheus.Counter
@@ -39,6 +40,10 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 			Name: "trimtab_scheduler_join_spread_picks_total",
 			Help: "Decisions whose best-ranked candidate was still computing the request's prefix for a prompt that shares it, with a wait for the first token above scheduler.guard.join_factor × the shortest, so the request was ranked onto a candidate that computes the prefix again.",
 		}),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trimtab_scheduler_probe_picks_total",
+			Help: "Decisions sent to an idle endpoint whose calibration wanted observations (scheduler.probe) instead of the best-ranked candidate.",
+		}),
 		ejectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trimtab_scheduler_ejections_refused_total",
 			Help: "Outlier ejections refused because the ejection cap was reached (outlier.max_ejected_percent of the pool, and never the last endpoint).",
@@ -66,7 +71,7 @@ func newMetrics(s *Scheduler, reg prometheus.Registerer) *metrics {
 		m.outcomes[k] = outcomes.WithLabelValues(k.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.guarded, m.waitBounded, m.joinSpread, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
+		reg.MustRegister(m.picks, m.guarded, m.waitBounded, m.joinSpread, m.probes, m.ejectionsRefused, errs, clamped, outcomes, &poolCollector{s: s})
 	}
 	return m
 }

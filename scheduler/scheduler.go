@@ -91,6 +91,13 @@ type Scheduler struct {
 	mu     sync.Mutex                // serialises SetEndpoints
 	states map[string]*endpointState // by address, across pools
 
+	wanting atomic.Int32 // endpoints whose calibration wants probes; 0 skips probing
+	// probeSeen counts picks made while some endpoint wanted probes since
+	// the last probe that waits longer than its choice; probeEvery is
+	// 1/ProbeConfig.Share, the picks such a probe takes.
+	probeSeen  atomic.Int64
+	probeEvery int64
+
 	ejMu    sync.Mutex   // serialises ejections and restorations
 	ejected atomic.Int32 // pool endpoints with an ejection not yet restored; 0 skips the check
 
@@ -177,6 +184,10 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		}
 	}
 	s.guard, s.crowd = cfg.Guard.Guards()
+	s.probeEvery = math.MaxInt64
+	if cfg.Probe.Share > 0 {
+		s.probeEvery = int64(math.Round(1 / cfg.Probe.Share))
+	}
 	w := &Weights{Version: 1, Values: base, Mode: "static", Reason: "profile weights"}
 	if s.guard.Factor > 0 {
 		w.Guard, w.Crowd, w.Calm = s.guard, s.crowd, base
@@ -284,8 +295,17 @@ func (s *Scheduler) SetCalibration(addr string, c Calibration) {
 		st = new(endpointState)
 		s.states[addr] = st
 	}
-	s.mu.Unlock()
+	if wants := c.Probes > 0; wants != st.wants {
+		st.wants = wants
+		if wants {
+			s.wanting.Add(1)
+		} else {
+			s.wanting.Add(-1)
+		}
+	}
+	st.probes.Store(int64(c.Probes))
 	st.calib.Store(&c)
+	s.mu.Unlock()
 }
 
 // Pick chooses an endpoint for req. On success the caller owns the returned
@@ -372,6 +392,9 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	k := min(n, 1+s.cfg.MaxFallbacks)
 	k = s.picker.Rank(keys, &d.rnd, d.order[:k])
 	d.order = d.order[:k]
+	if s.cfg.Probe.Interval > 0 && s.wanting.Load() > 0 {
+		s.probe(d, req, cands)
+	}
 	d.at = 0
 	d.Endpoint = cands[d.order[0]]
 	d.markPick()
