@@ -308,11 +308,14 @@ func TestTimeCostPickAllocatesNothing(t *testing.T) {
 		t.Skip("allocation counts need a build without -race (sync.Pool drops items at random under it)")
 	}
 	for _, d := range []float64{0, 1} {
-		pickFirstByteAllocatesNothing(t, timeCostScheduler(t, scorertest.BenchEndpoints(64, 1), d), "time-cost")
+		pickFirstByteAllocatesNothing(t, timeCostScheduler(t, scorertest.BenchEndpoints(64, 1), d, d > 0), "time-cost")
 	}
 }
 
-func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint, decodeCredit float64) *scheduler.Scheduler {
+// With trade set it also has the shipped profile's second time-cost,
+// trade-cost (decode_credit 0.05), at weight 1: what the trade law's
+// scorer adds to a pick.
+func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint, decodeCredit float64, trade bool) *scheduler.Scheduler {
 	tb.Helper()
 	p, err := prefix.New("prefix", prefix.DefaultConfig(), prefix.Deps{})
 	if err != nil {
@@ -324,10 +327,21 @@ func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint, decodeCredit fl
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := scheduler.New(scheduler.DefaultConfig(), []scheduler.ScorerEntry{
+	entries := []scheduler.ScorerEntry{
 		{Name: "prefix", Scorer: p, Weight: 0},
 		{Name: "time-cost", Scorer: tc, Weight: 1},
-	}, []scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
+	}
+	if trade {
+		tcfg := DefaultTimeCostConfig()
+		tcfg.CacheCredit, tcfg.DecodeCredit = 1, 0.05
+		tr, err := NewTimeCost("trade-cost", tcfg, Deps{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		entries = append(entries, scheduler.ScorerEntry{Name: "trade-cost", Scorer: tr, Weight: 1})
+	}
+	s, err := scheduler.New(scheduler.DefaultConfig(), entries,
+		[]scheduler.Filter{scheduler.ModelFilter{}, scheduler.HealthyFilter{}}, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -342,13 +356,16 @@ func timeCostScheduler(tb testing.TB, pool []scheduler.Endpoint, decodeCredit fl
 
 // BenchmarkPickTimeCost is BenchmarkPick for the time-cost composition:
 // the prefix lookup before the filters, the time-cost scorer (half the
-// endpoints calibrated), tokens released at the first byte.
+// endpoints calibrated), tokens released at the first byte; trade=on adds
+// the shipped profile's trade-cost, which every pick scores.
 func BenchmarkPickTimeCost(b *testing.B) {
 	for _, n := range scorertest.BenchSizes.Endpoints {
-		tok := 8 << 10
-		b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk", n, tok>>10), func(b *testing.B) {
-			s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1), 0)
-			scorertest.BenchPicks(b, s, scorertest.BenchWorkload(tok, 16, 8, 1024, 1))
-		})
+		for _, trade := range []bool{false, true} {
+			tok := 8 << 10
+			b.Run(fmt.Sprintf("endpoints=%d/prompt=%dk/trade=%s", n, tok>>10, map[bool]string{false: "off", true: "on"}[trade]), func(b *testing.B) {
+				s := timeCostScheduler(b, scorertest.BenchEndpoints(n, 1), 0, trade)
+				scorertest.BenchPicks(b, s, scorertest.BenchWorkload(tok, 16, 8, 1024, 1))
+			})
+		}
 	}
 }

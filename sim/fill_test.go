@@ -29,8 +29,11 @@ func TestFillLaw(t *testing.T) {
 		{"h100-80gb-qwen2.5-7b", "hot-prefix-burst-open", 40, false},
 	} {
 		t.Run(fmt.Sprintf("%s/%s@%g", tc.engine, tc.scenario, tc.level), func(t *testing.T) {
-			first, last := timeCostWeight(t, tc.engine, tc.scenario, tc.level, 3*time.Minute)
+			w := scorerWeights(t, tc.engine, tc.scenario, tc.level, 3*time.Minute, "time-cost", tradeCost)
+			first, last := w[0].first, w[0].last
 			switch {
+			case w[1].first >= 0:
+				t.Errorf("trade-cost weight > 0 from %v s on a pool of equals, want 0 throughout (the fill law adds time-cost)", w[1].first)
 			case tc.adds && (math.Abs(last-1) > 1e-9 || first < 60):
 				t.Errorf("time-cost weight first > 0 at %v s, last %v; want 1 from after the first minute (the fill law's add)", first, last)
 			case !tc.adds && first >= 0:

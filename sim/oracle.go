@@ -155,9 +155,9 @@ type CellStats struct {
 // law's shape, and a cache-aware cost in seconds as Dynamo and SMG
 // weigh), so the oracle is not weaker than any policy it is compared
 // with for want of a scorer — and trade-cost, time-cost that also prices
-// a twentieth of the decode a pod adds (decode_credit 0.05), which on a
-// pool of two GPU generations a static vector can use (docs/adaptive.md,
-// "The decode a pod adds (tried, not shipped)"). Entries are matched to
+// a twentieth of the decode a pod adds (decode_credit 0.05), the trade
+// law's cost on a pool of two GPU generations (docs/adaptive.md, "The
+// decode a pod adds"). Entries are matched to
 // the shipped profile's scorers by name (the type where no name is set);
 // a shipped scorer that matches none, or matches one of another type, is
 // an error (TestOracleSearchCoversShipped).
@@ -172,8 +172,9 @@ var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypeTimeCost, Name: tradeCost, Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
 }
 
-// tradeCost is the name of the oracle's second time-cost, with a decode
-// credit (OracleSearch).
+// tradeCost is the name of the shipped profile's second time-cost, the
+// trade law's cost (configs/adaptive.yaml), and the oracle's
+// (OracleSearch).
 const tradeCost = "trade-cost"
 
 // OracleProfile returns the profile the oracle searches: the scorers of
@@ -220,7 +221,7 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // vectors, each under the guard), then each cost scorer the profile has
 // alone (token-load, time-cost, trade-cost) and the trade law's shape when the
 // profile has one: adaptive.trade.weights alone, the other scorers at 0
-// (configs/adaptive.yaml's: prefix 2 : kvcache 3 : time-cost 16).
+// (configs/adaptive.yaml's: prefix 2 : kvcache 3 : trade-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
 	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, tradeCost} {

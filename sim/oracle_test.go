@@ -162,8 +162,8 @@ func TestOracleSearchCoversShipped(t *testing.T) {
 			t.Errorf("%s has params %v, want %v", scorerName(s), s.Params, params)
 		}
 	}
-	// The search's two time-costs are two entries, each with its own
-	// params: trade-cost prices decode, the shipped time-cost does not.
+	// The shipped profile's two time-costs are two entries, each with its
+	// own params: the trade's prices decode, the other does not.
 	tc := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == scorers.TypeTimeCost })
 	tr := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == tradeCost })
 	if tc < 0 || tr < 0 || f.Scorers[tc].Params["decode_credit"] != nil || f.Scorers[tr].Params["decode_credit"] == nil {
@@ -219,8 +219,8 @@ func TestRunOracle(t *testing.T) {
 	}
 	// The trade shape is configs/adaptive.yaml's adaptive.trade.weights
 	// alone, the vector the published oracle runs were seeded with.
-	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{2, 0, 3, 0, 0, 0, 16, 0}) {
-		t.Errorf("trade shape %v, want prefix 2 : kvcache 3 : time-cost 16 and nothing else", w)
+	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{2, 0, 3, 0, 0, 0, 0, 16}) {
+		t.Errorf("trade shape %v, want prefix 2 : kvcache 3 : trade-cost 16 and nothing else", w)
 	}
 	if len(o.Calibrations) != 2 || len(o.Scorers) != 8 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Scorers[7] != "trade-cost" || o.Guard.Factor != 2.5 {
 		t.Fatalf("file %+v", o)

@@ -10,10 +10,10 @@ import (
 // scenario's traffic for 90 s: on the pool of two GPU generations the
 // learned prefill throughputs are ≈ 3.8 apart (the H100's 2,048-token
 // chunk is 3.8× faster, docs/calibrations.md), above spread_on 1.5, so the
-// law moves the calm weights to the trade shape (time-cost > 0); on the
+// law moves the calm weights to the trade shape (trade-cost > 0); on the
 // homogeneous A100 pool every endpoint shares its class's fit, the spread
-// is 1 and the weights never leave the profile's shape (time-cost 0 at
-// every sample).
+// is 1 and the weights never leave the profile's shape (trade-cost and
+// time-cost 0 at every sample).
 func TestTradeLaw(t *testing.T) {
 	for _, tc := range []struct {
 		engine string
@@ -23,21 +23,28 @@ func TestTradeLaw(t *testing.T) {
 		{"a100-40gb-llama-3.1-8b", false},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
-			first, last := timeCostWeight(t, tc.engine, "chat", 125, 90*time.Second)
+			w := scorerWeights(t, tc.engine, "chat", 125, 90*time.Second, tradeCost, "time-cost")
+			trade, cost := w[0], w[1]
 			switch {
-			case tc.moves && !(last > 0):
-				t.Errorf("time-cost weight at the end %v, want > 0: the law did not trade on a pool of two GPU generations", last)
-			case !tc.moves && first >= 0:
-				t.Errorf("time-cost weight > 0 from %v s on a homogeneous pool, want 0 throughout", first)
+			case tc.moves && !(trade.last > 0):
+				t.Errorf("trade-cost weight at the end %v, want > 0: the law did not trade on a pool of two GPU generations", trade.last)
+			case !tc.moves && trade.first >= 0:
+				t.Errorf("trade-cost weight > 0 from %v s on a homogeneous pool, want 0 throughout", trade.first)
+			case !tc.moves && cost.first >= 0:
+				t.Errorf("time-cost weight > 0 from %v s on a homogeneous pool, want 0 throughout", cost.first)
 			}
 		})
 	}
 }
 
-// timeCostWeight runs the shipped adaptive profile on scenario at level
-// for dur on engine (seed 1) and returns when the time-cost scorer's
-// weight was first above 0 (−1: never) and its weight at the end.
-func timeCostWeight(t *testing.T, engine, scenario string, level float64, dur time.Duration) (first, last float64) {
+// weightSpan is when a scorer's weight was first above 0 (−1: never) and
+// its weight at the end.
+type weightSpan struct{ first, last float64 }
+
+// scorerWeights runs the shipped adaptive profile on scenario at level
+// for dur on engine (seed 1) and returns the weight span of each named
+// scorer.
+func scorerWeights(t *testing.T, engine, scenario string, level float64, dur time.Duration, names ...string) []weightSpan {
 	t.Helper()
 	pols, err := Policies([]string{PolicyAdaptive})
 	if err != nil {
@@ -55,16 +62,20 @@ func timeCostWeight(t *testing.T, engine, scenario string, level float64, dur ti
 		t.Fatal(err)
 	}
 	tl := res.Timeline
-	i := slices.Index(tl.Scorers, "time-cost")
-	if i < 0 {
-		t.Fatalf("no time-cost scorer in the timeline's %v", tl.Scorers)
-	}
-	first, last = -1, tl.Weights[i][len(tl.T)-1]
-	for j, w := range tl.Weights[i] {
-		if w > 0 && first < 0 {
-			first = tl.T[j]
+	var out []weightSpan
+	for _, name := range names {
+		i := slices.Index(tl.Scorers, name)
+		if i < 0 {
+			t.Fatalf("no %s scorer in the timeline's %v", name, tl.Scorers)
 		}
+		sp := weightSpan{first: -1, last: tl.Weights[i][len(tl.T)-1]}
+		for j, w := range tl.Weights[i] {
+			if w > 0 && sp.first < 0 {
+				sp.first = tl.T[j]
+			}
+		}
+		t.Logf("%s %s@%g: %s weight first > 0 at %v s, last %.3f", engine, scenario, level, name, sp.first, sp.last)
+		out = append(out, sp)
 	}
-	t.Logf("%s %s@%g: time-cost weight first > 0 at %v s, last %.3f", engine, scenario, level, first, last)
-	return first, last
+	return out
 }
