@@ -52,10 +52,10 @@ type ProbeConfig struct {
 	// choice).
 	WaitFactor float64 `mapstructure:"wait_factor"`
 	// Share is the share of picks that may be probes expected to wait
-	// longer than WaitFactor allows: one in 1/Share picks made while an
-	// endpoint asks for probes, for classes no request reaches within
-	// the factor (slow pods next to fast idle ones). 0…0.1; default 0:
-	// none.
+	// longer than WaitFactor allows: one in 1/Share of the picks that
+	// had an idle candidate asking for probes, for classes no request
+	// reaches within the factor (slow pods next to fast idle ones).
+	// 0…0.1; default 0: none.
 	Share float64 `mapstructure:"share"`
 }
 

@@ -9,7 +9,8 @@ package scheduler
 //   - would make the request wait for its first token at most WaitFactor
 //     times as long as the choice would, by the wait bound's measure
 //     (queued and own uncached prompt tokens over the prefill rate), or
-//     else is the first such probe in 1/Share picks,
+//     else is the first such probe in 1/Share picks that had an idle
+//     candidate asking,
 //
 // becomes the choice, and the rest of the ranking follows it as
 // fallbacks. The probe time and the count are claimed with
@@ -23,15 +24,17 @@ func (s *Scheduler) probe(d *Decision, req *Request, cands []*Endpoint) {
 	}
 	var now int64
 	limit := -1.0
-	seen := s.probeSeen.Add(1)
-	costly := seen >= s.probeEvery
+	costly := false
 	for i, e := range cands {
 		if e.st.probes.Load() <= 0 || e.InFlight() != 0 {
 			continue
 		}
 		if limit < 0 {
+			// Only picks with an idle candidate that asks are counted:
+			// the shared counter is written on those alone.
 			limit = s.cfg.Probe.WaitFactor * s.wait(d, chosen)
 			now = s.now(req.Arrival).UnixNano()
+			costly = s.probeSeen.Add(1) >= s.probeEvery
 		}
 		free := s.wait(d, e) <= limit
 		if !free && !costly {

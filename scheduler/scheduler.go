@@ -92,9 +92,9 @@ type Scheduler struct {
 	states map[string]*endpointState // by address, across pools
 
 	wanting atomic.Int32 // endpoints whose calibration wants probes; 0 skips probing
-	// probeSeen counts picks made while some endpoint wanted probes since
-	// the last probe that waits longer than its choice; probeEvery is
-	// 1/ProbeConfig.Share, the picks such a probe takes.
+	// probeSeen counts picks with an idle candidate that asked for
+	// probes since the last probe that waits longer than its choice;
+	// probeEvery is 1/ProbeConfig.Share, the picks such a probe takes.
 	probeSeen  atomic.Int64
 	probeEvery int64
 
