@@ -50,9 +50,9 @@ type EndpointCalibration struct {
 	DecodeSamples  int `json:"decode_samples"`
 	// Observed is how many of the endpoint's requests the window holds
 	// (completed, with a first byte, within max_age), whether or not
-	// they gave a prefill point. While its class holds fewer than
-	// min_samples, Calibration.Probes asks the scheduler to probe it
-	// (scheduler.probe).
+	// they gave a prefill point: once it (its class, for a class fit)
+	// holds 2 × min_samples, the endpoint asks for no more probes
+	// (Calibration.Probes, scheduler.probe) even without a fit.
 	Observed int `json:"observed"`
 	// LearnedPrefillTokensPerSecond is the estimate from the observations
 	// alone (0: none).

@@ -189,9 +189,8 @@ func (c *Calibrator) quantileSlope(xs, ys []float64, tau float64) float64 {
 // which outvotes an endpoint whose traffic shows prefill badly; an
 // endpoint alone in its class, or whose class has no fit, keeps its own.
 // Either is blended with the prior, in seconds per token (the unit costs
-// add in), with weight min(1, points/min_samples). Every member of a class
-// whose window holds fewer than min_samples requests is asked for probes
-// (Calibration.Probes).
+// add in), with weight min(1, points/min_samples). Then each asks for the
+// probes its estimate lacks (probes, Calibration.Probes).
 func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 	members := map[string][]int{}
 	for i := range eps {
@@ -232,11 +231,6 @@ func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 		c.scratch = votes[:0]
 	}
 	c.poolDecode(eps, class)
-	observed, size := map[string]int{}, map[string]int{}
-	for i := range eps {
-		observed[class[i]] += eps[i].Observed
-		size[class[i]]++
-	}
 	for i := range eps {
 		e := &eps[i]
 		r, n := e.LearnedPrefillTokensPerSecond, e.PrefillSamples
@@ -260,32 +254,41 @@ func (c *Calibrator) pool(eps []EndpointCalibration, class []string) {
 	c.probes(eps, class)
 }
 
-// probes asks for probe requests (Calibration.Probes) where a class's
-// estimate rests on fewer than min_samples prefill points: the shortfall
-// of its best-supported member (the pooled count when it has a class
-// fit), split over its members, rounded up. Requests that give no point
-// (prompts of one length on an idle endpoint fit no slope) still count
-// against a cap: a class whose window holds 2 × min_samples requests is
-// asked for none, since more of the same would not fit either.
+// probes asks for probe requests (Calibration.Probes) where a published
+// prefill rate rests on fewer than min_samples points. A class with a
+// class fit (Pooled) shares its shortfall over its members, rounded up; an
+// endpoint that publishes its own estimate, or its prior, asks for its
+// own (a member of a learned class that was sent nothing has no class fit
+// until it has points of its own, so it asks). Requests that give no
+// point (prompts of one length on an idle endpoint fit no line) still
+// count against a cap: once the window holds 2 × min_samples requests —
+// the class's for a class fit, else the endpoint's — it asks for none,
+// since more of the same would not fit either.
 func (c *Calibrator) probes(eps []EndpointCalibration, class []string) {
-	type need struct{ samples, observed, size int }
-	by := map[string]*need{}
+	type pooled struct{ observed, size int }
+	by := map[string]*pooled{}
 	for i := range eps {
+		if !eps[i].Pooled {
+			continue
+		}
 		k := by[class[i]]
 		if k == nil {
-			k = &need{}
+			k = &pooled{}
 			by[class[i]] = k
 		}
-		k.samples = max(k.samples, eps[i].Calibration.Samples)
 		k.observed += eps[i].Observed
 		k.size++
 	}
 	for i := range eps {
-		k := by[class[i]]
-		short := min(c.cfg.MinSamples-k.samples, 2*c.cfg.MinSamples-k.observed)
-		eps[i].Calibration.Probes = 0
+		e := &eps[i]
+		short, observed, size := c.cfg.MinSamples-e.Calibration.Samples, e.Observed, 1
+		if k := by[class[i]]; e.Pooled && k != nil {
+			observed, size = k.observed, k.size
+		}
+		short = min(short, 2*c.cfg.MinSamples-observed)
+		e.Calibration.Probes = 0
 		if short > 0 {
-			eps[i].Calibration.Probes = (short + k.size - 1) / k.size
+			e.Calibration.Probes = (short + size - 1) / size
 		}
 	}
 }

@@ -282,18 +282,21 @@ func TestCalibratorPoolsAClass(t *testing.T) {
 	}
 }
 
-// TestCalibratorAsksForProbes: a class whose estimate rests on fewer than
-// min_samples (20) prefill points asks for the rest as probes, split over
-// its members, until its window holds 2 × min_samples requests. a:1 and
-// b:1 share a class with 15 points each (30, pooled): none. c:1 and f:1
-// of capacity 2 share one, 13 points on c:1 and none on f:1 (c:1 alone
-// has a fit, so no class fit: 13), 7 short: 4 each. d:1 of capacity 4
-// was sent nothing: 20. e:1 of capacity 8 has 25 requests of one length,
-// which fit no prefill line (it publishes its prior): 15 more, to 40.
+// TestCalibratorAsksForProbes: an estimate resting on fewer than
+// min_samples (20) prefill points asks for the rest as probes — a class
+// fit's shortfall split over the class, rounded up — until the window
+// holds 2 × min_samples requests. a:1 and b:1 share a class fit of 15
+// points each (30): none. c:1 and f:1 of capacity 2 share a class, 13
+// points on c:1 and none on f:1: one member with points makes no class
+// fit, so c:1 asks for its 7 and f:1, the member a learned class would
+// never send anything, for 20. h:1 of capacity 16 has 30 points alone:
+// none. d:1 of capacity 4 was sent nothing: 20. e:1 of capacity 8 has 25
+// requests of one length, which fit no prefill line (it publishes its
+// prior): 15 more, to 40.
 func TestCalibratorAsksForProbes(t *testing.T) {
 	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"},
 		scheduler.Endpoint{Address: "c:1", Capacity: 2}, scheduler.Endpoint{Address: "f:1", Capacity: 2},
-		scheduler.Endpoint{Address: "d:1", Capacity: 4}, scheduler.Endpoint{Address: "e:1", Capacity: 8})
+		scheduler.Endpoint{Address: "d:1", Capacity: 4}, scheduler.Endpoint{Address: "e:1", Capacity: 8}, scheduler.Endpoint{Address: "h:1", Capacity: 16})
 	c, err := NewCalibrator(DefaultCalibrationConfig(), tg, CalibrationDeps{})
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +309,7 @@ func TestCalibratorAsksForProbes(t *testing.T) {
 	for _, ep := range []struct {
 		addr string
 		n    int
-	}{{"a:1", 15}, {"b:1", 15}, {"c:1", 13}} {
+	}{{"a:1", 15}, {"b:1", 15}, {"c:1", 13}, {"h:1", 30}} {
 		for i := range ep.n {
 			o := obs(ep.addr, int64(100*(i+1)), 0, 2)
 			o.TTFT = time.Duration((0.02 + float64(o.UncachedTokens)/10000) * float64(time.Second))
@@ -314,7 +317,7 @@ func TestCalibratorAsksForProbes(t *testing.T) {
 		}
 	}
 	c.Tick(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	want := map[string]int{"a:1": 0, "b:1": 0, "c:1": 4, "f:1": 4, "d:1": 20, "e:1": 15}
+	want := map[string]int{"a:1": 0, "b:1": 0, "c:1": 7, "f:1": 20, "d:1": 20, "e:1": 15, "h:1": 0}
 	for _, e := range c.Snapshot().Endpoints {
 		if e.Address == "e:1" && (e.Source != "prior" || e.Observed != 25) {
 			t.Errorf("e:1: %s on %d observations, want the prior on 25", e.Source, e.Observed)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -34,11 +35,13 @@ type Config struct {
 // Interval > 0, a pick whose chosen endpoint's calibration wants no
 // requests may go instead to a candidate whose calibration does
 // (Calibration.Probes, its share of what its class lacks of min_samples
-// observations), when that candidate is idle, was not probed in the last
-// Interval, and would not make the request wait for its first token more
-// than WaitFactor times as long as the choice. So probes are bounded in
-// number (min_samples per class per calibration max_age) and in what each
-// costs. docs/calibration.md, "Probing".
+// prefill points), when that candidate is idle, was not probed in the
+// last Interval, and would not make the request wait for its first token
+// more than WaitFactor times as long as the choice — or, failing that
+// last test, once in 1/Share such picks. So probes are bounded in number
+// (what the calibrator asks for, which stops once a class's window holds
+// 2 × min_samples requests) and in what each costs. docs/calibration.md,
+// "Probing".
 type ProbeConfig struct {
 	// Interval is the least time between two probes of one endpoint
 	// (0: no probing, the default; else 100ms…1h). Probes go only to an
@@ -47,15 +50,14 @@ type ProbeConfig struct {
 	Interval time.Duration `mapstructure:"interval"`
 	// WaitFactor bounds a probe's expected wait for its first token at
 	// this multiple of the choice's, by the wait bound's measure: queued
-	// and own uncached prompt tokens over the prefill rate (≥ 1 when
-	// probing; default 1: a probe never expects to wait longer than the
-	// choice).
+	// and own uncached prompt tokens over the prefill rate (1…100;
+	// default 1: a probe never expects to wait longer than the choice).
 	WaitFactor float64 `mapstructure:"wait_factor"`
 	// Share is the share of picks that may be probes expected to wait
 	// longer than WaitFactor allows: one in 1/Share of the picks that
-	// had an idle candidate asking for probes, for classes no request
+	// had a candidate to probe but for the wait, for classes no request
 	// reaches within the factor (slow pods next to fast idle ones).
-	// 0…0.1; default 0: none.
+	// 0 (the default: none) or 0.000001…0.1.
 	Share float64 `mapstructure:"share"`
 }
 
@@ -64,16 +66,21 @@ func (c ProbeConfig) Validate() error {
 	switch {
 	case c.Interval != 0 && (c.Interval < 100*time.Millisecond || c.Interval > time.Hour):
 		return fmt.Errorf("probe.interval: %v, want 0 (off) or 100ms…1h", c.Interval)
-	case c.Interval != 0 && !(c.WaitFactor >= 1 && c.WaitFactor <= 100):
+	case c.WaitFactor != 0 && !(c.WaitFactor >= 1 && c.WaitFactor <= 100):
 		return fmt.Errorf("probe.wait_factor: %v, want 1…100", c.WaitFactor)
-	case !(c.Share >= 0 && c.Share <= 0.1):
-		return fmt.Errorf("probe.share: %v, want 0…0.1", c.Share)
+	case c.Interval != 0 && c.WaitFactor == 0:
+		return errors.New("probe.wait_factor: 0 with probing on (probe.interval set), want 1…100")
+	case c.Share != 0 && !(c.Share >= 1e-6 && c.Share <= 0.1):
+		return fmt.Errorf("probe.share: %v, want 0 or 0.000001…0.1", c.Share)
+	case c.Share != 0 && c.Interval == 0:
+		return errors.New("probe.share: set while probe.interval is 0 (probing off); set an interval or drop the share")
 	}
 	return nil
 }
 
 // DefaultConfig returns the defaults: seed 0, two fallbacks, outlier
-// ejection on with DefaultOutlierConfig, the guard off (DefaultGuardConfig).
+// ejection on with DefaultOutlierConfig, the guard off (DefaultGuardConfig),
+// probing off (wait factor 1 for when an interval turns it on).
 func DefaultConfig() Config {
 	return Config{MaxFallbacks: 2, Outlier: DefaultOutlierConfig(), Guard: DefaultGuardConfig(), Probe: ProbeConfig{WaitFactor: 1}}
 }

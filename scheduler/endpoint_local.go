@@ -14,7 +14,8 @@ type endpointState struct {
 	// What the control plane learned of the endpoint's speed
 	// (SetCalibration); nil until something was learned.
 	calib  atomic.Pointer[Calibration]
-	wants  bool         // calib.Probes > 0 as last counted in Scheduler.wanting; under Scheduler.mu
+	wants  bool         // in the pool with calib.Probes > 0: counted in Scheduler.wanting; under Scheduler.mu
+	inPool bool         // in the installed pool; under Scheduler.mu
 	probes atomic.Int64 // probes left of calib.Probes
 	probe  atomic.Int64 // the last probe's time, Unix ns; 0 never
 

@@ -1,5 +1,7 @@
 package scheduler
 
+import "math"
+
 // probe moves the decision onto a candidate the calibrator wants
 // requests for (ProbeConfig): when the chosen endpoint's calibration wants
 // none, the first candidate, in candidate order, that
@@ -9,45 +11,50 @@ package scheduler
 //   - would make the request wait for its first token at most WaitFactor
 //     times as long as the choice would, by the wait bound's measure
 //     (queued and own uncached prompt tokens over the prefill rate), or
-//     else is the first such probe in 1/Share picks that had an idle
-//     candidate asking,
+//     else is the first such probe in 1/Share of the picks that had a
+//     candidate passing the three tests before,
 //
-// becomes the choice, and the rest of the ranking follows it as
-// fallbacks. The probe time and the count are claimed with
-// compare-and-swaps, so concurrent picks never probe an endpoint twice for
-// one slot. Time is the request's arrival, else the clock's (as for
-// outlier ejection), so the simulator's virtual time paces probes too.
+// becomes the choice, and the rest of the ranking follows it as fallbacks
+// (as many as MaxFallbacks allows). A probe claims one of the endpoint's
+// probes, then its probe time, each with an atomic operation, so
+// concurrent picks never send one endpoint two probes within Interval;
+// a publication (SetCalibration) that lands between the two may grant one
+// more than it asked. Time is the request's arrival, else the clock's (as
+// for outlier ejection), so the simulator's virtual time paces probes too.
 func (s *Scheduler) probe(d *Decision, req *Request, cands []*Endpoint) {
 	chosen := cands[d.order[0]]
 	if c := chosen.st.calib.Load(); c == nil || c.Probes > 0 {
 		return // the choice is unlearned itself: no trade to make
 	}
 	var now int64
-	limit := -1.0
+	limit := math.NaN()
 	costly := false
 	for i, e := range cands {
 		if e.st.probes.Load() <= 0 || e.InFlight() != 0 {
 			continue
 		}
-		if limit < 0 {
-			// Only picks with an idle candidate that asks are counted:
-			// the shared counter is written on those alone.
-			limit = s.cfg.Probe.WaitFactor * s.wait(d, chosen)
+		if now == 0 {
 			now = s.now(req.Arrival).UnixNano()
-			costly = s.probeSeen.Add(1) >= s.probeEvery
-		}
-		free := s.wait(d, e) <= limit
-		if !free && !costly {
-			continue // the request's first token would wait longer there
 		}
 		last := e.st.probe.Load()
 		if last != 0 && now-last < int64(s.cfg.Probe.Interval) {
 			continue
 		}
-		if !e.st.probe.CompareAndSwap(last, now) {
-			continue
+		if math.IsNaN(limit) {
+			// The first candidate that may be probed: this pick counts
+			// towards the share (only such picks write the counter).
+			limit = s.cfg.Probe.WaitFactor * s.wait(d, chosen)
+			costly = s.probeEvery > 0 && s.probeSeen.Add(1) >= s.probeEvery
+		}
+		free := s.wait(d, e) <= limit
+		if !free && !costly {
+			continue // the request's first token would wait longer there
 		}
 		if e.st.probes.Add(-1) < 0 {
+			e.st.probes.Add(1)
+			continue
+		}
+		if !e.st.probe.CompareAndSwap(last, now) {
 			e.st.probes.Add(1)
 			continue
 		}

@@ -92,9 +92,9 @@ type Scheduler struct {
 	states map[string]*endpointState // by address, across pools
 
 	wanting atomic.Int32 // endpoints whose calibration wants probes; 0 skips probing
-	// probeSeen counts picks with an idle candidate that asked for
-	// probes since the last probe that waits longer than its choice;
-	// probeEvery is 1/ProbeConfig.Share, the picks such a probe takes.
+	// probeSeen counts picks with a candidate that could be probed since
+	// the last probe that waits longer than its choice; probeEvery is
+	// 1/ProbeConfig.Share, the picks such a probe takes (0: never).
 	probeSeen  atomic.Int64
 	probeEvery int64
 
@@ -184,7 +184,6 @@ func New(cfg Config, entries []ScorerEntry, filters []Filter, picker Picker, dep
 		}
 	}
 	s.guard, s.crowd = cfg.Guard.Guards()
-	s.probeEvery = math.MaxInt64
 	if cfg.Probe.Share > 0 {
 		s.probeEvery = int64(math.Round(1 / cfg.Probe.Share))
 	}
@@ -245,6 +244,8 @@ func (s *Scheduler) SetEndpoints(eps []Endpoint) {
 		present[eps[i].Address] = true
 	}
 	for addr, st := range s.states {
+		st.inPool = present[addr]
+		s.countWanting(st)
 		if !present[addr] && st.inflight.Load() <= 0 && st.pending.Load() <= 0 && st.tokens.Load() <= 0 && st.peerInflight.Load() == 0 && st.peerPending.Load() == 0 {
 			delete(s.states, addr)
 		}
@@ -295,17 +296,27 @@ func (s *Scheduler) SetCalibration(addr string, c Calibration) {
 		st = new(endpointState)
 		s.states[addr] = st
 	}
-	if wants := c.Probes > 0; wants != st.wants {
-		st.wants = wants
-		if wants {
-			s.wanting.Add(1)
-		} else {
-			s.wanting.Add(-1)
-		}
-	}
 	st.probes.Store(int64(c.Probes))
 	st.calib.Store(&c)
+	s.countWanting(st)
 	s.mu.Unlock()
+}
+
+// countWanting keeps s.wanting the number of pool endpoints whose
+// calibration asks for probes, after st's calibration or pool membership
+// changed. Under s.mu.
+func (s *Scheduler) countWanting(st *endpointState) {
+	c := st.calib.Load()
+	wants := st.inPool && c != nil && c.Probes > 0
+	if wants == st.wants {
+		return
+	}
+	st.wants = wants
+	if wants {
+		s.wanting.Add(1)
+	} else {
+		s.wanting.Add(-1)
+	}
 }
 
 // Pick chooses an endpoint for req. On success the caller owns the returned

@@ -126,25 +126,33 @@ const (
 // prompt tokens uncached (hot-prefix-burst's calm start), and a pool of
 // two sizes whose tenants mostly hit their cached prefix
 // (heterogeneous), routed by the shipped adaptive profile. Every endpoint
-// the router sent min_samples (20) requests or more must publish a
-// learned prefill throughput within stressBound of its engine's true
-// value (cachedBound when under cachedShare of its prompt tokens were
-// uncached). One sent fewer is what the trade law leaves a mixed pool's
-// slow pods while the fast ones are not queued: the few requests probing
-// gives them (scheduler.probe). It must publish its class's learned rate
-// within the bound, or else still be asking for probes and publish a
-// rate no further from the truth than its prior: the requests it was
-// sent moved it the right way, and more are on their way. An endpoint
-// sent nothing publishes its class's rate, or keeps its prior and says
-// so.
+// the router sent requests must publish a prefill throughput within
+// stressBound of its engine's true value (cachedBound when under
+// cachedShare of its prompt tokens were uncached), learned — or, in
+// heterogeneous, blended with the prior from probes the minute did not
+// make min_samples of. Under uniform and hot-prefix-burst the trade law
+// leaves a mixed pool's slow pods only the one pick in 500 that probing
+// sends where the request waits longer (scheduler.probe): one sent fewer
+// than min_samples requests there may instead still be asking for probes
+// and publish a rate no further from the truth than its prior — the
+// requests it was sent moved it the right way, and more are on their
+// way. An endpoint sent nothing publishes its class's rate, or keeps its
+// prior and says so.
 func TestCalibrationConvergesUnderStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("18 simulated minutes")
 	}
+	// few says where an endpoint sent fewer than min_samples requests may
+	// be left unlearned: where the fast pods keep up, so only the one pick
+	// in 500 probing sends the slow class anything (20 requests/s, and
+	// hot-prefix-burst's calm start). In heterogeneous at 96 clients the
+	// pool queues, probes reach the slow class within the wait factor, and
+	// every endpoint sent a request is held to the bound.
 	cells := []struct {
 		scenario string
 		level    float64
-	}{{"uniform", 20}, {"hot-prefix-burst", 125}, {"heterogeneous", 96}}
+		few      bool
+	}{{"uniform", 20, true}, {"hot-prefix-burst", 125, true}, {"heterogeneous", 96, false}}
 	for _, cell := range cells {
 		for _, name := range EngineNames() {
 			t.Run(cell.scenario+"/"+name, func(t *testing.T) {
@@ -196,7 +204,7 @@ func TestCalibrationConvergesUnderStress(t *testing.T) {
 					}
 					truth := TruePrefillTokensPerSecond(ecfg, e.MeanPromptTokens)
 					got := e.Calibration.PrefillTokensPerSecond
-					if e.Observed < cc.MinSamples && e.Source != "learned" {
+					if cell.few && e.Observed < cc.MinSamples && e.Source != "learned" {
 						// A few requests, probes among them.
 						few++
 						if math.Abs(got/truth-1) > math.Abs(worstFew) {
@@ -212,7 +220,7 @@ func TestCalibrationConvergesUnderStress(t *testing.T) {
 					if math.Abs(got/truth-1) > math.Abs(worst) {
 						worst = got/truth - 1
 					}
-					if e.Source != "learned" || math.Abs(got/truth-1) > bound {
+					if (e.Source != "learned" && (cell.few || e.Source == "prior")) || math.Abs(got/truth-1) > bound {
 						t.Errorf("%s (capacity %g, %.1f %% of prompt tokens uncached): %s %.0f tokens/s (own estimate %.0f from %d samples), true %.0f: off by %+.1f %%, bound %.0f %%",
 							e.Address, e.Capacity, 100*e.UncachedShare, e.Source, got, e.LearnedPrefillTokensPerSecond, e.PrefillSamples, truth, 100*(got/truth-1), 100*bound)
 					}
