@@ -221,7 +221,7 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // vectors, each under the guard), then each cost scorer the profile has
 // alone (token-load, time-cost, trade-cost) and the trade law's shape when the
 // profile has one: adaptive.trade.weights alone, the other scorers at 0
-// (configs/adaptive.yaml's: prefix 2 : kvcache 3 : trade-cost 16).
+// (configs/adaptive.yaml's: prefix 0.5 : kvcache 3 : trade-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
 	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, tradeCost} {

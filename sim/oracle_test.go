@@ -219,8 +219,8 @@ func TestRunOracle(t *testing.T) {
 	}
 	// The trade shape is configs/adaptive.yaml's adaptive.trade.weights
 	// alone, the vector the published oracle runs were seeded with.
-	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{2, 0, 3, 0, 0, 0, 0, 16}) {
-		t.Errorf("trade shape %v, want prefix 2 : kvcache 3 : trade-cost 16 and nothing else", w)
+	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{0.5, 0, 3, 0, 0, 0, 0, 16}) {
+		t.Errorf("trade shape %v, want prefix 0.5 : kvcache 3 : trade-cost 16 and nothing else", w)
 	}
 	if len(o.Calibrations) != 2 || len(o.Scorers) != 8 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Scorers[7] != "trade-cost" || o.Guard.Factor != 2.5 {
 		t.Fatalf("file %+v", o)
