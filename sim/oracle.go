@@ -58,6 +58,15 @@ type OracleConfig struct {
 	// held-back check of oracles chosen on other seeds. Every engine must
 	// have a column in it and its scorers must be the profile's.
 	HeldBack *OracleFile
+	// StartFrom are earlier runs (oracle.json) whose oracle vectors the
+	// search also starts from, after the baselines, each mapped onto the
+	// profile's scorers by name (a scorer the earlier run did not search
+	// at 0): a search whose own starting points moved (a new trade shape,
+	// a new scorer) then cannot end weaker than an oracle found before on
+	// the same calibration for want of starting near it. A calibration an
+	// earlier run has no column for starts from the baselines alone. Not
+	// with HeldBack, which does not search.
+	StartFrom []*OracleFile
 	// Progress, when set, is called after each vector and each policy.
 	Progress func(OracleProgress)
 }
@@ -89,7 +98,10 @@ type OracleFile struct {
 	// HeldBack is the command of the run whose oracle vectors this run
 	// scored instead of searching (OracleConfig.HeldBack); empty for a
 	// run that searched.
-	HeldBack     string              `json:"held_back,omitempty"`
+	HeldBack string `json:"held_back,omitempty"`
+	// StartedFrom are the commands of the earlier runs whose oracle
+	// vectors the search also started from (OracleConfig.StartFrom).
+	StartedFrom  []string            `json:"started_from,omitempty"`
 	Calibrations []OracleCalibration `json:"calibrations"`
 }
 
@@ -270,7 +282,13 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		if cfg.HeldBack.Guard != out.Guard {
 			return nil, fmt.Errorf("oracle: the held-back run's guard %+v is not the profile's %+v: its vectors were searched under another scheduler.guard; run the search again", cfg.HeldBack.Guard, out.Guard)
 		}
+		if len(cfg.StartFrom) > 0 {
+			return nil, fmt.Errorf("oracle: a held-back check does not search, so it has no starting points: drop the earlier runs to start from")
+		}
 		out.Budget, out.HeldBack, base = 1, cfg.HeldBack.Command, base[:1]
+	}
+	for _, o := range cfg.StartFrom {
+		out.StartedFrom = append(out.StartedFrom, o.Command)
 	}
 	steps := max(out.Budget, len(base)) + len(cfg.Policies)
 	for ci, eng := range cfg.Engines {
@@ -294,6 +312,12 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 			}
 			base = []Candidate{{Name: "oracle", Weights: w}}
 		}
+		starts := slices.Clip(base)
+		for _, o := range cfg.StartFrom {
+			if c, ok := o.startOf(engine, out.Scorers); ok {
+				starts = append(starts, c)
+			}
+		}
 		report := func(step int, name string) {
 			if cfg.Progress != nil {
 				cfg.Progress(OracleProgress{Calibration: ci + 1, Calibrations: len(cfg.Engines), Engine: engine, Step: step, Steps: steps, Name: name})
@@ -301,7 +325,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 		}
 		tc := TuneConfig{Scenarios: scs, Profile: cfg.Profile, Seed: cfg.Seed, Seeds: seeds, Budget: out.Budget, Parallel: cfg.Parallel,
 			Progress: func(done, _ int, _ *Evaluated) { report(done, "vector") }}
-		res, err := Tune(ctx, tc, base)
+		res, err := Tune(ctx, tc, starts)
 		if err != nil {
 			return nil, fmt.Errorf("oracle on %s: %w", engine, err)
 		}
@@ -330,6 +354,31 @@ func (o *OracleFile) oracleOf(engine string, n int) ([]float64, error) {
 		}
 	}
 	return nil, fmt.Errorf("oracle: the held-back run has no column for calibration %s", engine)
+}
+
+// startOf returns the oracle vector of engine's column as a starting
+// point over scorers, matched by name (a scorer o did not search at 0),
+// named after o's commit; false when o has no column for engine or its
+// vector has no weight on any of scorers.
+func (o *OracleFile) startOf(engine string, scorers []string) (Candidate, bool) {
+	for _, c := range o.Calibrations {
+		if c.Engine != engine || len(c.Oracle.Weights) != len(o.Scorers) {
+			continue
+		}
+		w, any := make([]float64, len(scorers)), false
+		for i, name := range scorers {
+			if j := slices.Index(o.Scorers, name); j >= 0 {
+				w[i] = c.Oracle.Weights[j]
+				any = any || w[i] != 0
+			}
+		}
+		name := "earlier-oracle"
+		if o.Commit != "" {
+			name += "-" + o.Commit
+		}
+		return Candidate{Name: name, Weights: w}, any
+	}
+	return Candidate{}, false
 }
 
 // scoreOracle scores the search's vectors and the policies against the

@@ -251,14 +251,18 @@ func (o *OracleFile) method() string {
 			guard += ")"
 		}
 	}
+	starts := "the baselines"
+	if n := len(o.StartedFrom); n > 0 {
+		starts = fmt.Sprintf("the baselines and the oracles of %d earlier run%s on the same calibration", n, map[bool]string{true: "s"}[n > 1])
+	}
 	return fmt.Sprintf("**The oracle** of a calibration is the best single static weight vector for it over %s, "+
-		"every vector run with %s and the loop off: `trimtab sim tune`'s search (the baselines, then a coordinate search) "+
+		"every vector run with %s and the loop off: `trimtab sim tune`'s search (%s, then a coordinate search) "+
 		"with a budget of %d vectors, on that calibration alone. **Score** (the tune objective): for each cell (scenario × level) "+
 		"the ratios best TTFT p99 ÷ this TTFT p99 and this tok/s ÷ best tok/s, where the per-cell best is taken over every vector "+
 		"the search evaluated and every policy of the table on that calibration; score = (worst ratio + mean ratio) / 2. "+
 		"Each entry is a policy's score ÷ the oracle's (1 = as good as the fleet's best static vector; above 1, better). "+
 		"TTFT and E2E percentiles count failed and timed-out requests at the timeout.",
-		strings.Join(o.Scorers, ", "), guard, o.Budget)
+		strings.Join(o.Scorers, ", "), guard, starts, o.Budget)
 }
 
 // WriteMarkdown writes oracle.md: the score-ratio table, the oracles, and

@@ -288,6 +288,30 @@ func TestRunOracle(t *testing.T) {
 	if _, err := RunOracle(context.Background(), unguarded); err == nil || !strings.Contains(err.Error(), "guard") {
 		t.Errorf("held-back run searched under another guard: %v", err)
 	}
+	// Starting from an earlier run: its a100 oracle, over scorers of its
+	// own (one this search lacks, trade-cost missing), is one more vector
+	// there; the l4, which it has no column for, starts from the
+	// baselines alone. A held-back check has no starting points.
+	earlier := &OracleFile{Command: "trimtab sim oracle --commit old", Commit: "old", Scorers: []string{"kvcache", "gone", "prefix"},
+		Calibrations: []OracleCalibration{{Engine: "a100-40gb-llama-3.1-8b", Oracle: OracleEntry{Weights: []float64{7, 9, 0.25}}}}}
+	started := cfg
+	started.Policies, started.StartFrom, steps = nil, []*OracleFile{earlier}, 0
+	so, err := RunOracle(context.Background(), started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(so.Calibrations) != 2 || so.Calibrations[0].Vectors != 13 || so.Calibrations[1].Vectors != 12 || !slices.Equal(so.StartedFrom, []string{earlier.Command}) {
+		t.Errorf("search started from an earlier run: %d calibrations, vectors %d and %d (want 13, 12), started from %q", len(so.Calibrations), so.Calibrations[0].Vectors, so.Calibrations[1].Vectors, so.StartedFrom)
+	}
+	var smd bytes.Buffer
+	if err := so.WriteMarkdown(&smd); err != nil || !strings.Contains(smd.String(), "the baselines and the oracles of 1 earlier run on the same calibration") {
+		t.Errorf("oracle.md of a started search does not say where it started (%v):\n%s", err, smd.String())
+	}
+	both := held
+	both.StartFrom = []*OracleFile{earlier}
+	if _, err := RunOracle(context.Background(), both); err == nil || !strings.Contains(err.Error(), "held-back") {
+		t.Errorf("held-back check with starting points: %v", err)
+	}
 	back, err := ParseOracleFile(j1.Bytes())
 	if err != nil || len(back.Calibrations) != 2 {
 		t.Fatalf("read back: %v", err)
@@ -299,6 +323,30 @@ func TestRunOracle(t *testing.T) {
 	for _, want := range []string{"| policy | a100-40gb-llama-3.1-8b | l4-24gb-llama-3.1-8b |", "| oracle | 1.000 | 1.000 |", "### adaptive against the oracle's vector", "### adaptive against guard-only", "### adaptive against round-robin"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("oracle.md lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+func TestOracleStartOf(t *testing.T) {
+	earlier := &OracleFile{Commit: "7cd6f4f", Scorers: []string{"prefix", "kvcache", "gone", "trade-cost"},
+		Calibrations: []OracleCalibration{
+			{Engine: "e1", Oracle: OracleEntry{Weights: []float64{2, 0.5, 9, 1}}},
+			{Engine: "e2", Oracle: OracleEntry{Weights: []float64{0, 0, 9, 0}}},
+			{Engine: "e3", Oracle: OracleEntry{Weights: []float64{1}}},
+		}}
+	search := []string{"prefix", "queue", "kvcache", "trade-cost", "token-load"}
+	c, ok := earlier.startOf("e1", search)
+	if !ok || c.Name != "earlier-oracle-7cd6f4f" || !slices.Equal(c.Weights, []float64{2, 0, 0.5, 1, 0}) {
+		t.Errorf("e1: %v %v, want prefix 2, kvcache 0.5, trade-cost 1 by name, the rest 0", c, ok)
+	}
+	// Weight only on a scorer this search lacks: nothing to start from.
+	if c, ok := earlier.startOf("e2", search); ok {
+		t.Errorf("e2: %v, want no start (its only weight is on a scorer the search lacks)", c)
+	}
+	// A column with the wrong number of weights, and one that is missing.
+	for _, e := range []string{"e3", "e4"} {
+		if c, ok := earlier.startOf(e, search); ok {
+			t.Errorf("%s: %v, want no start", e, c)
 		}
 	}
 }

@@ -32,6 +32,7 @@ func newSimOracleCmd() *cobra.Command {
 		out       string
 		commit    string
 		heldBack  string
+		startFrom []string
 	)
 	cmd := &cobra.Command{
 		Use:   "oracle [--engines a,b] [--policies a,b] [--seeds K] [--budget N] --out DIR",
@@ -53,6 +54,11 @@ oracles, adaptive against every other policy cell by cell).
 calibration scores the oracle vector an earlier run (DIR/oracle.json, on
 other seeds) chose, beside the policies, against per-cell bests over those
 alone. Run the search on seeds 1–3 and the held-back check on seeds 4–6.
+
+--start-from DIR (repeatable) also starts the search from the oracle vectors
+of earlier runs, matched to this search's scorers by name, so a search whose
+baselines moved (a new trade shape) cannot end weaker than an oracle found
+before for want of starting near it. Pass the calibration's last search run.
 
 The default suite is ` + strings.Join(sim.OracleSuite, ", ") + `;
 "--scenario all" runs every shipped scenario. Calibrations: ` + strings.Join(sim.EngineNames(), ", ") + `
@@ -103,6 +109,17 @@ docs/benchmarks.md.`,
 					return err
 				}
 			}
+			var starts []*sim.OracleFile
+			for _, p := range startFrom {
+				o, err := readOracleFlag("start-from", p)
+				if err != nil {
+					return err
+				}
+				starts = append(starts, o)
+			}
+			if held != nil && len(starts) > 0 {
+				return fmt.Errorf("--start-from: a held-back check (--held-back) does not search; drop one of them")
+			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
@@ -113,7 +130,7 @@ docs/benchmarks.md.`,
 			defer stop()
 			stderr, start := cmd.ErrOrStderr(), time.Now()
 			o, err := sim.RunOracle(ctx, sim.OracleConfig{Scenarios: scenarios, Duration: duration, Engines: engines, Policies: pols,
-				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel, HeldBack: held,
+				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel, HeldBack: held, StartFrom: starts,
 				Progress: func(p sim.OracleProgress) { oracleProgress(stderr, start, p) }})
 			if err != nil {
 				return err
@@ -144,6 +161,7 @@ docs/benchmarks.md.`,
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.StringVar(&commit, "commit", "", "commit the results are stamped with (default: git describe --always --dirty, else unknown)")
 	fl.StringVar(&heldBack, "held-back", "", "score the oracle vectors of this earlier run (its directory or oracle.json) instead of searching")
+	fl.StringSliceVar(&startFrom, "start-from", nil, "also start the search from the oracle vectors of this earlier run (its directory or oracle.json; repeatable)")
 	return cmd
 }
 

@@ -108,6 +108,12 @@ func TestSimOracle(t *testing.T) {
 	if _, err := runRoot(t, "sim", "oracle", "--held-back", filepath.Join(out, "missing"), "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--held-back") {
 		t.Errorf("a missing --held-back run: %v", err)
 	}
+	if _, err := runRoot(t, "sim", "oracle", "--start-from", filepath.Join(out, "missing"), "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--start-from") {
+		t.Errorf("a missing --start-from run: %v", err)
+	}
+	if _, err := runRoot(t, "sim", "oracle", "--held-back", out, "--start-from", out, "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--start-from: a held-back check") {
+		t.Errorf("--held-back with --start-from: %v", err)
+	}
 
 	doc := filepath.Join(t.TempDir(), "benchmarks.md")
 	if err := os.WriteFile(doc, []byte("# B\n\n"+sim.OracleDocBegin+"\nold\n"+sim.OracleDocEnd+"\n\n## Method\n"), 0o644); err != nil {
