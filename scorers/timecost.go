@@ -70,10 +70,24 @@ type TimeCostConfig struct {
 	// own, the batch the calibrator fits the line against (another
 	// replica's requests raise the line it learns instead). Range [0, 16].
 	DecodeCredit float64 `mapstructure:"decode_credit"`
+	// BatchCredit b (batch_credit, default 0: off) charges again the part
+	// of the decode seconds that the batch makes: b · (out − 1) · per_seq_e
+	// · (in_flight_e + 1), beyond the smallest over the candidates — the
+	// seconds each decoding sequence already on e adds to every step of
+	// this request, and that this request adds to every step of theirs.
+	// Where a decoding sequence costs little beside the step (dense
+	// models: microseconds against milliseconds) the term is nearly
+	// nothing; where decode dominates the step (a model with a small KV
+	// per token decoding at large batches) it spreads decodes as a
+	// cached prefix would not. Unlike decode_credit it does not price a
+	// slower engine's fixed step, so it can be weighed heavily on a pool of
+	// two GPU generations without steering every request from the slow
+	// class. Range [0, 16]; it uses output_tokens like decode_credit.
+	BatchCredit float64 `mapstructure:"batch_credit"`
 	// OutputTokens is the prior mean output per request, in tokens
-	// (output_tokens, default 256), used by decode_credit while no
-	// candidate's calibration reports a mean output; 0 only without
-	// decode_credit.
+	// (output_tokens, default 256), used by decode_credit and
+	// batch_credit while no candidate's calibration reports a mean output;
+	// 0 only without either.
 	OutputTokens float64 `mapstructure:"output_tokens"`
 }
 
@@ -106,7 +120,9 @@ func (c TimeCostConfig) Validate() error {
 		return fmt.Errorf("time-cost.cache_credit: must be in [0, 16], got %v", c.CacheCredit)
 	case !(c.DecodeCredit >= 0 && c.DecodeCredit <= 16):
 		return fmt.Errorf("time-cost.decode_credit: must be in [0, 16], got %v", c.DecodeCredit)
-	case (c.DecodeCredit > 0 || c.OutputTokens != 0) && !(c.OutputTokens >= 1 && c.OutputTokens <= 1<<20):
+	case !(c.BatchCredit >= 0 && c.BatchCredit <= 16):
+		return fmt.Errorf("time-cost.batch_credit: must be in [0, 16], got %v", c.BatchCredit)
+	case (c.DecodeCredit > 0 || c.BatchCredit > 0 || c.OutputTokens != 0) && !(c.OutputTokens >= 1 && c.OutputTokens <= 1<<20):
 		return fmt.Errorf("time-cost.output_tokens: must be in [1, 1048576], got %v", c.OutputTokens)
 	}
 	return nil
@@ -120,7 +136,8 @@ func (c TimeCostConfig) Validate() error {
 //
 // plus, with decode_credit d > 0, d · (dec_e − min over the candidates of
 // dec), dec_e the request's decode seconds on e at the batch it would join
-// (see TimeCostConfig.DecodeCredit).
+// (see TimeCostConfig.DecodeCredit), and with batch_credit b > 0 the batch's
+// part of them charged b more times (TimeCostConfig.BatchCredit).
 //
 // with queued_e the uncached prompt tokens already waiting for their first
 // byte on e (Endpoint.PendingTokens, plus other replicas' pending prompt
@@ -161,7 +178,8 @@ func (c TimeCostConfig) Validate() error {
 type TimeCost struct {
 	rate, step, kappa float64
 	credit            float64
-	decode, outTok    float64
+	decode, batch     float64
+	outTok            float64
 	chunk, bpt        int64
 	noIdx             interface{ Inc() }
 }
@@ -177,7 +195,7 @@ func NewTimeCost(name string, cfg TimeCostConfig, deps Deps) (*TimeCost, error) 
 	}
 	return &TimeCost{
 		rate: cfg.PrefillTokensPerSecond, step: cfg.StepSeconds, kappa: cfg.DecodeSecondsPerRunning,
-		credit: cfg.CacheCredit, decode: cfg.DecodeCredit, outTok: cfg.OutputTokens,
+		credit: cfg.CacheCredit, decode: cfg.DecodeCredit, batch: cfg.BatchCredit, outTok: cfg.OutputTokens,
 		chunk: int64(cfg.ChunkTokens), bpt: int64(cfg.BytesPerToken), noIdx: n.counter(reasonNoIndex),
 	}, nil
 }
@@ -206,14 +224,14 @@ func (t *TimeCost) Score(cs *scheduler.CycleState, req *scheduler.Request, eps [
 	for i, e := range eps {
 		c.s[i] = t.cost(cs, req, e)
 	}
-	if t.decode > 0 {
+	if t.decode > 0 || t.batch > 0 {
 		t.decodeCosts(eps, c.dec)
 		lo := math.Inf(1)
 		for _, v := range c.dec {
 			lo = min(lo, v)
 		}
 		for i, v := range c.dec {
-			c.s[i] += t.decode * (v - lo)
+			c.s[i] += v - lo
 		}
 	}
 	lo := math.Inf(1)
@@ -262,11 +280,12 @@ func (t *TimeCost) rateOf(e *scheduler.Endpoint, cal scheduler.Calibration) (rat
 	return rate, t.rate / rate
 }
 
-// decodeCosts writes into dec each candidate's decode seconds for a
-// request of the candidates' mean output (their calibrations' mean
+// decodeCosts writes into dec each candidate's priced decode seconds for
+// a request of the candidates' mean output (their calibrations' mean
 // outputs, else output_tokens: the request's length does not depend on
-// where it goes), at the batch it would join: (out − 1) · (fixed_e +
-// per_seq_e · (local in-flight_e + 1)). The line is e's calibration's when it has
+// where it goes), at the batch it would join: (out − 1) · (d · fixed_e +
+// (d + b) · per_seq_e · (local in-flight_e + 1)), d decode_credit and b
+// batch_credit. The line is e's calibration's when it has
 // one, else step_seconds and decode_seconds_per_running scaled like the
 // step. The in-flight count is this router's own, the batch the
 // calibrator fitted the line against.
@@ -290,7 +309,7 @@ func (t *TimeCost) decodeCosts(eps []*scheduler.Endpoint, dec []float64) {
 			_, scale := t.rateOf(e, cal)
 			fixed, perSeq = t.step*scale, t.kappa*scale
 		}
-		dec[i] = max(out-1, 0) * (fixed + perSeq*float64(max(e.LocalInFlight(), 0)+1))
+		dec[i] = max(out-1, 0) * (t.decode*fixed + (t.decode+t.batch)*perSeq*float64(max(e.LocalInFlight(), 0)+1))
 	}
 }
 

@@ -214,21 +214,31 @@ func TestTimeCostCacheCredit(t *testing.T) {
 // so R joins its prefix on a below d = 0.1 and decodes on b above it.
 // Uncalibrated, both pods run the prior's line at the same batch: their
 // decode seconds are equal and cancel, and R joins its prefix at any d.
+//
+// batch_credit c charges the batch's part c more times, (out − 1) ·
+// (d · fixed + (d + c) · per_seq · batch): with d = 0 and c = 1, dec a =
+// 30 · 0.001 · 2 = 0.06 and dec b = 30 · 0.002 · 2 = 0.12, so b pays 0.06
+// more (b's sequences cost twice a's); with d = 0.5 and c = 1, dec a = 30
+// · (0.005 + 0.003) = 0.24 = dec b = 30 · (0.002 + 0.006): b's faster
+// step no longer outweighs its costlier batch, and R joins its prefix.
 func TestTimeCostDecodeCredit(t *testing.T) {
 	for _, tc := range []struct {
-		d          float64
+		d, c       float64
 		calibrated bool
 		a, b       float64
 		choosing   string
 	}{
-		{0, true, 0.014, 0.026, "a:1"},
-		{0.05, true, 0.020, 0.026, "a:1"},
-		{0.5, true, 0.074, 0.026, "b:1"},
-		{1, true, 0.134, 0.026, "b:1"},
-		{1, false, 0.014, 0.026, "a:1"},
+		{0, 0, true, 0.014, 0.026, "a:1"},
+		{0.05, 0, true, 0.020, 0.026, "a:1"},
+		{0.5, 0, true, 0.074, 0.026, "b:1"},
+		{1, 0, true, 0.134, 0.026, "b:1"},
+		{1, 0, false, 0.014, 0.026, "a:1"},
+		{0, 1, true, 0.014, 0.086, "a:1"},
+		{0.5, 1, true, 0.014, 0.026, "a:1"},
+		{0, 1, false, 0.014, 0.026, "a:1"},
 	} {
-		t.Run(fmt.Sprintf("d=%v/calibrated=%v", tc.d, tc.calibrated), func(t *testing.T) {
-			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, OutputTokens: 100}, 0)
+		t.Run(fmt.Sprintf("d=%v/c=%v/calibrated=%v", tc.d, tc.c, tc.calibrated), func(t *testing.T) {
+			s := twoPods(t, TimeCostConfig{PrefillTokensPerSecond: 1000, StepSeconds: 0.01, DecodeSecondsPerRunning: 0.001, ChunkTokens: 8, BytesPerToken: 4, DecodeCredit: tc.d, BatchCredit: tc.c, OutputTokens: 100}, 0)
 			if tc.calibrated {
 				s.SetCalibration("b:1", scheduler.Calibration{PrefillTokensPerSecond: 1000, DecodeFixedSeconds: 0.004, DecodeSecondsPerSeq: 0.002, OutputTokens: 31, Samples: 10})
 			}
@@ -290,6 +300,10 @@ func TestTimeCostConfigValidate(t *testing.T) {
 		{func(c *TimeCostConfig) { c.DecodeCredit = -1 }, "time-cost.decode_credit"},
 		{func(c *TimeCostConfig) { c.DecodeCredit = math.NaN() }, "time-cost.decode_credit"},
 		{func(c *TimeCostConfig) { c.OutputTokens, c.DecodeCredit = 0, 1 }, "time-cost.output_tokens"},
+		{func(c *TimeCostConfig) { c.BatchCredit = -1 }, "time-cost.batch_credit"},
+		{func(c *TimeCostConfig) { c.BatchCredit = 16.5 }, "time-cost.batch_credit"},
+		{func(c *TimeCostConfig) { c.BatchCredit = math.NaN() }, "time-cost.batch_credit"},
+		{func(c *TimeCostConfig) { c.OutputTokens, c.BatchCredit = 0, 4 }, "time-cost.output_tokens"},
 		{func(c *TimeCostConfig) { c.OutputTokens = -3 }, "time-cost.output_tokens"},
 		{func(c *TimeCostConfig) { c.OutputTokens = math.Inf(1) }, "time-cost.output_tokens"},
 	} {
