@@ -277,6 +277,10 @@ type epCal struct {
 	spans            []span // decode intervals of the live samples (see decodeBatch)
 	xs, ys           []float64
 	rate             float64 // the prefill rate published last (tokens/s; 0: none learned)
+	// perSeq is the decode step line's slope the window last identified
+	// (seconds per decoding sequence; < 0: never), kept while the
+	// window's batches are too alike to identify it (lineOr).
+	perSeq float64
 }
 
 func (e *epCal) add(s sample) {
@@ -294,7 +298,7 @@ func (c *Calibrator) Step(now time.Time, pool []*scheduler.Endpoint, obs []sched
 		in[ep.Address] = true
 		e := c.eps[ep.Address]
 		if e == nil {
-			e = &epCal{win: make([]sample, c.cfg.Window), live: make([]int, 0, c.cfg.Window),
+			e = &epCal{win: make([]sample, c.cfg.Window), live: make([]int, 0, c.cfg.Window), perSeq: -1,
 				xs: make([]float64, 0, c.cfg.Window), ys: make([]float64, 0, c.cfg.Window)}
 			c.eps[ep.Address] = e
 		}
@@ -474,7 +478,18 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		w := min(1, float64(m)/float64(c.cfg.MinSamples))
 		lf, ls := c.line(bs, itls)
 		stepFixed, stepPerSeq = (1-w)*priorFixed+w*lf, (1-w)*priorPerSeq+w*ls
-		lf, ls = c.line(bd, itls)
+		// The engine's slope is identified only by batches that differ;
+		// while the window's do not, the slope it last identified (the
+		// prior's before any) holds.
+		known := priorPerSeq
+		if e.perSeq >= 0 {
+			known = e.perSeq
+		}
+		var ok bool
+		lf, ls, ok = c.lineOr(bd, itls, known, max(c.cfg.MinSamples/2, 2))
+		if ok {
+			e.perSeq = ls
+		}
 		fixed, perSeq = (1-w)*priorFixed+w*lf, (1-w)*priorPerSeq+w*ls
 		out.Batch = medianOf(append(c.scratch[:0], bs...))
 	}

@@ -371,10 +371,26 @@ func (c *Calibrator) theilSen(xs, ys []float64, minDx float64) (slope float64, n
 // line fits y ≈ a + b·x robustly: b the Theil–Sen slope (0 when no two x
 // differ by half or more), a the median of y − b·x; both at least 0.
 func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
+	a, b, _ = c.lineOr(xs, ys, -1, 0)
+	return a, b
+}
+
+// lineOr is line with a known slope for a window that does not identify
+// one: when fewer than least samples are in a pair whose x differ by half
+// or more (every request decoded at about one batch, which routing that
+// evens the batches brings about), b is known (when ≥ 0) and a the median
+// of y − known·x. An engine's cost per decoding sequence does not change
+// because its batches stopped differing. ok reports whether the window
+// identified the slope.
+func (c *Calibrator) lineOr(xs, ys []float64, known float64, least int) (a, b float64, ok bool) {
 	// Pairs whose batches differ by half a sequence or more: the batch
 	// over a decode is a mean (decodeBatch), and two nearly equal ones
 	// give a slope of their noise.
-	b, _ = c.theilSen(xs, ys, 0.5)
+	b, n := c.theilSen(xs, ys, 0.5)
+	ok = n > 0 && n >= least
+	if !ok && known >= 0 {
+		b = known
+	}
 	b = max(b, 0)
 	res := c.scratch[:0]
 	for i := range xs {
@@ -382,7 +398,7 @@ func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
 	}
 	a = max(medianOf(res), 0)
 	c.scratch = res[:0]
-	return a, b
+	return a, b, ok
 }
 
 // medianOf returns the median of v (the mean of the middle two for an

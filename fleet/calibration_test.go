@@ -331,9 +331,10 @@ func TestCalibratorAsksForProbes(t *testing.T) {
 // TestCalibratorPoolsTheDecodeSlope: a class publishes the median of its
 // members' decode step lines. a:1, b:1 and c:1 (capacity 1) decode at
 // 13 ms + s per sequence with s = 0.1, 0.3 and 0.2 ms, but c:1 always at
-// the same batch, which identifies no slope (its own line reads 13.2 ms +
-// 0); e:1 was sent nothing. The class publishes median(0.1, 0.3, 0) =
-// 0.1 ms per sequence and median(13, 13, 13.2) = 13 ms for all four; d:1,
+// the same batch, which identifies no slope (its own line keeps the
+// prior's 70 µs and reads 13.13 ms + 70 µs); e:1 was sent nothing. The
+// class publishes median(0.1, 0.3, 0.07) = 0.1 ms per sequence and
+// median(13, 13, 13.13) = 13 ms for all four; d:1,
 // of capacity 2, alone in its class, publishes its own 13 ms + 0.4 ms.
 func TestCalibratorPoolsTheDecodeSlope(t *testing.T) {
 	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"}, scheduler.Endpoint{Address: "b:1"}, scheduler.Endpoint{Address: "c:1"}, scheduler.Endpoint{Address: "e:1"}, scheduler.Endpoint{Address: "d:1", Capacity: 2})
@@ -357,7 +358,7 @@ func TestCalibratorPoolsTheDecodeSlope(t *testing.T) {
 	for _, want := range []struct {
 		addr     string
 		own, pub float64
-	}{{"a:1", 0.0001, 0.0001}, {"b:1", 0.0003, 0.0001}, {"c:1", 0, 0.0001}, {"e:1", 70e-6, 0.0001}, {"d:1", 0.0004, 0.0004}} {
+	}{{"a:1", 0.0001, 0.0001}, {"b:1", 0.0003, 0.0001}, {"c:1", 70e-6, 0.0001}, {"e:1", 70e-6, 0.0001}, {"d:1", 0.0004, 0.0004}} {
 		var e EndpointCalibration
 		for _, x := range c.Snapshot().Endpoints {
 			if x.Address == want.addr {
@@ -372,6 +373,44 @@ func TestCalibratorPoolsTheDecodeSlope(t *testing.T) {
 				want.addr, e.DecodeStepPerSeqSeconds, e.Calibration.DecodeSecondsPerSeq, tg.got[want.addr].DecodeSecondsPerSeq, want.own, want.pub)
 		}
 	}
+}
+
+// TestCalibratorKeepsAnIdentifiedSlope: an endpoint whose batches
+// differed learns its decode slope (0.45 ms per sequence over 1.6 ms);
+// once routing evens its batches (every request alone) the window
+// identifies none, and the slope it learned holds, the fixed part the
+// median of what is left — not 0 per sequence and the whole step fixed,
+// which would read a decode-bound engine as one whose batch costs nothing.
+func TestCalibratorKeepsAnIdentifiedSlope(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	cfg := DefaultCalibrationConfig()
+	c, err := NewCalibrator(cfg, tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fixed, perSeq = 0.0016, 0.00045
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	feed := func(batches int) {
+		for i := range cfg.Window {
+			o := obs("a:1", 1000, int64(i%batches), 11)
+			itl := fixed + perSeq*float64(i%batches+1)
+			o.Latency = o.TTFT + time.Duration(itl*10*float64(time.Second))
+			c.Ring().Record(o)
+		}
+		at = at.Add(cfg.MaxAge + time.Second) // the window holds only these
+		c.Tick(at)
+	}
+	check := func(when string) {
+		t.Helper()
+		e := c.Snapshot().Endpoints[0]
+		if math.Abs(e.Calibration.DecodeSecondsPerSeq-perSeq) > 1e-9 || math.Abs(e.Calibration.DecodeFixedSeconds-fixed) > 1e-9 {
+			t.Errorf("%s: published %v s + %v s per sequence, want %v + %v", when, e.Calibration.DecodeFixedSeconds, e.Calibration.DecodeSecondsPerSeq, fixed, perSeq)
+		}
+	}
+	feed(8)
+	check("batches 1 to 8")
+	feed(1)
+	check("then every request alone")
 }
 
 func TestCalibrationConfigValidate(t *testing.T) {
