@@ -159,7 +159,7 @@ func (l *Loop) build(cfg Config, profile []scheduler.ScorerEntry) error {
 	if !cfg.Enabled || !cfg.Fill.Enabled {
 		fs = FillState{}
 	}
-	mcfg, mixed := cfg.Shaped(profile, ts.Mix, fs.Mix)
+	mcfg, mixed := cfg.ShapedBy(profile, ts, fs.Mix)
 	conf, err := configurator.New(mcfg.Config, mixed, l.target.Weights())
 	if err != nil {
 		return err

@@ -32,10 +32,10 @@ type metrics struct {
 	freezes     prometheus.Counter
 	publishErrs prometheus.Counter
 
-	tradeMix, tradeSpread, tradeDeclared prometheus.Gauge
-	tradeChanges                         prometheus.Counter
-	fill, fillMix, fillChurn             prometheus.Gauge
-	fillChanges                          prometheus.Counter
+	tradeMix, tradeSpread, tradeDeclared, tradeBatch prometheus.Gauge
+	tradeChanges                                     prometheus.Counter
+	fill, fillMix, fillChurn                         prometheus.Gauge
+	fillChanges                                      prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -78,6 +78,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tradeDeclared: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_capacity_spread_ratio",
 			Help: "Spread the trade law read at its latest evaluation: largest ÷ smallest declared endpoint capacity.",
+		}),
+		tradeBatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_batch_cost_ratio",
+			Help: "Batch cost the trade law read at its latest evaluation with endpoints to read: the median over the endpoints with enough samples of the learned decode step line's seconds per decoding sequence ÷ its fixed seconds.",
 		}),
 		fill: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_fill_ratio",
@@ -137,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeBatch, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

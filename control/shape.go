@@ -19,7 +19,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	declared := CapacitySpread(pool)
 	l.m.tradeSpread.Set(spread)
 	l.m.tradeDeclared.Set(declared)
-	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, LoopMode: mode})
+	batch, bn := BatchCost(pool, l.cfg.Trade.MinSamples)
+	if bn > 0 {
+		l.m.tradeBatch.Set(batch)
+	}
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn, LoopMode: mode})
 	if why == "" {
 		l.trade = next
 		return ""
@@ -29,7 +33,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	}
 	l.m.tradeMix.Set(next.Mix)
 	l.m.tradeChanges.Inc()
-	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared,
+	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch,
 		slog.Group("base", l.attrs(*l.base.Load())...))
 	return why
 }
@@ -71,7 +75,7 @@ func (l *Loop) stepFill(now time.Time, pool []*scheduler.Endpoint, mode string, 
 // both states; false (and nothing changed) when the shaped profile does
 // not build, which CheckProfile rules out.
 func (l *Loop) reshape(ts TradeState, fs FillState, fresh bool, law, why string) bool {
-	mcfg, mixed := l.cfg.Shaped(l.prof, ts.Mix, fs.Mix)
+	mcfg, mixed := l.cfg.ShapedBy(l.prof, ts, fs.Mix)
 	from := l.target.Weights()
 	if fresh && from != nil {
 		// Before the configurator's first step (the loop's first tick, or

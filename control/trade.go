@@ -17,11 +17,15 @@ import (
 // shape (mix 1, the profile with Weights written over it) from what the
 // calibrator learned of the pool (docs/adaptive.md, "The trade law"). A
 // pool whose endpoints prefill at rates far apart (two GPU generations,
-// pods of different sizes) is priced in seconds; a pool of equals keeps
-// the profile. The input is the pool's speed spread, fastest ÷ slowest:
-// the larger of the declared capacities' (known from the first tick, the
-// same on every replica) and the learned prefill throughputs'
-// (scheduler.Calibration, once two endpoints have enough samples).
+// pods of different sizes), or whose engine's decode step grows steeply
+// with its batch, is priced in seconds; a pool of equals keeps the
+// profile. The inputs are the pool's speed spread, fastest ÷ slowest: the
+// larger of the declared capacities' (known from the first tick, the same
+// on every replica) and the learned prefill throughputs'
+// (scheduler.Calibration, once two endpoints have enough samples); and its
+// batch cost, what one more decoding sequence adds to a decode step as a
+// share of the step's fixed part (the learned decode line's slope ÷
+// intercept, median over the endpoints with enough samples).
 type TradeConfig struct {
 	// Enabled turns the law on; it needs adaptive.enabled. Default false.
 	Enabled bool `mapstructure:"enabled"`
@@ -31,6 +35,14 @@ type TradeConfig struct {
 	// loader lowercases keys); each weight is in [0, 1e6], the scorers'
 	// range.
 	Weights map[string]float64 `mapstructure:"weights"`
+	// DecodeWeights are the shape for a decode-bound pool of equals
+	// (BatchOn), written over the profile's weights like Weights; required
+	// with batch_on. A heterogeneous pool takes Weights whatever its batch
+	// cost. A pool whose engine pays for every decoding sequence is
+	// served by spreading decodes, which a pool of two GPU generations is
+	// not: pricing the batch there steers every request from the slow
+	// class (docs/adaptive.md, "A decode-bound engine").
+	DecodeWeights map[string]float64 `mapstructure:"decode_weights"`
 	// DMax and AffinityFloor are adaptive.d_max and adaptive.affinity_floor
 	// at mix 1 (0: the profile's); between the shapes each is the mix's
 	// linear blend of the two. A shape whose calm budget sits above the
@@ -51,6 +63,23 @@ type TradeConfig struct {
 	// either threshold (a class learned within the calibrator's 10 %) from
 	// flipping the shape.
 	SpreadOff float64 `mapstructure:"spread_off"`
+	// BatchOn is the batch cost (the learned decode step line's seconds
+	// per decoding sequence ÷ its fixed seconds) at or above which the
+	// pool counts as decode-bound and the mix moves toward 1 in
+	// DecodeWeights' shape, > BatchOff; 0 (the default) leaves the input
+	// out. The shipped profile's 0.05: a decoding sequence adds a
+	// twentieth of a step. Dense models
+	// read far below (Llama-3.1-8B and 70B 0.001–0.006 in the shipped
+	// calibrations): their step is the weights' read, which a batch
+	// shares. A model whose KV per token is small beside its step cost
+	// (Qwen2.5-7B on an H100, 0.28) pays for every sequence in the batch,
+	// and a request's place in a batch then weighs as much as its cached
+	// prefix (docs/adaptive.md, "A decode-bound engine").
+	BatchOn float64 `mapstructure:"batch_on"`
+	// BatchOff is the batch cost at or below which a decode-bound pool
+	// counts as one of equals again, in [0, BatchOn) (the shipped
+	// profile's 0.03).
+	BatchOff float64 `mapstructure:"batch_off"`
 	// Step is the largest change of the mix one evaluation makes on a
 	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
 	// evaluations. A declared spread at or above SpreadOn moves the mix to
@@ -101,6 +130,14 @@ func (c TradeConfig) Validate() error {
 		return fmt.Errorf(p+"spread_off: must be a finite number ≥ 1, got %v", c.SpreadOff)
 	case !(c.SpreadOn > c.SpreadOff) || !finite(c.SpreadOn):
 		return fmt.Errorf(p+"spread_on: must be a finite number > spread_off (%v), got %v", c.SpreadOff, c.SpreadOn)
+	case !(c.BatchOn == 0 || (c.BatchOn > 0 && c.BatchOn <= 100)):
+		return fmt.Errorf(p+"batch_on: must be 0 (off) or in (0, 100], got %v", c.BatchOn)
+	case c.BatchOn > 0 && !(c.BatchOff >= 0 && c.BatchOff < c.BatchOn):
+		return fmt.Errorf(p+"batch_off: must be in [0, batch_on (%v)), got %v", c.BatchOn, c.BatchOff)
+	case c.BatchOn > 0 && len(c.DecodeWeights) == 0:
+		return errors.New(p + "decode_weights: batch_on is set but the decode-bound shape is empty; name at least one scorer and its weight, or set batch_on to 0")
+	case len(c.DecodeWeights) > maxTradeWeights:
+		return fmt.Errorf(p+"decode_weights: %d scorers, want at most %d", len(c.DecodeWeights), maxTradeWeights)
 	case !(c.Step > 0 && c.Step <= 1):
 		return fmt.Errorf(p+"step: must be in (0,1], got %v", c.Step)
 	case c.Interval < time.Second || c.Interval > time.Hour:
@@ -108,11 +145,18 @@ func (c TradeConfig) Validate() error {
 	case c.MinSamples < 1 || c.MinSamples > 4096:
 		return fmt.Errorf(p+"min_samples: must be 1…4096, got %d", c.MinSamples)
 	}
-	return checkWeights(c.Weights, p+"weights.", nil)
+	if err := checkWeights(c.Weights, p+"weights.", nil); err != nil {
+		return err
+	}
+	return checkWeights(c.DecodeWeights, p+"decode_weights.", nil)
 }
 
 // Weight returns the trade weight for the scorer called name (byName).
 func (c TradeConfig) Weight(name string) (float64, bool) { return byName(c.Weights, name) }
+
+// DecodeWeight returns the decode-bound shape's weight for the scorer
+// called name (byName).
+func (c TradeConfig) DecodeWeight(name string) (float64, bool) { return byName(c.DecodeWeights, name) }
 
 // byName returns m's weight for the scorer called name: its key's, else
 // that of the first key (in sorted order) equal to it without regard to
@@ -167,13 +211,28 @@ func checkWeights(m map[string]float64, prefix string, profile []scheduler.Score
 // d_max and affinity_floor the trade's blend of the profile's and the
 // section's. The profile is not modified; the returned sections are c's.
 func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, []scheduler.ScorerEntry) {
+	return c.shaped(profile, c.Trade.Weights, m, f)
+}
+
+// ShapedBy is Shaped at the trade law's state t: its mix toward the
+// decode-bound shape (trade.decode_weights) when t.Decode, else toward
+// the trade shape.
+func (c Config) ShapedBy(profile []scheduler.ScorerEntry, t TradeState, f float64) (Config, []scheduler.ScorerEntry) {
+	if t.Decode {
+		return c.shaped(profile, c.Trade.DecodeWeights, t.Mix, f)
+	}
+	return c.shaped(profile, c.Trade.Weights, t.Mix, f)
+}
+
+// shaped is Shaped toward the shape shape.
+func (c Config) shaped(profile []scheduler.ScorerEntry, shape map[string]float64, m, f float64) (Config, []scheduler.ScorerEntry) {
 	out := make([]scheduler.ScorerEntry, len(profile))
 	copy(out, profile)
 	shaped := c
 	if m > 0 && c.Trade.Enabled {
 		m = min(m, 1)
 		for i := range out {
-			if w, ok := c.Trade.Weight(out[i].Name); ok {
+			if w, ok := byName(shape, out[i].Name); ok {
 				out[i].Weight = (1-m)*out[i].Weight + m*w
 			}
 		}
@@ -207,6 +266,9 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 		if err := checkWeights(c.Trade.Weights, "adaptive.trade.weights.", profile); err != nil {
 			return err
 		}
+		if err := checkWeights(c.Trade.DecodeWeights, "adaptive.trade.decode_weights.", profile); err != nil {
+			return err
+		}
 	}
 	if !c.Enabled {
 		return nil
@@ -219,17 +281,27 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	if c.Trade.Enabled {
 		mixes = c.Trade.mixes()
 	}
-	for _, f := range fills {
-		for _, m := range mixes {
-			if m == 0 && f == 0 {
-				continue // the profile itself, checked by CheckProfile
-			}
-			cfg, shaped := c.Shaped(profile, m, f)
-			if _, err := configurator.New(cfg.Config, shaped, nil); err != nil {
-				if f > 0 {
-					return fmt.Errorf("adaptive.fill: with its weights added at trade mix %.3g the loop cannot run: %w", m, err)
+	shapes := []bool{false}
+	if c.Trade.Enabled && c.Trade.BatchOn > 0 {
+		shapes = append(shapes, true)
+	}
+	for _, decode := range shapes {
+		for _, f := range fills {
+			for _, m := range mixes {
+				if m == 0 && f == 0 {
+					continue // the profile itself, checked by CheckProfile
 				}
-				return fmt.Errorf("adaptive.trade: at mix %.3g the loop cannot run: %w", m, err)
+				cfg, shaped := c.ShapedBy(profile, TradeState{Mix: m, Decode: decode}, f)
+				if _, err := configurator.New(cfg.Config, shaped, nil); err != nil {
+					law, at := "adaptive.trade", "trade"
+					if decode {
+						law, at = "adaptive.trade.decode_weights", "decode-bound"
+					}
+					if f > 0 {
+						return fmt.Errorf("adaptive.fill: with its weights added at %s mix %.3g the loop cannot run: %w", at, m, err)
+					}
+					return fmt.Errorf("%s: at mix %.3g the loop cannot run: %w", law, m, err)
+				}
 			}
 		}
 	}
@@ -289,6 +361,31 @@ func PrefillSpread(pool []*scheduler.Endpoint, minSamples int) (spread float64, 
 	return hi / lo, n
 }
 
+// BatchCost returns the pool's batch cost: the median, over the endpoints
+// whose calibration rests on at least minSamples observations and has a
+// decode step line, of the line's seconds per decoding sequence ÷ its
+// fixed seconds; and how many endpoints that is (0, 0 for none).
+func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int) {
+	var v []float64
+	for _, e := range pool {
+		c := e.Calibration()
+		f, s := c.DecodeFixedSeconds, c.DecodeSecondsPerSeq
+		if c.Samples < minSamples || !(f > 0) || !(s >= 0) || math.IsInf(f+s, 0) {
+			continue
+		}
+		v = append(v, s/f)
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(v)
+	m := len(v) / 2
+	if len(v)%2 == 0 {
+		return (v[m-1] + v[m]) / 2, len(v)
+	}
+	return v[m], len(v)
+}
+
 // TradeState is the law's state between evaluations.
 type TradeState struct {
 	// Mix is where the calm weights sit between the profile's shape (0)
@@ -297,6 +394,13 @@ type TradeState struct {
 	// Heterogeneous is the hysteresis state: the spread last crossed
 	// spread_on (true) or spread_off (false, the start).
 	Heterogeneous bool `json:"heterogeneous"`
+	// DecodeBound is the batch cost's hysteresis state: it last crossed
+	// batch_on (true) or batch_off (false, the start).
+	DecodeBound bool `json:"decode_bound,omitempty"`
+	// Decode is the shape the mix blends toward: the decode-bound shape
+	// (true) or the trade shape. It changes only at mix 0, so the weights
+	// go back to the profile's before they move toward the other shape.
+	Decode bool `json:"decode,omitempty"`
 }
 
 // TradeInput is what one evaluation reads.
@@ -307,6 +411,9 @@ type TradeInput struct {
 	// Declared is CapacitySpread's result; 0 or 1 when every endpoint
 	// declares the same capacity.
 	Declared float64
+	// Batch and BatchEndpoints are BatchCost's results (learned).
+	Batch          float64
+	BatchEndpoints int
 	// LoopMode is the configurator's mode; the mix changes only in calm.
 	LoopMode string
 }
@@ -315,8 +422,10 @@ type TradeInput struct {
 // or the larger of Declared and the learned Spread once Endpoints ≥ 2.
 // Its crossing spread_on makes the pool heterogeneous, crossing spread_off
 // homogeneous again (with fewer than two learned endpoints and a declared
-// spread below spread_on the classification holds); the
-// mix then moves toward 1 (heterogeneous) or 0 by at most Step, only
+// spread below spread_on the classification holds). With batch_on set,
+// the learned Batch cost crossing batch_on makes the pool decode-bound,
+// crossing batch_off not (with no learned endpoint it holds). The
+// mix then moves toward 1 (heterogeneous or decode-bound) or 0 by at most Step, only
 // while the loop is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
@@ -333,8 +442,21 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			s.Heterogeneous = false
 		}
 	}
+	if c.BatchOn > 0 && in.BatchEndpoints > 0 {
+		switch {
+		case !s.DecodeBound && in.Batch >= c.BatchOn:
+			s.DecodeBound = true
+		case s.DecodeBound && in.Batch <= c.BatchOff:
+			s.DecodeBound = false
+		}
+	}
+	// A heterogeneous pool takes the trade shape whatever its batch cost.
+	wantDecode := s.DecodeBound && !s.Heterogeneous
+	if s.Mix == 0 {
+		s.Decode = wantDecode
+	}
 	target := 0.0
-	if s.Heterogeneous {
+	if (s.Heterogeneous || s.DecodeBound) && s.Decode == wantDecode {
 		target = 1
 	}
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
@@ -345,6 +467,13 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// A declared spread is configuration, the same on every replica:
 		// there is no estimate to smooth, and the shape of the first
 		// seconds decides where each prefix lives.
+		step = 1
+	}
+	if s.Decode && target == 1 && in.Batch >= 2*c.BatchOn {
+		// A learned batch cost twice batch_on or more is no estimate near
+		// the threshold to smooth (Qwen2.5-7B reads 0.28 against 0.05, a
+		// dense model 0.006 at most), and the shape of the first seconds
+		// decides where each prefix is copied while caches have room.
 		step = 1
 	}
 	if target > s.Mix {
@@ -358,5 +487,17 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	} else {
 		why += fmt.Sprintf(" (homogeneous: crossed spread_off %.2f)", c.SpreadOff)
 	}
-	return s, fmt.Sprintf("%s: mix %.3g → %.3g (step %.3g)", why, from, s.Mix, step)
+	if c.BatchOn > 0 && (s.DecodeBound || in.BatchEndpoints > 0) {
+		why += fmt.Sprintf(", batch cost %.3g (learned decode line, %d endpoints)", in.Batch, in.BatchEndpoints)
+		if s.DecodeBound {
+			why += fmt.Sprintf(" (decode-bound: crossed batch_on %.3g)", c.BatchOn)
+		} else {
+			why += fmt.Sprintf(" (below batch_off %.3g)", c.BatchOff)
+		}
+	}
+	shape := "trade shape"
+	if s.Decode {
+		shape = "decode-bound shape"
+	}
+	return s, fmt.Sprintf("%s: mix %.3g → %.3g toward the %s (step %.3g)", why, from, s.Mix, shape, step)
 }

@@ -34,6 +34,7 @@ func tradeConfig() Config {
 func TestTradeNext(t *testing.T) {
 	cfg := DefaultTradeConfig() // step 0.25
 	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
+	cfg.BatchOn, cfg.BatchOff, cfg.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
 	calm, reb := configurator.ModeCalm, configurator.ModeRebalance
 	tests := []struct {
 		name   string
@@ -43,43 +44,79 @@ func TestTradeNext(t *testing.T) {
 		reason string // a substring; "" means no change
 	}{
 		// 1.2 < spread_on 2: a pool of equals stays at the profile's shape.
-		{"equals", TradeState{}, TradeInput{1.2, 4, 1, calm}, TradeState{}, ""},
+		{"equals", TradeState{}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{}, ""},
 		// 1.7 is inside the band (1.5, 2): a homogeneous pool stays one.
-		{"band from homogeneous", TradeState{}, TradeInput{1.7, 4, 1, calm}, TradeState{}, ""},
+		{"band from homogeneous", TradeState{}, TradeInput{Spread: 1.7, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{}, ""},
 		// 2.0 ≥ spread_on 2: heterogeneous; mix 0 + 0.25 = 0.25.
-		{"crosses on", TradeState{}, TradeInput{2, 4, 1, calm}, TradeState{0.25, true}, "speed spread 2.00 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25"},
+		{"crosses on", TradeState{}, TradeInput{Spread: 2, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{Mix: 0.25, Heterogeneous: true}, "speed spread 2.00 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25"},
 		// 3.8 from one counted endpoint says nothing: classification and mix hold.
-		{"one endpoint", TradeState{}, TradeInput{3.8, 1, 1, calm}, TradeState{}, ""},
+		{"one endpoint", TradeState{}, TradeInput{Spread: 3.8, Endpoints: 1, Declared: 1, LoopMode: calm}, TradeState{}, ""},
 		// 1.8 > spread_off 1.5: still heterogeneous; 0.5 + 0.25 = 0.75.
-		{"band from heterogeneous", TradeState{0.5, true}, TradeInput{1.8, 4, 1, calm}, TradeState{0.75, true}, "mix 0.5 → 0.75"},
+		{"band from heterogeneous", TradeState{Mix: 0.5, Heterogeneous: true}, TradeInput{Spread: 1.8, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{Mix: 0.75, Heterogeneous: true}, "mix 0.5 → 0.75"},
 		// 1.5 ≤ spread_off 1.5: homogeneous again; 0.5 − 0.25 = 0.25.
-		{"crosses off", TradeState{0.5, true}, TradeInput{1.5, 4, 1, calm}, TradeState{0.25, false}, "homogeneous: crossed spread_off 1.50"},
+		{"crosses off", TradeState{Mix: 0.5, Heterogeneous: true}, TradeInput{Spread: 1.5, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{Mix: 0.25, Heterogeneous: false}, "homogeneous: crossed spread_off 1.50"},
 		// Out of calm the classification follows the spread, the mix holds.
-		{"rebalance holds", TradeState{}, TradeInput{3, 4, 1, reb}, TradeState{0, true}, ""},
+		{"rebalance holds", TradeState{}, TradeInput{Spread: 3, Endpoints: 4, Declared: 1, LoopMode: reb}, TradeState{Mix: 0, Heterogeneous: true}, ""},
 		// 0.9 + 0.25 = 1.15, capped at 1.
-		{"capped at 1", TradeState{0.9, true}, TradeInput{3, 4, 1, calm}, TradeState{1, true}, "mix 0.9 → 1"},
+		{"capped at 1", TradeState{Mix: 0.9, Heterogeneous: true}, TradeInput{Spread: 3, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{Mix: 1, Heterogeneous: true}, "mix 0.9 → 1"},
 		// At the target nothing moves.
-		{"settled", TradeState{1, true}, TradeInput{3.8, 6, 1, calm}, TradeState{1, true}, ""},
+		{"settled", TradeState{Mix: 1, Heterogeneous: true}, TradeInput{Spread: 3.8, Endpoints: 6, Declared: 1, LoopMode: calm}, TradeState{Mix: 1, Heterogeneous: true}, ""},
 		// No counted endpoint: the heterogeneous state and its mix hold.
-		{"no endpoints", TradeState{1, true}, TradeInput{1, 0, 1, calm}, TradeState{1, true}, ""},
+		{"no endpoints", TradeState{Mix: 1, Heterogeneous: true}, TradeInput{Spread: 1, Endpoints: 0, Declared: 1, LoopMode: calm}, TradeState{Mix: 1, Heterogeneous: true}, ""},
 		// Declared capacities 1 and 3 (spread 3 ≥ 2) count before anything
 		// is learned, and move the mix to the target at once: configuration,
 		// not an estimate to smooth.
-		{"declared", TradeState{}, TradeInput{1, 0, 3, calm}, TradeState{1, true}, "speed spread 3.00 (declared capacity) (heterogeneous: crossed spread_on 2.00): mix 0 → 1 (step 1)"},
+		{"declared", TradeState{}, TradeInput{Spread: 1, Endpoints: 0, Declared: 3, LoopMode: calm}, TradeState{Mix: 1, Heterogeneous: true}, "speed spread 3.00 (declared capacity) (heterogeneous: crossed spread_on 2.00): mix 0 → 1 toward the trade shape (step 1)"},
 		// Before the configurator's first step (static: the loop's first
 		// tick) the law acts too: the first requests route in its shape.
-		{"declared at the first tick", TradeState{}, TradeInput{1, 0, 3, configurator.ModeStatic}, TradeState{1, true}, "mix 0 → 1"},
+		{"declared at the first tick", TradeState{}, TradeInput{Spread: 1, Endpoints: 0, Declared: 3, LoopMode: configurator.ModeStatic}, TradeState{Mix: 1, Heterogeneous: true}, "mix 0 → 1"},
 		// The learned spread decides when it is the larger (3.8 > 3), and
 		// moves the mix by a step.
-		{"learned above declared", TradeState{}, TradeInput{3.8, 4, 3, calm}, TradeState{0.25, true}, "speed spread 3.80 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25 (step 0.25)"},
+		{"learned above declared", TradeState{}, TradeInput{Spread: 3.8, Endpoints: 4, Declared: 3, LoopMode: calm}, TradeState{Mix: 0.25, Heterogeneous: true}, "speed spread 3.80 (learned prefill, 4 endpoints) (heterogeneous: crossed spread_on 2.00): mix 0 → 0.25 toward the trade shape (step 0.25)"},
 		// A declared spread of 3 keeps the pool heterogeneous even when the
 		// learned one reads 1.1 ≤ 1.5: max(3, 1.1) = 3.
-		{"declared holds", TradeState{1, true}, TradeInput{1.1, 4, 3, calm}, TradeState{1, true}, ""},
+		{"declared holds", TradeState{Mix: 1, Heterogeneous: true}, TradeInput{Spread: 1.1, Endpoints: 4, Declared: 3, LoopMode: calm}, TradeState{Mix: 1, Heterogeneous: true}, ""},
 		// Back to homogeneous (learned 1.0, declared 1): the way back is
 		// always a step, a reading rather than configuration.
-		{"declared equals steps back", TradeState{1, true}, TradeInput{1, 4, 1, calm}, TradeState{0.75, false}, "mix 1 → 0.75 (step 0.25)"},
+		{"declared equals steps back", TradeState{Mix: 1, Heterogeneous: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{Mix: 0.75, Heterogeneous: false}, "mix 1 → 0.75 toward the trade shape (step 0.25)"},
 		// A declared spread of 1.7 alone is inside the band and says nothing.
-		{"declared in band", TradeState{}, TradeInput{1, 0, 1.7, calm}, TradeState{}, ""},
+		{"declared in band", TradeState{}, TradeInput{Spread: 1, Endpoints: 0, Declared: 1.7, LoopMode: calm}, TradeState{}, ""},
+		// A pool of equals whose decode line reads 0.28 (a sequence adds
+		// 28 % of a step) ≥ batch_on 0.05: decode-bound, in the
+		// decode-bound shape; 0.28 ≥ 2 × batch_on, no estimate near the
+		// threshold, so the mix moves at once.
+		{"decode-bound", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, Decode: true}, "batch cost 0.28 (learned decode line, 4 endpoints) (decode-bound: crossed batch_on 0.05): mix 0 → 1 toward the decode-bound shape (step 1)"},
+		// 0.07 is past batch_on but within twice it: a step at a time.
+		{"decode-bound near the threshold", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.07, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.25, DecodeBound: true, Decode: true}, "mix 0 → 0.25 toward the decode-bound shape (step 0.25)"},
+		// A dense model's 0.005 stays below: nothing moves.
+		{"dense", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, LoopMode: calm}, TradeState{}, ""},
+		// 0.04 is inside the band (0.03, 0.05): either state holds.
+		{"batch band from equals", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.04, BatchEndpoints: 4, LoopMode: calm}, TradeState{}, ""},
+		{"batch band from decode-bound", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.04, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, Decode: true}, ""},
+		// Nothing learned of the decode line: the state holds.
+		{"batch unknown", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 0, Declared: 1, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, Decode: true}, ""},
+		// 0.03 ≤ batch_off: back to the profile's shape a step at a time,
+		// still blending the decode-bound shape until the mix is 0.
+		{"batch crosses off", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.03, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.75, Decode: true}, "(below batch_off 0.03): mix 1 → 0.75 toward the decode-bound shape"},
+		{"decode shape released at 0", TradeState{Mix: 0.25, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Decode: true}, "mix 0.25 → 0"},
+		{"decode shape forgotten at 0", TradeState{Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{}, ""},
+		// Heterogeneous and decode-bound: the trade shape (declared 3 moves it at once).
+		{"heterogeneous wins", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, DecodeBound: true}, "mix 0 → 1 toward the trade shape (step 1)"},
+		// From the trade shape to the decode-bound one: back to the
+		// profile first, a step at a time (a learned spread)...
+		{"trade to decode steps back", TradeState{Mix: 0.25, Heterogeneous: true, DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{DecodeBound: true}, "mix 0.25 → 0 toward the trade shape"},
+		// ... then toward the decode-bound shape.
+		{"then to the decode shape", TradeState{DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, Decode: true}, "mix 0 → 1 toward the decode-bound shape"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,6 +170,44 @@ func TestPrefillSpread(t *testing.T) {
 	}
 }
 
+func TestBatchCost(t *testing.T) {
+	type cal struct {
+		fixed, perSeq float64
+		samples       int
+	}
+	tests := []struct {
+		name string
+		cals []cal
+		want float64
+		n    int
+	}{
+		{"nothing learned", []cal{{0.0016, 0.00045, 0}, {0.0016, 0.00045, 19}}, 0, 0},
+		// Qwen2.5-7B on an H100: 453 µs ÷ 1.6 ms.
+		{"decode-bound", []cal{{0.0016, 0.000453, 50}, {0.0016, 0.000453, 50}}, 0.000453 / 0.0016, 2},
+		// The median of 0.005, 0.01 and 0.3: one odd endpoint does not decide.
+		{"median", []cal{{0.013, 0.000065, 50}, {0.013, 0.00013, 50}, {0.013, 0.0039, 50}}, 0.01, 3},
+		// No fixed part, a negative or infinite slope: no line.
+		{"bad lines", []cal{{0, 0.0001, 50}, {0.01, -1, 50}, {0.01, math.Inf(1), 50}, {0.01, 0.0002, 50}}, 0.02, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := target(t)
+			eps := make([]scheduler.Endpoint, len(tt.cals))
+			for i := range eps {
+				eps[i].Address = string(rune('a'+i)) + ":1"
+			}
+			s.SetEndpoints(eps)
+			for i, c := range tt.cals {
+				s.SetCalibration(eps[i].Address, scheduler.Calibration{DecodeFixedSeconds: c.fixed, DecodeSecondsPerSeq: c.perSeq, Samples: c.samples})
+			}
+			got, n := BatchCost(s.Pool().Pointers(), 20)
+			if !closeTo(got, tt.want, 1e-12) || n != tt.n {
+				t.Errorf("batch cost %v over %d, want %v over %d", got, n, tt.want, tt.n)
+			}
+		})
+	}
+}
+
 func TestTradeConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -148,6 +223,14 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"affinity_floor", func(c *TradeConfig) { c.AffinityFloor = 1 }, "adaptive.trade.affinity_floor"},
 		{"spread_off below 1", func(c *TradeConfig) { c.SpreadOff = 0.9 }, "adaptive.trade.spread_off"},
 		{"spread_on not above off", func(c *TradeConfig) { c.SpreadOn = c.SpreadOff }, "adaptive.trade.spread_on"},
+		{"batch_on off", func(c *TradeConfig) { c.BatchOn, c.BatchOff = 0, -5 }, ""},
+		{"batch_on negative", func(c *TradeConfig) { c.BatchOn = -0.1 }, "adaptive.trade.batch_on: must be 0 (off) or in (0, 100], got -0.1"},
+		{"batch_on NaN", func(c *TradeConfig) { c.BatchOn = math.NaN() }, "adaptive.trade.batch_on"},
+		{"batch_on valid", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1} }, ""},
+		{"batch_off not below on", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.05, map[string]float64{"prefix": 1} }, "adaptive.trade.batch_off: must be in [0, batch_on (0.05)), got 0.05"},
+		{"batch_off negative", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, -0.01, map[string]float64{"prefix": 1} }, "adaptive.trade.batch_off"},
+		{"batch_on without a shape", func(c *TradeConfig) { c.BatchOn, c.BatchOff = 0.05, 0.03 }, "adaptive.trade.decode_weights: batch_on is set but the decode-bound shape is empty"},
+		{"negative decode weight", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"queue": -1} }, "adaptive.trade.decode_weights.queue: must be in [0, 1e+06], got -1"},
 		{"step", func(c *TradeConfig) { c.Step = 0 }, "adaptive.trade.step"},
 		{"interval", func(c *TradeConfig) { c.Interval = time.Millisecond }, "adaptive.trade.interval"},
 		{"min_samples", func(c *TradeConfig) { c.MinSamples = 0 }, "adaptive.trade.min_samples"},
