@@ -226,11 +226,19 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"batch_on off", func(c *TradeConfig) { c.BatchOn, c.BatchOff = 0, -5 }, ""},
 		{"batch_on negative", func(c *TradeConfig) { c.BatchOn = -0.1 }, "adaptive.trade.batch_on: must be 0 (off) or in (0, 100], got -0.1"},
 		{"batch_on NaN", func(c *TradeConfig) { c.BatchOn = math.NaN() }, "adaptive.trade.batch_on"},
-		{"batch_on valid", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1} }, ""},
-		{"batch_off not below on", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.05, map[string]float64{"prefix": 1} }, "adaptive.trade.batch_off: must be in [0, batch_on (0.05)), got 0.05"},
-		{"batch_off negative", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, -0.01, map[string]float64{"prefix": 1} }, "adaptive.trade.batch_off"},
+		{"batch_on valid", func(c *TradeConfig) {
+			c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1}
+		}, ""},
+		{"batch_off not below on", func(c *TradeConfig) {
+			c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.05, map[string]float64{"prefix": 1}
+		}, "adaptive.trade.batch_off: must be in [0, batch_on (0.05)), got 0.05"},
+		{"batch_off negative", func(c *TradeConfig) {
+			c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, -0.01, map[string]float64{"prefix": 1}
+		}, "adaptive.trade.batch_off"},
 		{"batch_on without a shape", func(c *TradeConfig) { c.BatchOn, c.BatchOff = 0.05, 0.03 }, "adaptive.trade.decode_weights: batch_on is set but the decode-bound shape is empty"},
-		{"negative decode weight", func(c *TradeConfig) { c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"queue": -1} }, "adaptive.trade.decode_weights.queue: must be in [0, 1e+06], got -1"},
+		{"negative decode weight", func(c *TradeConfig) {
+			c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"queue": -1}
+		}, "adaptive.trade.decode_weights.queue: must be in [0, 1e+06], got -1"},
 		{"step", func(c *TradeConfig) { c.Step = 0 }, "adaptive.trade.step"},
 		{"interval", func(c *TradeConfig) { c.Interval = time.Millisecond }, "adaptive.trade.interval"},
 		{"min_samples", func(c *TradeConfig) { c.MinSamples = 0 }, "adaptive.trade.min_samples"},
