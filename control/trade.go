@@ -154,10 +154,6 @@ func (c TradeConfig) Validate() error {
 // Weight returns the trade weight for the scorer called name (byName).
 func (c TradeConfig) Weight(name string) (float64, bool) { return byName(c.Weights, name) }
 
-// DecodeWeight returns the decode-bound shape's weight for the scorer
-// called name (byName).
-func (c TradeConfig) DecodeWeight(name string) (float64, bool) { return byName(c.DecodeWeights, name) }
-
 // byName returns m's weight for the scorer called name: its key's, else
 // that of the first key (in sorted order) equal to it without regard to
 // case (the config loader lowercases map keys).

@@ -248,18 +248,19 @@ func TestCalibrationConvergesUnderStress(t *testing.T) {
 // affinity lets batches differ, the line is within 10 % (worst endpoints
 // +2.1, +0.2 and −0.4 %; against the in-flight count at its pick it read
 // 73, 40 and 35 % low: docs/calibration.md, "What is learned, and from
-// what"). Routed by the shipped profile, whose trade law reads the pool as
-// decode-bound and spreads decodes, the batches are alike and the new
+// what"). Routed by configs/adaptive-decode.yaml, whose trade law reads
+// the pool as decode-bound and spreads decodes, the batches are alike and the new
 // requests beside a decode more often prefill in full, so the slope reads
 // high (+15 to +27 %, the prefill chunks sharing its steps counted as
 // the batch's); the law's input must stay decode-bound (at or above
 // batch_on on every endpoint) and the slope within 30 %.
 func TestCalibrationDecodeLine(t *testing.T) {
-	f, err := configs.LoadShipped("adaptive")
+	f, err := configs.LoadShipped("adaptive-decode")
 	if err != nil {
 		t.Fatal(err)
 	}
 	batchOn := f.Adaptive.Trade.BatchOn
+	decode := ProfilePolicy("adaptive-decode", "configs/adaptive-decode.yaml", f)
 	for _, cell := range []struct {
 		scenario string
 		level    float64
@@ -267,7 +268,7 @@ func TestCalibrationDecodeLine(t *testing.T) {
 		for _, pc := range []struct {
 			policy string
 			bound  float64
-		}{{PolicyGuardOnly, 0.10}, {PolicyAdaptive, 0.30}} {
+		}{{PolicyGuardOnly, 0.10}, {"adaptive-decode", 0.30}} {
 			t.Run(cell.scenario+"/"+pc.policy, func(t *testing.T) {
 				scs, err := LoadScenarios([]string{cell.scenario}, 60*time.Second)
 				if err != nil {
@@ -278,11 +279,15 @@ func TestCalibrationDecodeLine(t *testing.T) {
 				}
 				sc := scs[0]
 				ecfg := sc.EngineFor(1)
-				pols, err := Policies([]string{pc.policy})
-				if err != nil {
-					t.Fatal(err)
+				pol := decode
+				if pc.policy != decode.Name {
+					pols, err := Policies([]string{pc.policy})
+					if err != nil {
+						t.Fatal(err)
+					}
+					pol = pols[0]
 				}
-				res, err := Run(RunConfig{Scenario: sc, Policy: pols[0], Level: cell.level, Seed: 1})
+				res, err := Run(RunConfig{Scenario: sc, Policy: pol, Level: cell.level, Seed: 1})
 				if err != nil {
 					t.Fatal(err)
 				}

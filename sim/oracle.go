@@ -169,10 +169,7 @@ type CellStats struct {
 // with for want of a scorer — and trade-cost, time-cost that also prices
 // a twentieth of the decode a pod adds (decode_credit 0.05), the trade
 // law's cost on a pool of two GPU generations (docs/adaptive.md, "The
-// decode a pod adds") — and decode-cost, time-cost that charges four
-// more times the decode seconds the batch adds (batch_credit 4), the
-// trade law's cost on a decode-bound pool (docs/adaptive.md, "A
-// decode-bound engine"). Entries are matched to
+// decode a pod adds"). Entries are matched to
 // the shipped profile's scorers by name (the type where no name is set);
 // a shipped scorer that matches none, or matches one of another type, is
 // an error (TestOracleSearchCoversShipped).
@@ -185,17 +182,12 @@ var OracleSearch = []configs.ScorerConfig{
 	{Type: scorers.TypeTokenLoad},
 	{Type: scorers.TypeTimeCost, Params: map[string]any{"cache_credit": 1.0}},
 	{Type: scorers.TypeTimeCost, Name: tradeCost, Params: map[string]any{"cache_credit": 1.0, "decode_credit": 0.05}},
-	{Type: scorers.TypeTimeCost, Name: decodeCost, Params: map[string]any{"cache_credit": 1.0, "batch_credit": 4.0}},
 }
 
-// tradeCost and decodeCost are the names of the shipped profile's second
-// and third time-cost, the trade law's costs for a heterogeneous and a
-// decode-bound pool (configs/adaptive.yaml), and the oracle's
+// tradeCost is the name of the shipped profile's second time-cost, the
+// trade law's cost (configs/adaptive.yaml), and the oracle's
 // (OracleSearch).
-const (
-	tradeCost  = "trade-cost"
-	decodeCost = "decode-cost"
-)
+const tradeCost = "trade-cost"
 
 // OracleProfile returns the profile the oracle searches: the scorers of
 // OracleSearch, each starting at the shipped adaptive profile's calm
@@ -239,13 +231,12 @@ func oracleProfileOf(f *configs.File) (*configs.File, error) {
 // Baselines of the profile (its own vector, named guard-only since it
 // runs with the profile's guard, the load shares and the built-in static
 // vectors, each under the guard), then each cost scorer the profile has
-// alone (token-load, time-cost, trade-cost, decode-cost) and the trade law's
-// shapes when the profile has them: adaptive.trade.weights alone, the other
-// scorers at 0 (configs/adaptive.yaml's: prefix 0.5 : kvcache 3 :
-// trade-cost 16), then adaptive.trade.decode_weights alike.
+// alone (token-load, time-cost, trade-cost) and the trade law's shape when the
+// profile has one: adaptive.trade.weights alone, the other scorers at 0
+// (configs/adaptive.yaml's: prefix 0.5 : kvcache 3 : trade-cost 16).
 func OracleBaselines(f *configs.File) []Candidate {
 	base, _ := Baselines(f, PolicyGuardOnly, false)
-	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, tradeCost, decodeCost} {
+	for _, name := range []string{scorers.TypeTokenLoad, scorers.TypeTimeCost, tradeCost} {
 		if i := slices.IndexFunc(f.Scorers, func(s configs.ScorerConfig) bool { return scorerName(s) == name }); i >= 0 {
 			w := make([]float64, len(f.Scorers))
 			w[i] = 1
@@ -258,13 +249,6 @@ func OracleBaselines(f *configs.File) []Candidate {
 			w[i], _ = f.Adaptive.Trade.Weight(scorerName(s))
 		}
 		base = append(base, Candidate{"trade-shape", w})
-	}
-	if len(f.Adaptive.Trade.DecodeWeights) > 0 {
-		w := make([]float64, len(f.Scorers))
-		for i, s := range f.Scorers {
-			w[i], _ = f.Adaptive.Trade.DecodeWeight(scorerName(s))
-		}
-		base = append(base, Candidate{"decode-shape", w})
 	}
 	return base
 }

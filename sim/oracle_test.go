@@ -214,28 +214,23 @@ func TestRunOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := OracleBaselines(f)
-	if len(base) != 14 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" || base[9].Name != "time-cost" || base[10].Name != "trade-cost" ||
-		base[11].Name != "decode-cost" || base[12].Name != "trade-shape" || base[13].Name != "decode-shape" {
-		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load, time-cost, trade-cost, decode-cost, the trade shape, the decode-bound shape", base)
+	if len(base) != 12 || base[0].Name != PolicyGuardOnly || base[8].Name != "token-load" || base[9].Name != "time-cost" || base[10].Name != "trade-cost" || base[11].Name != "trade-shape" {
+		t.Errorf("baselines %v: want guard-only, three load shares, four built-ins, token-load, time-cost, trade-cost, the trade shape", base)
 	}
-	// The trade law's shapes are configs/adaptive.yaml's
-	// adaptive.trade.weights and decode_weights alone, the vectors the
-	// published oracle runs were seeded with.
-	if w := base[12].Weights; !slices.Equal(w, []float64{0.5, 0, 3, 0, 0, 0, 0, 16, 0}) {
+	// The trade shape is configs/adaptive.yaml's adaptive.trade.weights
+	// alone, the vector the published oracle runs were seeded with.
+	if w := base[len(base)-1].Weights; !slices.Equal(w, []float64{0.5, 0, 3, 0, 0, 0, 0, 16}) {
 		t.Errorf("trade shape %v, want prefix 0.5 : kvcache 3 : trade-cost 16 and nothing else", w)
 	}
-	if w := base[13].Weights; !slices.Equal(w, []float64{0.5, 0, 3, 0, 0, 0, 0, 0, 16}) {
-		t.Errorf("decode-bound shape %v, want prefix 0.5 : kvcache 3 : decode-cost 16 and nothing else", w)
-	}
-	if len(o.Calibrations) != 2 || len(o.Scorers) != 9 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Scorers[7] != "trade-cost" || o.Scorers[8] != "decode-cost" || o.Guard.Factor != 2.5 {
+	if len(o.Calibrations) != 2 || len(o.Scorers) != 8 || o.Scorers[5] != "token-load" || o.Scorers[6] != "time-cost" || o.Scorers[7] != "trade-cost" || o.Guard.Factor != 2.5 {
 		t.Fatalf("file %+v", o)
 	}
-	if steps != 2*(14+3) {
-		t.Errorf("%d progress calls, want 2 × (14 baselines + 3 policies)", steps)
+	if steps != 2*(12+3) {
+		t.Errorf("%d progress calls, want 2 × (12 baselines + 3 policies)", steps)
 	}
 	for _, c := range o.Calibrations {
 		g, _ := c.entry(PolicyGuardOnly)
-		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 9 || len(c.Cells) != 2 {
+		if c.Oracle.Ratio != 1 || g.Score > c.Oracle.Score || len(c.Oracle.Weights) != 8 || len(c.Cells) != 2 {
 			t.Errorf("%s: oracle %v (ratio %v, score %v), guard-only %v; %d cells", c.Engine, c.Oracle.Weights, c.Oracle.Ratio, c.Oracle.Score, g.Score, len(c.Cells))
 		}
 		if cc := c.Comparisons(); len(cc) != 3 || cc[0].Against != PolicyOracle {
@@ -305,8 +300,8 @@ func TestRunOracle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(so.Calibrations) != 2 || so.Calibrations[0].Vectors != 15 || so.Calibrations[1].Vectors != 14 || !slices.Equal(so.StartedFrom, []string{earlier.Command}) {
-		t.Errorf("search started from an earlier run: %d calibrations, vectors %d and %d (want 15, 14), started from %q", len(so.Calibrations), so.Calibrations[0].Vectors, so.Calibrations[1].Vectors, so.StartedFrom)
+	if len(so.Calibrations) != 2 || so.Calibrations[0].Vectors != 13 || so.Calibrations[1].Vectors != 12 || !slices.Equal(so.StartedFrom, []string{earlier.Command}) {
+		t.Errorf("search started from an earlier run: %d calibrations, vectors %d and %d (want 13, 12), started from %q", len(so.Calibrations), so.Calibrations[0].Vectors, so.Calibrations[1].Vectors, so.StartedFrom)
 	}
 	var smd bytes.Buffer
 	if err := so.WriteMarkdown(&smd); err != nil || !strings.Contains(smd.String(), "the baselines and the oracles of 1 earlier run on the same calibration") {

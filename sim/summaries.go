@@ -23,7 +23,8 @@ func (r *Result) Summary() report.RunSummary {
 	for i, e := range r.Calibration {
 		c := report.CalibrationSummary{Endpoint: e.Address, Source: e.Source, Pooled: e.Pooled,
 			PrefillTokensPerS: e.Calibration.PrefillTokensPerSecond, PrefillSamples: e.PrefillSamples,
-			MeanPromptTokens: e.MeanPromptTokens, UncachedShare: e.UncachedShare, DecodeSecondsPerSeq: e.Calibration.DecodeSecondsPerSeq}
+			MeanPromptTokens: e.MeanPromptTokens, UncachedShare: e.UncachedShare, DecodeSecondsPerSeq: e.Calibration.DecodeSecondsPerSeq,
+			DecodeFixedSeconds: e.Calibration.DecodeFixedSeconds}
 		if i < len(r.CalibrationTruth) && r.CalibrationTruth[i] > 0 {
 			c.TruePrefillTokensPerS = report.Opt(r.CalibrationTruth[i])
 			c.Ratio = report.Opt(c.PrefillTokensPerS / r.CalibrationTruth[i])

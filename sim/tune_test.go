@@ -40,11 +40,11 @@ func TestTune(t *testing.T) {
 		t.Fatalf("baselines %v, skipped %v: want adaptive-off, three load shares and four built-ins", base, skipped)
 	}
 	// The shipped profile is prefix 32 against queue 0, kvcache 1,
-	// inflight 1, pending-prefill 2, time-cost 0, trade-cost 0 and
-	// decode-cost 0: at a load share of 50 % the distribution weights sum
-	// to the prefix weight, in the same ratios.
-	if b := base[2]; b.Name != "load-share-50%" || !slices.Equal(b.Weights, []float64{32, 0, 8, 8, 16, 0, 0, 0}) {
-		t.Errorf("baseline 2 is %s %v, want load-share-50%% [32 0 8 8 16 0 0 0]", b.Name, b.Weights)
+	// inflight 1, pending-prefill 2, time-cost 0 and trade-cost 0: at a
+	// load share of 50 % the distribution weights sum to the prefix
+	// weight, in the same ratios.
+	if b := base[2]; b.Name != "load-share-50%" || !slices.Equal(b.Weights, []float64{32, 0, 8, 8, 16, 0, 0}) {
+		t.Errorf("baseline 2 is %s %v, want load-share-50%% [32 0 8 8 16 0 0]", b.Name, b.Weights)
 	}
 	res, err := Tune(context.Background(), TuneConfig{Scenarios: scs, Profile: f, Seed: 1, Seeds: 1, Budget: 12, Parallel: 2}, base)
 	if err != nil {

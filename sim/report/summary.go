@@ -116,6 +116,9 @@ type CalibrationSummary struct {
 	// DecodeSecondsPerSeq is the published decode step slope: what each
 	// running request adds to a step, its context included.
 	DecodeSecondsPerSeq float64 `json:"decode_seconds_per_seq"`
+	// DecodeFixedSeconds is the published decode step line's fixed part,
+	// what a step costs whatever runs in it.
+	DecodeFixedSeconds float64 `json:"decode_fixed_seconds"`
 }
 
 // ClassSummary is one class of request in a run. Latencies and goodput
