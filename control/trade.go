@@ -66,19 +66,20 @@ type TradeConfig struct {
 	// BatchOn is the batch cost (the learned decode step line's seconds
 	// per decoding sequence ÷ its fixed seconds) at or above which the
 	// pool counts as decode-bound and the mix moves toward 1 in
-	// DecodeWeights' shape, > BatchOff; 0 (the default) leaves the input
-	// out. The shipped profile's 0.05: a decoding sequence adds a
-	// twentieth of a step. Dense models
-	// read far below (Llama-3.1-8B and 70B 0.001–0.006 in the shipped
-	// calibrations): their step is the weights' read, which a batch
-	// shares. A model whose KV per token is small beside its step cost
-	// (Qwen2.5-7B on an H100, 0.28) pays for every sequence in the batch,
-	// and a request's place in a batch then weighs as much as its cached
-	// prefix (docs/adaptive.md, "A decode-bound engine").
+	// DecodeWeights' shape, > BatchOff; 0 (the default, and
+	// configs/adaptive.yaml's) leaves the input out. configs/adaptive-decode.yaml
+	// sets 0.05: a decoding sequence adds a twentieth of a step. A model
+	// whose KV per token is small beside its step cost (Qwen2.5-7B on an
+	// H100 reads 0.27–0.6 over most of the oracle suite) pays for every
+	// sequence in the batch, and a request's place in a batch then weighs
+	// as much as its cached prefix. The reading includes each sequence's
+	// context, so dense models with long contexts read up to 0.18 too,
+	// where the decode-bound shape costs more than it saves: why it is not
+	// on by default (docs/adaptive.md, "A decode-bound engine").
 	BatchOn float64 `mapstructure:"batch_on"`
 	// BatchOff is the batch cost at or below which a decode-bound pool
-	// counts as one of equals again, in [0, BatchOn) (the shipped
-	// profile's 0.03).
+	// counts as one of equals again, in [0, BatchOn) (0.03 in
+	// configs/adaptive-decode.yaml).
 	BatchOff float64 `mapstructure:"batch_off"`
 	// Step is the largest change of the mix one evaluation makes on a
 	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
@@ -358,9 +359,12 @@ func PrefillSpread(pool []*scheduler.Endpoint, minSamples int) (spread float64, 
 }
 
 // BatchCost returns the pool's batch cost: the median, over the endpoints
-// whose calibration rests on at least minSamples observations and has a
-// decode step line, of the line's seconds per decoding sequence ÷ its
-// fixed seconds; and how many endpoints that is (0, 0 for none).
+// whose calibration rests on at least minSamples observations
+// (Calibration.Samples, its prefill fit's: each request gives a prefill
+// and a decode sample, and the decode line is blended with the prior by
+// its own count) and has a decode step line, of the line's seconds per
+// decoding sequence ÷ its fixed seconds; and how many endpoints that is
+// (0, 0 for none).
 func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int) {
 	var v []float64
 	for _, e := range pool {
@@ -385,7 +389,8 @@ func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int)
 // TradeState is the law's state between evaluations.
 type TradeState struct {
 	// Mix is where the calm weights sit between the profile's shape (0)
-	// and the trade shape (1).
+	// and the shape Decode names (1): the trade shape, or the
+	// decode-bound one.
 	Mix float64 `json:"mix"`
 	// Heterogeneous is the hysteresis state: the spread last crossed
 	// spread_on (true) or spread_off (false, the start).
@@ -438,7 +443,11 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			s.Heterogeneous = false
 		}
 	}
-	if c.BatchOn > 0 && in.BatchEndpoints > 0 {
+	if c.BatchOn == 0 {
+		// The input is off (a reload may have turned it off): the pool
+		// is not decode-bound, and the mix leaves the decode-bound shape.
+		s.DecodeBound = false
+	} else if in.BatchEndpoints > 0 {
 		switch {
 		case !s.DecodeBound && in.Batch >= c.BatchOn:
 			s.DecodeBound = true
@@ -459,7 +468,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		return s, ""
 	}
 	from, step := s.Mix, c.Step
-	if declared && s.Heterogeneous && spread >= c.SpreadOn {
+	if declared && s.Heterogeneous && spread >= c.SpreadOn && target > s.Mix {
 		// A declared spread is configuration, the same on every replica:
 		// there is no estimate to smooth, and the shape of the first
 		// seconds decides where each prefix lives.
@@ -467,9 +476,9 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	}
 	if s.Decode && target == 1 && in.Batch >= 2*c.BatchOn {
 		// A learned batch cost twice batch_on or more is no estimate near
-		// the threshold to smooth (Qwen2.5-7B reads 0.28 against 0.05, a
-		// dense model 0.006 at most), and the shape of the first seconds
-		// decides where each prefix is copied while caches have room.
+		// the threshold to smooth, and the shape of the first seconds
+		// decides where each prefix is copied while caches have room
+		// (only on the way up: every move back is a step).
 		step = 1
 	}
 	if target > s.Mix {
@@ -488,7 +497,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		if s.DecodeBound {
 			why += fmt.Sprintf(" (decode-bound: crossed batch_on %.3g)", c.BatchOn)
 		} else {
-			why += fmt.Sprintf(" (below batch_off %.3g)", c.BatchOff)
+			why += fmt.Sprintf(" (not decode-bound: batch_on %.3g, batch_off %.3g)", c.BatchOn, c.BatchOff)
 		}
 	}
 	shape := "trade shape"

@@ -102,7 +102,7 @@ func TestTradeNext(t *testing.T) {
 		// 0.03 ≤ batch_off: back to the profile's shape a step at a time,
 		// still blending the decode-bound shape until the mix is 0.
 		{"batch crosses off", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.03, BatchEndpoints: 4, LoopMode: calm},
-			TradeState{Mix: 0.75, Decode: true}, "(below batch_off 0.03): mix 1 → 0.75 toward the decode-bound shape"},
+			TradeState{Mix: 0.75, Decode: true}, "(not decode-bound: batch_on 0.05, batch_off 0.03): mix 1 → 0.75 toward the decode-bound shape"},
 		{"decode shape released at 0", TradeState{Mix: 0.25, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{Decode: true}, "mix 0.25 → 0"},
 		{"decode shape forgotten at 0", TradeState{Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm},
@@ -114,9 +114,23 @@ func TestTradeNext(t *testing.T) {
 		// profile first, a step at a time (a learned spread)...
 		{"trade to decode steps back", TradeState{Mix: 0.25, Heterogeneous: true, DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{DecodeBound: true}, "mix 0.25 → 0 toward the trade shape"},
+		// From the decode-bound shape to a declared heterogeneous pool:
+		// back to the profile a step at a time (a declared spread jumps
+		// only on the way up), then to the trade shape at once.
+		{"decode to declared trade steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.75, Heterogeneous: true, DecodeBound: true, Decode: true}, "mix 1 → 0.75 toward the decode-bound shape (step 0.25)"},
+		{"then to the declared trade shape", TradeState{Heterogeneous: true, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, DecodeBound: true}, "mix 0 → 1 toward the trade shape (step 1)"},
 		// ... then toward the decode-bound shape.
 		{"then to the decode shape", TradeState{DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 1, DecodeBound: true, Decode: true}, "mix 0 → 1 toward the decode-bound shape"},
+	}
+	// A reload that turns batch_on off releases a decode-bound state: the
+	// pool is no longer decode-bound and the mix steps back to the profile.
+	off := cfg
+	off.BatchOn, off.BatchOff = 0, 0
+	if got, why := off.Next(TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm}); got != (TradeState{Mix: 0.75, Decode: true}) || !strings.Contains(why, "mix 1 → 0.75 toward the decode-bound shape") {
+		t.Errorf("batch_on turned off: state %+v (%q), want mix 0.75 in the decode-bound shape, no longer decode-bound", got, why)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,6 +293,16 @@ func TestTradeCheckProfile(t *testing.T) {
 	unknown.Trade.Weights["time-cost"] = 1
 	low := tradeConfig()
 	low.Trade.DMax = 0.7
+	// The decode-bound shape: its names are checked, and the loop must run
+	// at every mix of it (queue 30 against prefix 1 is above d_max 0.9).
+	decode := func(w map[string]float64) Config {
+		c := tradeConfig()
+		c.Trade.BatchOn, c.Trade.BatchOff, c.Trade.DecodeWeights = 0.05, 0.03, w
+		return c
+	}
+	if err := decode(map[string]float64{"prefix": 1, "queue": 6}).CheckProfile(profile()); err != nil {
+		t.Errorf("valid decode-bound shape: %v", err)
+	}
 	for name, tt := range map[string]struct {
 		cfg  Config
 		want string
@@ -286,6 +310,8 @@ func TestTradeCheckProfile(t *testing.T) {
 		"unknown name, loop off": {offUnknown, "adaptive.trade.weights.time-cost"},
 		"unknown name":           {unknown, "adaptive.trade.weights.time-cost"},
 		"d_max too low":          {low, "adaptive.trade: at mix 1"},
+		"decode unknown name":    {decode(map[string]float64{"decode-cost": 1}), "adaptive.trade.decode_weights.decode-cost"},
+		"decode d_max too low":   {decode(map[string]float64{"prefix": 0.1, "queue": 30}), "adaptive.trade.decode_weights: at mix"},
 	} {
 		if err := tt.cfg.CheckProfile(profile()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tt.want)
@@ -316,6 +342,28 @@ func TestTradeMixed(t *testing.T) {
 	}
 	if _, p0 := c.Shaped(profile(), 0, 0); p0[0].Weight != 3 || p0[1].Weight != 2 {
 		t.Errorf("mix 0: %+v, want the profile", p0)
+	}
+}
+
+// TestTradeShapedBy: the state names the shape the mix blends toward — at
+// mix 0.5 toward the decode-bound shape (prefix 1, queue 12) prefix is
+// 0.5·3 + 0.5·1 = 2 and queue 0.5·2 + 0.5·12 = 7; toward the trade shape
+// (prefix 1, queue 6) 2 and 4.
+func TestTradeShapedBy(t *testing.T) {
+	c := tradeConfig()
+	c.Trade.BatchOn, c.Trade.BatchOff, c.Trade.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
+	for _, tt := range []struct {
+		st   TradeState
+		want []float64
+	}{
+		{TradeState{Mix: 0.5, Decode: true}, []float64{2, 7, 0.5, 2, 1}},
+		{TradeState{Mix: 0.5}, []float64{2, 4, 0.5, 2, 1}},
+		{TradeState{Decode: true}, []float64{3, 2, 0.5, 2, 1}},
+	} {
+		_, p := c.ShapedBy(profile(), tt.st, 0)
+		if got := weightsOf(p); !slices.Equal(got, tt.want) {
+			t.Errorf("%+v: weights %v, want %v", tt.st, got, tt.want)
+		}
 	}
 }
 

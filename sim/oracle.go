@@ -290,7 +290,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 	for _, o := range cfg.StartFrom {
 		out.StartedFrom = append(out.StartedFrom, o.Command)
 	}
-	steps := max(out.Budget, len(base)) + len(cfg.Policies)
+	steps := max(out.Budget, len(base)+len(cfg.StartFrom)) + len(cfg.Policies)
 	for ci, eng := range cfg.Engines {
 		scs, err := LoadScenarios(cfg.Scenarios, cfg.Duration)
 		if err != nil {

@@ -253,7 +253,7 @@ func (o *OracleFile) method() string {
 	}
 	starts := "the baselines"
 	if n := len(o.StartedFrom); n > 0 {
-		starts = fmt.Sprintf("the baselines and the oracles of %d earlier run%s on the same calibration", n, map[bool]string{true: "s"}[n > 1])
+		starts = fmt.Sprintf("the baselines and the oracles of %d earlier run%s on the same calibration, where %s one", n, map[bool]string{true: "s"}[n > 1], map[bool]string{true: "they have", false: "it has"}[n > 1])
 	}
 	return fmt.Sprintf("**The oracle** of a calibration is the best single static weight vector for it over %s, "+
 		"every vector run with %s and the loop off: `trimtab sim tune`'s search (%s, then a coordinate search) "+

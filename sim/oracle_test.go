@@ -304,7 +304,7 @@ func TestRunOracle(t *testing.T) {
 		t.Errorf("search started from an earlier run: %d calibrations, vectors %d and %d (want 13, 12), started from %q", len(so.Calibrations), so.Calibrations[0].Vectors, so.Calibrations[1].Vectors, so.StartedFrom)
 	}
 	var smd bytes.Buffer
-	if err := so.WriteMarkdown(&smd); err != nil || !strings.Contains(smd.String(), "the baselines and the oracles of 1 earlier run on the same calibration") {
+	if err := so.WriteMarkdown(&smd); err != nil || !strings.Contains(smd.String(), "the baselines and the oracles of 1 earlier run on the same calibration, where it has one") {
 		t.Errorf("oracle.md of a started search does not say where it started (%v):\n%s", err, smd.String())
 	}
 	both := held
