@@ -376,28 +376,20 @@ func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
 }
 
 // lineOr is line with a known slope for a window that does not identify
-// one: when fewer than least samples lie half a sequence or more from the
-// median x (every request decoded at about one batch, which routing that
-// evens the batches brings about; one odd sample among them pairs with
-// every other but identifies nothing), b is known (when ≥ 0) and a the
-// median of y − known·x. An engine's cost per decoding sequence does not
-// change because its batches stopped differing. ok reports whether the
-// window identified the slope.
+// one: when fewer than least samples are in a pair whose x differ by half
+// or more (every request decoded at about one batch, which routing that
+// evens the batches brings about), b is known (when ≥ 0) and a the median
+// of y − known·x. An engine's cost per decoding sequence does not change
+// because its batches stopped differing. ok reports whether the window
+// identified the slope. A few requests at another batch pair with every
+// other sample and count as identifying it (a stricter rule, least samples
+// half a sequence from the median batch, read worse: docs/calibration.md).
 func (c *Calibrator) lineOr(xs, ys []float64, known float64, least int) (a, b float64, ok bool) {
-	far := 0
-	if least > 0 {
-		mid := medianOf(append(c.scratch[:0], xs...))
-		for _, x := range xs {
-			if math.Abs(x-mid) >= 0.5 {
-				far++
-			}
-		}
-	}
 	// Pairs whose batches differ by half a sequence or more: the batch
 	// over a decode is a mean (decodeBatch), and two nearly equal ones
 	// give a slope of their noise.
 	b, n := c.theilSen(xs, ys, 0.5)
-	ok = n > 0 && far >= least
+	ok = n > 0 && n >= least
 	if !ok && known >= 0 {
 		b = known
 	}
