@@ -262,7 +262,9 @@ func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 		}
 		best := ""
 		for _, e := range c.Policies {
-			if e.Name == PolicyAdaptive {
+			// Fixed: a built-in policy other than adaptive (a profile
+			// scored with --profile may run the loop too).
+			if e.Name == PolicyAdaptive || !slices.Contains(PolicyNames(), e.Name) {
 				continue
 			}
 			if b, _ := c.entry(best); best == "" || e.Ratio > b.Ratio {
