@@ -167,21 +167,32 @@ func TestPrefillSpread(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := target(t)
-			eps := make([]scheduler.Endpoint, len(tt.cals))
-			for i := range eps {
-				eps[i].Address = string(rune('a'+i)) + ":1"
-			}
-			s.SetEndpoints(eps)
+			cals := make([]scheduler.Calibration, len(tt.cals))
 			for i, c := range tt.cals {
-				s.SetCalibration(eps[i].Address, scheduler.Calibration{PrefillTokensPerSecond: c.rate, Samples: c.samples})
+				cals[i] = scheduler.Calibration{PrefillTokensPerSecond: c.rate, Samples: c.samples}
 			}
-			spread, n := PrefillSpread(s.Pool().Pointers(), 20)
+			spread, n := PrefillSpread(calibrated(t, cals), 20)
 			if !closeTo(spread, tt.wantSpread, 1e-12) || n != tt.wantN {
 				t.Errorf("spread %v over %d, want %v over %d", spread, n, tt.wantSpread, tt.wantN)
 			}
 		})
 	}
+}
+
+// calibrated is a real scheduler's pool of len(cals) endpoints a:1, b:1,
+// … publishing cals in order.
+func calibrated(t *testing.T, cals []scheduler.Calibration) []*scheduler.Endpoint {
+	t.Helper()
+	s := target(t)
+	eps := make([]scheduler.Endpoint, len(cals))
+	for i := range eps {
+		eps[i].Address = string(rune('a'+i)) + ":1"
+	}
+	s.SetEndpoints(eps)
+	for i, c := range cals {
+		s.SetCalibration(eps[i].Address, c)
+	}
+	return s.Pool().Pointers()
 }
 
 func TestBatchCost(t *testing.T) {
@@ -205,16 +216,11 @@ func TestBatchCost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := target(t)
-			eps := make([]scheduler.Endpoint, len(tt.cals))
-			for i := range eps {
-				eps[i].Address = string(rune('a'+i)) + ":1"
-			}
-			s.SetEndpoints(eps)
+			cals := make([]scheduler.Calibration, len(tt.cals))
 			for i, c := range tt.cals {
-				s.SetCalibration(eps[i].Address, scheduler.Calibration{DecodeFixedSeconds: c.fixed, DecodeSecondsPerSeq: c.perSeq, Samples: c.samples})
+				cals[i] = scheduler.Calibration{DecodeFixedSeconds: c.fixed, DecodeSecondsPerSeq: c.perSeq, Samples: c.samples}
 			}
-			got, n := BatchCost(s.Pool().Pointers(), 20)
+			got, n := BatchCost(calibrated(t, cals), 20)
 			if !closeTo(got, tt.want, 1e-12) || n != tt.n {
 				t.Errorf("batch cost %v over %d, want %v over %d", got, n, tt.want, tt.n)
 			}
