@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"math"
+	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -462,4 +463,37 @@ func selectK(v []float64, k int) float64 {
 		}
 	}
 	return v[k]
+}
+
+// span is one request's decode on its endpoint, [from, to] in seconds
+// since the estimate's cutoff: from its first byte to its last token.
+type span struct{ from, to float64 }
+
+// decodeSpan returns s's decode interval relative to base, and false when
+// it is unknown (no arrival time, or fewer than two output tokens).
+func (s *sample) decodeSpan(base time.Time) (span, bool) {
+	if s.pick.IsZero() || !(s.itl > 0) || s.out < 2 {
+		return span{}, false
+	}
+	from := s.fb().Sub(base).Seconds()
+	return span{from, from + s.itl*(s.out-1)}, true
+}
+
+// decodeBatch is the mean number of sequences decoding beside and
+// including the request whose decode is d, over d: the sum of every
+// span's overlap with d (d's own included) divided by d's length. It is
+// the batch the request's inter-token time was measured at, where the
+// in-flight count at its pick is only where that batch started.
+func decodeBatch(spans []span, d span) float64 {
+	n := d.to - d.from
+	if !(n > 0) {
+		return 1
+	}
+	var sum float64
+	for _, o := range spans {
+		if lo, hi := max(o.from, d.from), min(o.to, d.to); hi > lo {
+			sum += hi - lo
+		}
+	}
+	return max(sum/n, 1)
 }
