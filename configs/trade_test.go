@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trimtab/trimtab/control"
 	"github.com/trimtab/trimtab/scorers"
 )
 
@@ -29,7 +30,7 @@ adaptive:
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, mixed := f.Adaptive.Shaped(entries, 1, 0)
+	_, mixed := f.Adaptive.ShapedBy(entries, control.TradeState{Mix: 1}, 0)
 	if mixed[0].Weight != 2 || mixed[1].Weight != 1 || mixed[2].Weight != 16 {
 		t.Errorf("at mix 1: %v %v %v, want 2 1 16", mixed[0].Weight, mixed[1].Weight, mixed[2].Weight)
 	}

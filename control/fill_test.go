@@ -235,14 +235,14 @@ func TestFillShaped(t *testing.T) {
 		{0.5, 0, []float64{2, 4, 0.5, 2, 1}},
 		{0.5, 1, []float64{2, 6, 0.5, 2, 1}},
 	} {
-		_, p := c.Shaped(profile(), tt.m, tt.f)
+		_, p := c.ShapedBy(profile(), TradeState{Mix: tt.m}, tt.f)
 		if got := weightsOf(p); !slices.Equal(got, tt.want) {
 			t.Errorf("mix %v, fill %v: %v, want %v", tt.m, tt.f, got, tt.want)
 		}
 	}
 	off := c
 	off.Fill.Enabled = false
-	if _, p := off.Shaped(profile(), 0, 1); !slices.Equal(weightsOf(p), []float64{3, 2, 0.5, 2, 1}) {
+	if _, p := off.ShapedBy(profile(), TradeState{Mix: 0}, 1); !slices.Equal(weightsOf(p), []float64{3, 2, 0.5, 2, 1}) {
 		t.Errorf("fill law off: %v, want the profile", weightsOf(p))
 	}
 }

@@ -202,18 +202,13 @@ func checkWeights(m map[string]float64, prefix string, profile []scheduler.Score
 	return nil
 }
 
-// Shaped returns the configuration and profile the loop runs at the trade
-// law's mix m and the fill law's f, each in [0,1]: every scorer's weight
-// (1−m)·profile + m·shape, plus f times its adaptive.fill.add weight; and
-// d_max and affinity_floor the trade's blend of the profile's and the
-// section's. The profile is not modified; the returned sections are c's.
-func (c Config) Shaped(profile []scheduler.ScorerEntry, m, f float64) (Config, []scheduler.ScorerEntry) {
-	return c.shaped(profile, c.Trade.Weights, m, f)
-}
-
-// ShapedBy is Shaped at the trade law's state t: its mix toward the
-// decode-bound shape (trade.decode_weights) when t.Decode, else toward
-// the trade shape.
+// ShapedBy returns the configuration and profile the loop runs at the
+// trade law's state t and the fill law's mix f, in [0,1]: every scorer's
+// weight (1−m)·profile + m·shape, m t's mix and the shape the trade shape
+// or, when t.Decode, the decode-bound one (trade.decode_weights), plus f
+// times its adaptive.fill.add weight; and d_max and affinity_floor the
+// trade's blend of the profile's and the section's. The profile is not
+// modified; the returned sections are c's.
 func (c Config) ShapedBy(profile []scheduler.ScorerEntry, t TradeState, f float64) (Config, []scheduler.ScorerEntry) {
 	if t.Decode {
 		return c.shaped(profile, c.Trade.DecodeWeights, t.Mix, f)
@@ -221,7 +216,7 @@ func (c Config) ShapedBy(profile []scheduler.ScorerEntry, t TradeState, f float6
 	return c.shaped(profile, c.Trade.Weights, t.Mix, f)
 }
 
-// shaped is Shaped toward the shape shape.
+// shaped is ShapedBy toward the shape shape at mix m.
 func (c Config) shaped(profile []scheduler.ScorerEntry, shape map[string]float64, m, f float64) (Config, []scheduler.ScorerEntry) {
 	out := make([]scheduler.ScorerEntry, len(profile))
 	copy(out, profile)

@@ -332,7 +332,7 @@ func TestTradeCheckProfile(t *testing.T) {
 func TestTradeMixed(t *testing.T) {
 	c := tradeConfig()
 	c.Trade.DMax, c.Trade.AffinityFloor = 0.98, 0.02
-	cfg, p := c.Shaped(profile(), 0.25, 0)
+	cfg, p := c.ShapedBy(profile(), TradeState{Mix: 0.25}, 0)
 	got := make([]float64, len(p))
 	for i, e := range p {
 		got[i] = e.Weight
@@ -344,9 +344,9 @@ func TestTradeMixed(t *testing.T) {
 		t.Errorf("d_max %v, affinity_floor %v; want 0.92, 0.08", cfg.DMax, cfg.AffinityFloor)
 	}
 	if profile()[0].Weight != 3 {
-		t.Error("Shaped modified the profile")
+		t.Error("ShapedBy modified the profile")
 	}
-	if _, p0 := c.Shaped(profile(), 0, 0); p0[0].Weight != 3 || p0[1].Weight != 2 {
+	if _, p0 := c.ShapedBy(profile(), TradeState{Mix: 0}, 0); p0[0].Weight != 3 || p0[1].Weight != 2 {
 		t.Errorf("mix 0: %+v, want the profile", p0)
 	}
 }
