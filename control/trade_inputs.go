@@ -49,14 +49,25 @@ func PrefillSpread(pool []*scheduler.Endpoint, minSamples int) (spread float64, 
 // whose calibration rests on at least minSamples observations
 // (Calibration.Samples, its prefill fit's: each request gives a prefill
 // and a decode sample, and the decode line is blended with the prior by
-// its own count) and has a decode step line, of the line's seconds per
-// decoding sequence ÷ its fixed seconds; and how many endpoints that is
-// (0, 0 for none).
+// its own count) and has an engine decode step line, of the engine's
+// seconds per decoding sequence apart from its context
+// (EngineDecodeSecondsPerSeq) ÷ its fixed seconds; and how many endpoints
+// that is (0, 0 for none). Apart from the context: a sequence's context
+// costs in any pool whose prompts are long, and only an engine whose
+// sequences cost in themselves gains from spreading the batch.
 func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int) {
-	var v []float64
+	cals := make([]scheduler.Calibration, 0, len(pool))
 	for _, e := range pool {
-		c := e.Calibration()
-		f, s := c.DecodeFixedSeconds, c.DecodeSecondsPerSeq
+		cals = append(cals, e.Calibration())
+	}
+	return BatchCostOf(cals, minSamples)
+}
+
+// BatchCostOf is BatchCost over published calibrations.
+func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n int) {
+	var v []float64
+	for _, c := range cals {
+		f, s := c.EngineDecodeFixedSeconds, c.EngineDecodeSecondsPerSeq
 		if c.Samples < minSamples || !(f > 0) || !(s >= 0) || math.IsInf(f+s, 0) {
 			continue
 		}

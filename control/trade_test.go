@@ -218,7 +218,7 @@ func TestBatchCost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cals := make([]scheduler.Calibration, len(tt.cals))
 			for i, c := range tt.cals {
-				cals[i] = scheduler.Calibration{DecodeFixedSeconds: c.fixed, DecodeSecondsPerSeq: c.perSeq, Samples: c.samples}
+				cals[i] = scheduler.Calibration{EngineDecodeFixedSeconds: c.fixed, EngineDecodeSecondsPerSeq: c.perSeq, Samples: c.samples}
 			}
 			got, n := BatchCost(calibrated(t, cals), 20)
 			if !closeTo(got, tt.want, 1e-12) || n != tt.n {

@@ -66,6 +66,18 @@ type EndpointCalibration struct {
 	// line's, fitted against the in-flight count at the pick, at Batch.
 	DecodeStepFixedSeconds  float64 `json:"decode_step_fixed_seconds"`
 	DecodeStepPerSeqSeconds float64 `json:"decode_step_per_seq_seconds"`
+	// EngineStepFixedSeconds, EngineStepPerSeqSeconds and
+	// EngineStepPerContextTokenSeconds are the engine's own decode step,
+	// step ≈ fixed + per_seq·batch + per_context_token·(context tokens the
+	// batch attends to), fitted to the same decodes less the prefill that
+	// shared their steps (engineLine; blended with the prior like the
+	// rest): a sequence's cost apart from its context. ContextIdentified
+	// says this window's contexts spread enough to fit the context term;
+	// otherwise it is the one last identified (the prior's before any).
+	EngineStepFixedSeconds           float64 `json:"engine_step_fixed_seconds"`
+	EngineStepPerSeqSeconds          float64 `json:"engine_step_per_seq_seconds"`
+	EngineStepPerContextTokenSeconds float64 `json:"engine_step_per_context_token_seconds"`
+	ContextIdentified                bool    `json:"context_identified"`
 	// Batch is the median batch (router in-flight at the pick, plus one)
 	// of the recent observations.
 	Batch float64 `json:"batch"`
@@ -248,6 +260,9 @@ type epCal struct {
 	// (seconds per decoding sequence; < 0: never), kept while the
 	// window's batches are too alike to identify it (lineOr).
 	perSeq float64
+	// eng holds the engine line's terms as last identified (engineLine;
+	// perSeq and perCtx < 0: never), kept likewise.
+	eng engineTerms
 }
 
 func (e *epCal) add(s sample) {
@@ -265,7 +280,7 @@ func (c *Calibrator) Step(now time.Time, pool []*scheduler.Endpoint, obs []sched
 		in[ep.Address] = true
 		e := c.eps[ep.Address]
 		if e == nil {
-			e = &epCal{win: make([]sample, c.cfg.Window), live: make([]int, 0, c.cfg.Window), perSeq: -1,
+			e = &epCal{win: make([]sample, c.cfg.Window), live: make([]int, 0, c.cfg.Window), perSeq: -1, eng: engineTerms{perSeq: -1, perCtx: -1},
 				xs: make([]float64, 0, c.cfg.Window), ys: make([]float64, 0, c.cfg.Window)}
 			c.eps[ep.Address] = e
 		}
@@ -359,6 +374,7 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	}
 
 	var bs, bd, itls []float64
+	var eb, ecx, ey []float64 // the engine line's batch, context and step (engineLine)
 	var promptSum, reportedPrompt, reportedOwn, outSum, outN float64
 	if e != nil {
 		cutoff := now.Add(-c.cfg.MaxAge)
@@ -394,7 +410,21 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 			if s.itl > 0 && !s.at.Before(cutoff) {
 				b := s.batch
 				if d, ok := s.decodeSpan(cutoff); ok {
-					b = decodeBatch(e.spans, d)
+					var cx, pre float64
+					b, cx, pre = decodeBeside(e.spans, d)
+					// The engine's line: the inter-token time less the
+					// prefill that shared its steps, at the rate this
+					// endpoint last published (the prior's before).
+					// A decode whose steps went mostly to prefill says
+					// little of the decode and much of the rate the
+					// prefill is taken out at: left out.
+					rate := e.rate
+					if !(rate > 0) {
+						rate = priorR
+					}
+					if y := s.itl - pre/rate/(s.out-1); y >= s.itl*(1-maxPrefillShare) {
+						eb, ecx, ey = append(eb, b), append(ecx, cx), append(ey, y)
+					}
 				}
 				bs, bd = append(bs, s.batch), append(bd, b)
 				itls = append(itls, s.itl)
@@ -460,10 +490,33 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		fixed, perSeq = (1-w)*priorFixed+w*lf, (1-w)*priorPerSeq+w*ls
 		out.Batch = medianOf(append(c.scratch[:0], bs...))
 	}
+	prior := engineTerms{fixed: priorFixed, perSeq: priorPerSeq, perCtx: p.StepPerContextToken.Seconds() / capy}
+	eng := prior
+	if m := len(ey); m >= 2 {
+		known := prior
+		if e.eng.perCtx >= 0 {
+			known.perCtx = e.eng.perCtx
+		}
+		if e.eng.perSeq >= 0 {
+			known.perSeq = e.eng.perSeq
+		}
+		t, ctxOK, seqOK := c.engineLine(eb, ecx, ey, known, max(c.cfg.MinSamples/2, 4))
+		if ctxOK {
+			e.eng.perCtx = t.perCtx
+		}
+		if seqOK {
+			e.eng.perSeq = t.perSeq
+		}
+		out.ContextIdentified = ctxOK
+		w := min(1, float64(m)/float64(c.cfg.MinSamples))
+		eng = engineTerms{fixed: (1-w)*prior.fixed + w*t.fixed, perSeq: (1-w)*prior.perSeq + w*t.perSeq, perCtx: (1-w)*prior.perCtx + w*t.perCtx}
+	}
+	out.EngineStepFixedSeconds, out.EngineStepPerSeqSeconds, out.EngineStepPerContextTokenSeconds = eng.fixed, eng.perSeq, eng.perCtx
 	out.DecodeStepFixedSeconds, out.DecodeStepPerSeqSeconds = fixed, perSeq
 	step := stepFixed + stepPerSeq*max(out.Batch, 1)
 	out.Calibration = scheduler.Calibration{
 		DecodeStepSeconds: step, DecodeFixedSeconds: fixed, DecodeSecondsPerSeq: max(perSeq, 0),
+		EngineDecodeFixedSeconds: eng.fixed, EngineDecodeSecondsPerSeq: max(eng.perSeq, 0), EngineDecodeSecondsPerContextToken: max(eng.perCtx, 0),
 		OutputTokens: out.MeanOutputTokens, KVCapacityTokens: kv,
 	}
 	return out

@@ -16,34 +16,32 @@ import (
 //
 //   - block_size, num_blocks: the scraped cache config (the prior where no
 //     endpoint reported one);
-//   - step_fixed, step_per_decode_seq: the decode step line fitted
-//     against the batch each request decoded in, less the prior's
-//     attention to the mean context over a decode (step_per_context_token
-//     × (mean prompt + mean output / 2));
+//   - step_fixed, step_per_decode_seq, step_per_context_token: the
+//     engine's decode step line (EndpointCalibration's Engine* terms),
+//     fitted against the batch each request decoded in and the context
+//     that batch attended to, less the prefill that shared its steps;
 //   - step_per_prefill_token: 1/R − step_fixed/max_batched_tokens, less
 //     the prior's prefill attention at the mean prompt, so that the
 //     simulator's engine prefills at the learned R;
-//   - max_num_seqs, max_batched_tokens and the attention terms: the
+//   - max_num_seqs, max_batched_tokens and prefill_attention_per_1k: the
 //     prior's (the router cannot observe them).
 //
 // Comments say which values are learned and from how many samples.
 func (c *Calibrator) EngineFile() []byte {
 	s := c.Snapshot()
 	p := c.cfg.Prior
-	var rs, fixeds, perSeqs, kvs, bss, prompts, outs []float64
+	var rs, fixeds, perSeqs, perCtxs, kvs, bss, prompts []float64
 	samples, learned := 0, 0
 	for _, e := range s.Endpoints {
 		capy := e.Capacity
 		rs = append(rs, e.Calibration.PrefillTokensPerSecond/capy)
-		fixeds = append(fixeds, e.DecodeStepFixedSeconds*capy)
-		perSeqs = append(perSeqs, e.DecodeStepPerSeqSeconds*capy)
+		fixeds = append(fixeds, e.EngineStepFixedSeconds*capy)
+		perSeqs = append(perSeqs, e.EngineStepPerSeqSeconds*capy)
+		perCtxs = append(perCtxs, e.EngineStepPerContextTokenSeconds*capy)
 		kvs = append(kvs, e.Calibration.KVCapacityTokens/capy)
 		bss = append(bss, float64(e.BlockSize))
 		if e.MeanPromptTokens > 0 {
 			prompts = append(prompts, e.MeanPromptTokens)
-		}
-		if e.MeanOutputTokens > 0 {
-			outs = append(outs, e.MeanOutputTokens)
 		}
 		samples += e.Calibration.Samples
 		if e.Source == "learned" {
@@ -52,9 +50,9 @@ func (c *Calibrator) EngineFile() []byte {
 	}
 	r := orPrior(medianOf(rs), p.PrefillTokensPerSecond())
 	fixed := orPrior(medianOf(fixeds), p.StepFixed.Seconds())
-	perSeq := medianOf(perSeqs)
+	perSeq, perCtx := medianOf(perSeqs), medianOf(perCtxs)
 	if len(perSeqs) == 0 {
-		perSeq = p.StepPerDecodeSeq.Seconds()
+		perSeq, perCtx = p.StepPerDecodeSeq.Seconds(), p.StepPerContextToken.Seconds()
 	}
 	bs := int(orPrior(medianOf(bss), float64(p.BlockSize)))
 	blocks := int(orPrior(medianOf(kvs), float64(p.NumBlocks*p.BlockSize))) / max(bs, 1)
@@ -62,15 +60,12 @@ func (c *Calibrator) EngineFile() []byte {
 	b := float64(p.MaxBatchedTokens)
 	attn := p.PrefillAttentionPer1k.Seconds() * max(prompt-1, 0) / 2000
 	perTok := max(1/r-fixed/b-attn, 0)
-	// A decoding sequence's context over its decode: its prompt and, on
-	// average, half its output.
-	perSeq = max(perSeq-p.StepPerContextToken.Seconds()*(prompt+medianOf(outs)/2), 0)
 
 	var w strings.Builder
 	fmt.Fprintf(&w, "# Engine learned by trimtab's calibrator at %s from %d endpoints\n", s.At.UTC().Format(time.RFC3339), len(s.Endpoints))
 	fmt.Fprintf(&w, "# (%d learned, %d observations; fleet medians per unit of capacity):\n", learned, samples)
-	fmt.Fprintf(&w, "# prefill %.0f tokens/s, decode step %.2f ms + %.1f µs per sequence, mean prompt %.0f tokens.\n", r, fixed*1e3, perSeq*1e6, prompt)
-	w.WriteString("# max_num_seqs, max_batched_tokens and the attention terms are the prior's. See docs/calibration.md.\n")
+	fmt.Fprintf(&w, "# prefill %.0f tokens/s, decode step %.2f ms + %.1f µs per sequence + %.1f ns per context token, mean prompt %.0f tokens.\n", r, fixed*1e3, perSeq*1e6, perCtx*1e9, prompt)
+	w.WriteString("# max_num_seqs, max_batched_tokens and prefill_attention_per_1k are the prior's. See docs/calibration.md.\n")
 	fmt.Fprintf(&w, "block_size: %d\n", bs)
 	fmt.Fprintf(&w, "num_blocks: %d\n", max(blocks, 1))
 	fmt.Fprintf(&w, "max_num_seqs: %d\n", p.MaxNumSeqs)
@@ -78,7 +73,7 @@ func (c *Calibrator) EngineFile() []byte {
 	fmt.Fprintf(&w, "step_fixed: %dns\n", max(nanos(fixed), 1))
 	fmt.Fprintf(&w, "step_per_prefill_token: %dns\n", nanos(perTok))
 	fmt.Fprintf(&w, "step_per_decode_seq: %dns\n", nanos(perSeq))
-	fmt.Fprintf(&w, "step_per_context_token: %dns\n", p.StepPerContextToken.Nanoseconds())
+	fmt.Fprintf(&w, "step_per_context_token: %dns\n", nanos(perCtx))
 	fmt.Fprintf(&w, "prefill_attention_per_1k: %dns\n", p.PrefillAttentionPer1k.Nanoseconds())
 	return []byte(w.String())
 }

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"math"
-	"time"
 
 	"github.com/trimtab/trimtab/scheduler"
 )
@@ -332,9 +331,23 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 			votes = append(votes, eps[i].DecodeStepPerSeqSeconds)
 		}
 		perSeq := medianOf(votes)
+		var eng [3]float64
+		for k, term := range []func(*EndpointCalibration) float64{
+			func(e *EndpointCalibration) float64 { return e.EngineStepFixedSeconds },
+			func(e *EndpointCalibration) float64 { return e.EngineStepPerSeqSeconds },
+			func(e *EndpointCalibration) float64 { return e.EngineStepPerContextTokenSeconds },
+		} {
+			votes = votes[:0]
+			for _, i := range voters {
+				votes = append(votes, term(&eps[i]))
+			}
+			eng[k] = max(medianOf(votes), 0)
+		}
 		c.scratch = votes[:0]
 		for _, i := range m {
-			eps[i].Calibration.DecodeFixedSeconds, eps[i].Calibration.DecodeSecondsPerSeq = fixed, max(perSeq, 0)
+			cal := &eps[i].Calibration
+			cal.DecodeFixedSeconds, cal.DecodeSecondsPerSeq = fixed, max(perSeq, 0)
+			cal.EngineDecodeFixedSeconds, cal.EngineDecodeSecondsPerSeq, cal.EngineDecodeSecondsPerContextToken = eng[0], eng[1], eng[2]
 		}
 	}
 }
@@ -463,37 +476,4 @@ func selectK(v []float64, k int) float64 {
 		}
 	}
 	return v[k]
-}
-
-// span is one request's decode on its endpoint, [from, to] in seconds
-// since the estimate's cutoff: from its first byte to its last token.
-type span struct{ from, to float64 }
-
-// decodeSpan returns s's decode interval relative to base, and false when
-// it is unknown (no arrival time, or fewer than two output tokens).
-func (s *sample) decodeSpan(base time.Time) (span, bool) {
-	if s.pick.IsZero() || !(s.itl > 0) || s.out < 2 {
-		return span{}, false
-	}
-	from := s.fb().Sub(base).Seconds()
-	return span{from, from + s.itl*(s.out-1)}, true
-}
-
-// decodeBatch is the mean number of sequences decoding beside and
-// including the request whose decode is d, over d: the sum of every
-// span's overlap with d (d's own included) divided by d's length. It is
-// the batch the request's inter-token time was measured at, where the
-// in-flight count at its pick is only where that batch started.
-func decodeBatch(spans []span, d span) float64 {
-	n := d.to - d.from
-	if !(n > 0) {
-		return 1
-	}
-	var sum float64
-	for _, o := range spans {
-		if lo, hi := max(o.from, d.from), min(o.to, d.to); hi > lo {
-			sum += hi - lo
-		}
-	}
-	return max(sum/n, 1)
 }

@@ -125,19 +125,19 @@ func TestCalibratorEstimates(t *testing.T) {
 }
 
 func TestDecodeBatch(t *testing.T) {
-	spans := []span{{0, 10}, {5, 15}, {10, 20}, {30, 40}}
+	spans := []span{{from: 0, to: 10}, {from: 5, to: 15}, {from: 10, to: 20}, {from: 30, to: 40}}
 	for _, tc := range []struct {
 		d    span
 		want float64
 	}{
-		{span{0, 10}, 1.5},   // itself, and half of it beside {5, 15}
-		{span{5, 15}, 2},     // itself, half beside each neighbour
-		{span{30, 40}, 1},    // alone
-		{span{12, 12}, 1},    // no length: 1
-		{span{50, 60}, 1},    // beside nothing it was not in: at least 1
-		{span{0, 20}, 1.5},   // 10 + 10 + 10 over 20 (a span not in the list)
-		{span{9, 11}, 2},     // 1 + 2 + 1 over 2
-		{span{15, 35}, 0.75}, // 5 + 5 + 5 over 20, floored
+		{span{from: 0, to: 10}, 1.5},   // itself, and half of it beside {5, 15}
+		{span{from: 5, to: 15}, 2},     // itself, half beside each neighbour
+		{span{from: 30, to: 40}, 1},    // alone
+		{span{from: 12, to: 12}, 1},    // no length: 1
+		{span{from: 50, to: 60}, 1},    // beside nothing it was not in: at least 1
+		{span{from: 0, to: 20}, 1.5},   // 10 + 10 + 10 over 20 (a span not in the list)
+		{span{from: 9, to: 11}, 2},     // 1 + 2 + 1 over 2
+		{span{from: 15, to: 35}, 0.75}, // 5 + 5 + 5 over 20, floored
 	} {
 		want := max(tc.want, 1)
 		if got := decodeBatch(spans, tc.d); math.Abs(got-want) > 1e-12 {
@@ -415,6 +415,58 @@ func TestCalibratorKeepsAnIdentifiedSlope(t *testing.T) {
 
 }
 
+// TestCalibratorKeepsAnIdentifiedContextTerm: a window whose contexts
+// spread identifies the engine's cost per context token; a later one
+// whose requests all carry the same context keeps it (and so reads the
+// per-sequence term right) where the prior's 80 ns would leave 63 ns ×
+// 2,000 tokens in it.
+func TestCalibratorKeepsAnIdentifiedContextTerm(t *testing.T) {
+	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
+	cfg := DefaultCalibrationConfig()
+	c, err := NewCalibrator(cfg, tg, CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fixed, perSeq, perCtx = 0.0016, 0.00045, 17e-9
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Groups of 1–4 requests with the same arrival, prompt and output
+	// decode together, a second apart from the next group: each decodes
+	// in a batch of its group's size, at its group's context (prompt +
+	// 5.5 tokens of its 11 at the middle of its decode), nothing beside.
+	feed := func(prompt func(g int) int64) {
+		start := at
+		for g := range 60 {
+			n := 1 + g%4
+			p := prompt(g)
+			itl := fixed + perSeq*float64(n) + perCtx*float64(n)*(float64(p)+5.5)
+			for range n {
+				o := obs("a:1", p, int64(n-1), 11)
+				o.Arrival = start.Add(time.Duration(g) * time.Second)
+				o.Latency = o.TTFT + time.Duration(itl*10*float64(time.Second))
+				c.Ring().Record(o)
+			}
+		}
+		at = start.Add(cfg.MaxAge - time.Second) // the window holds only these
+		c.Tick(at)
+		at = at.Add(cfg.MaxAge + time.Minute)
+	}
+	check := func(when string, identified bool) {
+		t.Helper()
+		e := c.Snapshot().Endpoints[0]
+		got := e.Calibration
+		if e.ContextIdentified != identified || math.Abs(got.EngineDecodeSecondsPerContextToken/perCtx-1) > 0.01 ||
+			math.Abs(got.EngineDecodeSecondsPerSeq/perSeq-1) > 0.01 || math.Abs(got.EngineDecodeFixedSeconds/fixed-1) > 0.01 {
+			t.Errorf("%s: identified %v, published %v s + %v s per sequence + %v s per context token; want %v, %v + %v + %v",
+				when, e.ContextIdentified, got.EngineDecodeFixedSeconds, got.EngineDecodeSecondsPerSeq, got.EngineDecodeSecondsPerContextToken,
+				identified, fixed, perSeq, perCtx)
+		}
+	}
+	feed(func(g int) int64 { return 500 + int64((g*7)%29)*120 })
+	check("contexts that spread", true)
+	feed(func(int) int64 { return 2000 })
+	check("then one context", false)
+}
+
 func TestCalibrationConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		edit func(*CalibrationConfig)
@@ -529,9 +581,96 @@ func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
 	if math.Abs(r/10000-1) > 1e-3 {
 		t.Errorf("the file's engine prefills %.0f tokens/s, want the learned 10,000\n%s", r, c.EngineFile())
 	}
-	// Decode: 13 ms fixed fitted; per sequence 0.1 ms less the prior's
-	// 80 ns × 2,050 context tokens = 100 − 164 µs < 0 → 0.
-	if math.Abs(d("step_fixed")-0.013) > 1e-6 || d("step_per_decode_seq") != 0 {
-		t.Errorf("step_fixed %s, step_per_decode_seq %s; want 13ms and 0", f["step_fixed"], f["step_per_decode_seq"])
+	// Decode: these observations carry no arrival time, so no decode
+	// span and no engine line: the prior's 13 ms, 70 µs, 80 ns.
+	if f["step_fixed"] != "13000000ns" || f["step_per_decode_seq"] != "70000ns" || f["step_per_context_token"] != "80ns" {
+		t.Errorf("step_fixed %s, step_per_decode_seq %s, step_per_context_token %s; want the prior's 13 ms, 70 µs, 80 ns",
+			f["step_fixed"], f["step_per_decode_seq"], f["step_per_context_token"])
+	}
+	// With an engine line, the file carries it (per unit of capacity).
+	c.snap.Load().Endpoints[0].EngineStepFixedSeconds = 0.002
+	c.snap.Load().Endpoints[0].EngineStepPerSeqSeconds = 0.0004
+	c.snap.Load().Endpoints[0].EngineStepPerContextTokenSeconds = 17e-9
+	if err := yaml.Unmarshal(c.EngineFile(), &f); err != nil {
+		t.Fatal(err)
+	}
+	if f["step_fixed"] != "2000000ns" || f["step_per_decode_seq"] != "400000ns" || f["step_per_context_token"] != "17ns" {
+		t.Errorf("step_fixed %s, step_per_decode_seq %s, step_per_context_token %s; want the engine line's 2 ms, 400 µs, 17 ns",
+			f["step_fixed"], f["step_per_decode_seq"], f["step_per_context_token"])
+	}
+}
+
+// TestDecodeBeside: the batch, the context it attended to and the prefill
+// beside a decode, by hand.
+func TestDecodeBeside(t *testing.T) {
+	a := span{from: 0, to: 10, prompt: 100, out: 11, pick: -2, own: 100}
+	b := span{from: 5, to: 15, prompt: 200, out: 11, pick: 3, own: 50}
+	batch, ctx, pre := decodeBeside([]span{a, b}, a)
+	// Batch: 10 + 5 over 10. Context: a over [0, 10] at its midpoint
+	// (100 + 11·5/10) for 10 s, b over [5, 10] at (200 + 11·2.5/10) for
+	// 5 s, over 10 s. Prefill: b's 50 tokens over [3, 5], all in a's
+	// decode; a's own prefill is not beside it.
+	if want := 1.5; math.Abs(batch-want) > 1e-12 {
+		t.Errorf("batch %v, want %v", batch, want)
+	}
+	if want := (105.5*10 + 202.75*5) / 10; math.Abs(ctx-want) > 1e-9 {
+		t.Errorf("context %v, want %v", ctx, want)
+	}
+	if want := 50.0; math.Abs(pre-want) > 1e-12 {
+		t.Errorf("prefill %v, want %v", pre, want)
+	}
+	// b's decode: a beside it over [5, 10]; a's prefill ended before.
+	if _, _, pre := decodeBeside([]span{a, b}, b); pre != 0 {
+		t.Errorf("prefill beside b %v, want 0", pre)
+	}
+}
+
+// TestEngineLine: the engine's three terms from decodes whose context per
+// sequence spreads, through a tenth of outliers; with contexts alike, the
+// known context term and the line of the rest.
+func TestEngineLine(t *testing.T) {
+	c, err := NewCalibrator(DefaultCalibrationConfig(), newCalTarget(), CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := engineTerms{fixed: 0.0016, perSeq: 453e-6, perCtx: 17e-9}
+	known := engineTerms{fixed: 0.013, perSeq: 70e-6, perCtx: 80e-9}
+	gen := func(spreads bool) (bd, cx, y []float64) {
+		for i := range 96 {
+			b := 1 + float64(i%17)
+			k := 2000.0
+			if spreads {
+				k = 500 + float64((i*7)%29)*120
+			}
+			v := truth.fixed + truth.perSeq*b + truth.perCtx*b*k
+			if i%10 == 3 {
+				v += 0.05 // a step shared with a long prefill
+			}
+			bd, cx, y = append(bd, b), append(cx, b*k), append(y, v)
+		}
+		return
+	}
+	bd, cx, y := gen(true)
+	got, ok, _ := c.engineLine(bd, cx, y, known, 10)
+	if !ok {
+		t.Fatal("contexts spread, but the context term was not identified")
+	}
+	for _, p := range []struct {
+		name      string
+		got, want float64
+	}{{"fixed", got.fixed, truth.fixed}, {"per sequence", got.perSeq, truth.perSeq}, {"per context token", got.perCtx, truth.perCtx}} {
+		if math.Abs(p.got/p.want-1) > 0.01 {
+			t.Errorf("%s %g, want %g within 1 %%", p.name, p.got, p.want)
+		}
+	}
+	// Alike contexts: the known 80 ns per token, and per sequence what
+	// the rest leaves, 453 µs + (17 − 80) ns × 2,000.
+	bd, cx, y = gen(false)
+	got, ok, seqOK := c.engineLine(bd, cx, y, known, 10)
+	if ok || got.perCtx != known.perCtx || !seqOK {
+		t.Errorf("alike contexts: context identified %v, per context token %g, slope identified %v; want the known %g and the batches' slope", ok, got.perCtx, seqOK, known.perCtx)
+	}
+	if want := truth.perSeq + (truth.perCtx-known.perCtx)*2000; math.Abs(got.perSeq/want-1) > 0.01 || math.Abs(got.fixed/truth.fixed-1) > 0.01 {
+		t.Errorf("alike contexts: %g + %g per sequence, want %g + %g", got.fixed, got.perSeq, truth.fixed, want)
 	}
 }

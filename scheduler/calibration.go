@@ -19,6 +19,14 @@ type Calibration struct {
 	// whatever runs in it, and what each running request adds to it
 	// (≥ 0; fixed 0 unknown).
 	DecodeFixedSeconds, DecodeSecondsPerSeq float64
+	// EngineDecodeFixedSeconds, EngineDecodeSecondsPerSeq and
+	// EngineDecodeSecondsPerContextToken are the engine's own decode step,
+	// step ≈ fixed + per_seq · batch + per_context_token · (context tokens
+	// the batch attends to), without the prefill that shares its steps:
+	// what a sequence costs apart from its context, where
+	// DecodeSecondsPerSeq is a sequence with the context the endpoint's
+	// sequences carry (≥ 0; fixed 0 unknown).
+	EngineDecodeFixedSeconds, EngineDecodeSecondsPerSeq, EngineDecodeSecondsPerContextToken float64
 	// OutputTokens is the mean output of the endpoint's recent requests,
 	// in tokens (0 unknown).
 	OutputTokens float64

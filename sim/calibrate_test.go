@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trimtab/trimtab/fleet"
-	"github.com/trimtab/trimtab/sim/engine"
-	"github.com/trimtab/trimtab/sim/scenario"
-
 	"github.com/trimtab/trimtab/configs"
+	"github.com/trimtab/trimtab/control"
+	"github.com/trimtab/trimtab/fleet"
+	"github.com/trimtab/trimtab/scheduler"
+	"github.com/trimtab/trimtab/sim/engine"
+	"github.com/trimtab/trimtab/sim/report"
+	"github.com/trimtab/trimtab/sim/scenario"
 )
 
 // overrides spells cfg as a scenario's engine section.
@@ -303,11 +305,72 @@ func TestCalibrationDecodeLine(t *testing.T) {
 						t.Errorf("%s: %.0f µs per sequence (own line %.0f µs + %.2f ms, %d samples), true %.0f µs at a %.0f-token context: off by %+.1f %%, bound %.0f %%",
 							e.Address, got*1e6, e.DecodeStepPerSeqSeconds*1e6, e.DecodeStepFixedSeconds*1e3, e.DecodeSamples, truth*1e6, ctx, 100*(got/truth-1), 100*pc.bound)
 					}
-					if fixed := e.Calibration.DecodeFixedSeconds; !(fixed > 0) || got/fixed < batchOn {
-						t.Errorf("%s: batch cost %.0f µs ÷ %.2f ms, below batch_on %v: the trade law would not read this engine as decode-bound", e.Address, got*1e6, fixed*1e3, batchOn)
+					if eng, fixed := e.Calibration.EngineDecodeSecondsPerSeq, e.Calibration.EngineDecodeFixedSeconds; !(fixed > 0) || eng/fixed < batchOn {
+						t.Errorf("%s: batch cost %.0f µs ÷ %.2f ms, below batch_on %v: the trade law would not read this engine as decode-bound", e.Address, eng*1e6, fixed*1e3, batchOn)
 					}
 				}
 				t.Logf("worst endpoint off by %+.1f %%", 100*worst)
+			})
+		}
+	}
+}
+
+// TestBatchCostSeparatesDecodeBound: the trade law's batch cost (the
+// engine's seconds per decoding sequence apart from its context ÷ its
+// fixed seconds) reads the Qwen 7B, whose sequences cost a quarter of a
+// step in themselves (453 µs on 1.6 ms), as decode-bound (≥ batch_on),
+// and the dense Llamas, whose sequences cost in their context (at most
+// 0.5 % of a step in themselves), as not (< batch_off) — on the workloads
+// where the line against the batch alone, each sequence with its context,
+// read dense pools up to 0.17 (long contexts, prefill sharing the steps).
+// 60 s of each, routed by guard-only.
+func TestBatchCostSeparatesDecodeBound(t *testing.T) {
+	f, err := configs.LoadShipped("adaptive-decode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, off := f.Adaptive.Trade.BatchOn, f.Adaptive.Trade.BatchOff
+	pols, err := Policies([]string{PolicyGuardOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, engine := range []string{"a100-40gb-llama-3.1-8b", "h100-80gb-llama-3.1-8b", "h100-80gb-qwen2.5-7b", "h100-80gb-tp4-llama-3.1-70b", "l4-24gb-llama-3.1-8b"} {
+		decodeBound := engine == "h100-80gb-qwen2.5-7b"
+		for _, cell := range []struct {
+			scenario string
+			level    float64
+		}{{"chat", 125}, {"shared-prefix", 32}, {"shared-prefix-ladder", 96}, {"mooncake-trace", 2}} {
+			t.Run(engine+"/"+cell.scenario, func(t *testing.T) {
+				scs, err := LoadScenarios([]string{cell.scenario}, 60*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ApplyEngine(scs, engine); err != nil {
+					t.Fatal(err)
+				}
+				res, err := Run(RunConfig{Scenario: scs[0], Policy: pols[0], Level: cell.level, Seed: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cals := make([]scheduler.Calibration, 0, len(res.Calibration))
+				var withContext []float64
+				for _, e := range res.Calibration {
+					cals = append(cals, e.Calibration)
+					if fixed := e.Calibration.DecodeFixedSeconds; fixed > 0 {
+						withContext = append(withContext, e.Calibration.DecodeSecondsPerSeq/fixed)
+					}
+				}
+				cost, n := control.BatchCostOf(cals, 1)
+				if n == 0 {
+					t.Fatal("no endpoint has an engine line")
+				}
+				t.Logf("batch cost %.4f over %d endpoints (each sequence with its context: %.3f)", cost, n, report.MedianOf(withContext))
+				if decodeBound && cost < on {
+					t.Errorf("batch cost %.4f < batch_on %v: a decode-bound engine read as not", cost, on)
+				}
+				if !decodeBound && cost >= off {
+					t.Errorf("batch cost %.4f ≥ batch_off %v: a dense engine read as decode-bound", cost, off)
+				}
 			})
 		}
 	}

@@ -24,7 +24,9 @@ func (r *Result) Summary() report.RunSummary {
 		c := report.CalibrationSummary{Endpoint: e.Address, Source: e.Source, Pooled: e.Pooled,
 			PrefillTokensPerS: e.Calibration.PrefillTokensPerSecond, PrefillSamples: e.PrefillSamples,
 			MeanPromptTokens: e.MeanPromptTokens, UncachedShare: e.UncachedShare, DecodeSecondsPerSeq: e.Calibration.DecodeSecondsPerSeq,
-			DecodeFixedSeconds: e.Calibration.DecodeFixedSeconds}
+			DecodeFixedSeconds:       e.Calibration.DecodeFixedSeconds,
+			EngineDecodeFixedSeconds: e.Calibration.EngineDecodeFixedSeconds, EngineDecodeSecondsPerSeq: e.Calibration.EngineDecodeSecondsPerSeq,
+			EngineDecodeSecondsPerContextToken: e.Calibration.EngineDecodeSecondsPerContextToken}
 		if i < len(r.CalibrationTruth) && r.CalibrationTruth[i] > 0 {
 			c.TruePrefillTokensPerS = report.Opt(r.CalibrationTruth[i])
 			c.Ratio = report.Opt(c.PrefillTokensPerS / r.CalibrationTruth[i])

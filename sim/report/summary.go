@@ -119,6 +119,12 @@ type CalibrationSummary struct {
 	// DecodeFixedSeconds is the published decode step line's fixed part,
 	// what a step costs whatever runs in it.
 	DecodeFixedSeconds float64 `json:"decode_fixed_seconds"`
+	// EngineDecode* are the published engine decode step line: fixed,
+	// per sequence apart from its context, per context token
+	// (fleet.EndpointCalibration's engine line).
+	EngineDecodeFixedSeconds           float64 `json:"engine_decode_fixed_seconds"`
+	EngineDecodeSecondsPerSeq          float64 `json:"engine_decode_seconds_per_seq"`
+	EngineDecodeSecondsPerContextToken float64 `json:"engine_decode_seconds_per_context_token"`
 }
 
 // ClassSummary is one class of request in a run. Latencies and goodput
