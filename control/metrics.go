@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		tradeBatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_batch_cost_ratio",
-			Help: "Batch cost the trade law read at its latest evaluation with endpoints to read: the median over the endpoints with enough samples of the learned decode step line's seconds per decoding sequence ÷ its fixed seconds.",
+			Help: "Batch cost the trade law read at its latest evaluation with endpoints to read: the median over the endpoints with enough samples of the engine's learned seconds per decoding sequence apart from its context ÷ its step's fixed seconds.",
 		}),
 		fill: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_fill_ratio",

@@ -63,22 +63,22 @@ type TradeConfig struct {
 	// either threshold (a class learned within the calibrator's 10 %) from
 	// flipping the shape.
 	SpreadOff float64 `mapstructure:"spread_off"`
-	// BatchOn is the batch cost (the learned decode step line's seconds
-	// per decoding sequence ÷ its fixed seconds) at or above which the
-	// pool counts as decode-bound and the mix moves toward 1 in
-	// DecodeWeights' shape, > BatchOff; 0 (the default, and
-	// configs/adaptive.yaml's) leaves the input out. configs/adaptive-decode.yaml
-	// sets 0.05: a decoding sequence adds a twentieth of a step. A model
-	// whose KV per token is small beside its step cost (Qwen2.5-7B on an
-	// H100 reads 0.27–0.6 over most of the oracle suite) pays for every
-	// sequence in the batch, and a request's place in a batch then weighs
-	// as much as its cached prefix. The reading includes each sequence's
-	// context, so dense models with long contexts read up to 0.18 too,
-	// where the decode-bound shape costs more than it saves: why it is not
-	// on by default (docs/adaptive.md, "A decode-bound engine").
+	// BatchOn is the batch cost (the engine's learned seconds per decoding
+	// sequence apart from its context ÷ its step's fixed seconds: the
+	// calibrator's engine decode step) at or above which the pool counts
+	// as decode-bound and the mix moves toward 1 in DecodeWeights' shape,
+	// > BatchOff; 0 (the default, and configs/adaptive.yaml's) leaves the
+	// input out. configs/adaptive-decode.yaml sets 0.1: a decoding
+	// sequence adds a tenth of a step. A model whose KV per token is small
+	// beside its step cost (Qwen2.5-7B on an H100 reads 0.28–0.37 over
+	// most of the oracle suite) pays for every sequence in the batch, and
+	// a request's place in a batch then weighs as much as its cached
+	// prefix; dense models read at most 0.03 (docs/adaptive.md, "A
+	// decode-bound engine"). Not on by default: the decode-bound shape
+	// buys end-to-end time with the first token's p99.
 	BatchOn float64 `mapstructure:"batch_on"`
 	// BatchOff is the batch cost at or below which a decode-bound pool
-	// counts as one of equals again, in [0, BatchOn) (0.03 in
+	// counts as one of equals again, in [0, BatchOn) (0.06 in
 	// configs/adaptive-decode.yaml).
 	BatchOff float64 `mapstructure:"batch_off"`
 	// Step is the largest change of the mix one evaluation makes on a

@@ -493,7 +493,13 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	prior := engineTerms{fixed: priorFixed, perSeq: priorPerSeq, perCtx: p.StepPerContextToken.Seconds() / capy}
 	eng := prior
 	if m := len(ey); m >= 2 {
+		// Until a window identifies the context term, the context is
+		// charged to the sequence (0 per token), not the prior's: a
+		// prior a few times off (80 ns against an L4's 437 or a Qwen
+		// 7B's 17) would move a term the size of the step between the
+		// two where every request carries the same long prompt.
 		known := prior
+		known.perCtx = 0
 		if e.eng.perCtx >= 0 {
 			known.perCtx = e.eng.perCtx
 		}
