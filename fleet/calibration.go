@@ -73,7 +73,11 @@ type EndpointCalibration struct {
 	// shared their steps (engineLine; blended with the prior like the
 	// rest): a sequence's cost apart from its context. ContextIdentified
 	// says this window's contexts spread enough to fit the context term;
-	// otherwise it is the one last identified (the prior's before any).
+	// otherwise it is the one last identified (0 before any: the context
+	// is charged to the sequence). EngineDecodeSamples is how many
+	// decodes the line rests on (those with an arrival time whose steps
+	// went mostly to decoding); none: the prior's terms.
+	EngineDecodeSamples              int     `json:"engine_decode_samples"`
 	EngineStepFixedSeconds           float64 `json:"engine_step_fixed_seconds"`
 	EngineStepPerSeqSeconds          float64 `json:"engine_step_per_seq_seconds"`
 	EngineStepPerContextTokenSeconds float64 `json:"engine_step_per_context_token_seconds"`
@@ -514,9 +518,14 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 			e.eng.perSeq = t.perSeq
 		}
 		out.ContextIdentified = ctxOK
+		// Fixed and per-sequence blend with the prior like the rest; the
+		// context term is the fit's (identified, kept or 0), never half
+		// the prior's on top of a per-sequence term that holds the
+		// context.
 		w := min(1, float64(m)/float64(c.cfg.MinSamples))
-		eng = engineTerms{fixed: (1-w)*prior.fixed + w*t.fixed, perSeq: (1-w)*prior.perSeq + w*t.perSeq, perCtx: (1-w)*prior.perCtx + w*t.perCtx}
+		eng = engineTerms{fixed: (1-w)*prior.fixed + w*t.fixed, perSeq: (1-w)*prior.perSeq + w*t.perSeq, perCtx: t.perCtx}
 	}
+	out.EngineDecodeSamples = len(ey)
 	out.EngineStepFixedSeconds, out.EngineStepPerSeqSeconds, out.EngineStepPerContextTokenSeconds = eng.fixed, eng.perSeq, eng.perCtx
 	out.DecodeStepFixedSeconds, out.DecodeStepPerSeqSeconds = fixed, perSeq
 	step := stepFixed + stepPerSeq*max(out.Batch, 1)

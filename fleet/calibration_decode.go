@@ -104,7 +104,12 @@ type engineTerms struct{ fixed, perSeq, perCtx float64 }
 // the window identified.
 func (c *Calibrator) engineLine(bd, cx, y []float64, known engineTerms, least int) (t engineTerms, ctxOK, seqOK bool) {
 	if len(y) >= max(least, 4) && spread(bd, cx) >= ctxSpread {
-		if f, err := ladFit(bd, cx, y); err == nil && f.fixed > 0 && f.perSeq >= 0 && f.perCtx >= 0 {
+		// A wrong output count puts a decode, and every decode beside
+		// it, at a context no sequence had, which the fit's tolerance of
+		// outlying steps does not cover: contexts per sequence beyond
+		// three interquartile ranges of the quartiles are left out.
+		fb, fc, fy := fenced(bd, cx, y)
+		if f, err := ladFit(fb, fc, fy); len(fy) >= max(least, 4) && err == nil && finite(f) && f.fixed > 0 && f.perSeq >= 0 && f.perCtx >= 0 {
 			return f, true, true
 		}
 	}
@@ -115,6 +120,32 @@ func (c *Calibrator) engineLine(bd, cx, y []float64, known engineTerms, least in
 	t.perCtx = known.perCtx
 	t.fixed, t.perSeq, seqOK = c.lineOr(bd, res, known.perSeq, least)
 	return t, false, seqOK
+}
+
+// fenced returns the points whose context per sequence lies within three
+// interquartile ranges of the quartiles.
+func fenced(bd, cx, y []float64) (fb, fc, fy []float64) {
+	k := make([]float64, len(cx))
+	for i := range cx {
+		k[i] = cx[i] / max(bd[i], 1)
+	}
+	q1, q3 := selectK(k, len(k)/4), selectK(k, 3*len(k)/4)
+	lo, hi := q1-3*(q3-q1), q3+3*(q3-q1)
+	for i := range cx {
+		if v := cx[i] / max(bd[i], 1); v >= lo && v <= hi {
+			fb, fc, fy = append(fb, bd[i]), append(fc, cx[i]), append(fy, y[i])
+		}
+	}
+	return fb, fc, fy
+}
+
+func finite(t engineTerms) bool {
+	for _, v := range []float64{t.fixed, t.perSeq, t.perCtx} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // spread is the interquartile range of cx[i]/bd[i] ÷ its median (0 for

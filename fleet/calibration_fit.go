@@ -331,6 +331,24 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 			votes = append(votes, eps[i].DecodeStepPerSeqSeconds)
 		}
 		perSeq := medianOf(votes)
+		// The engine line's votes: members with an engine line, and of
+		// those the ones that identified the context term when any did
+		// (a member whose contexts never spread holds its context in the
+		// per-sequence term, and a median of terms of the two kinds is
+		// neither).
+		engVoters := make([]int, 0, len(m))
+		for pass := 0; pass < 3 && len(engVoters) == 0; pass++ {
+			for _, i := range m {
+				e := &eps[i]
+				switch {
+				case e.EngineDecodeSamples < 2,
+					pass == 0 && (!e.ContextIdentified || e.EngineDecodeSamples < least),
+					pass == 1 && e.EngineDecodeSamples < least:
+					continue
+				}
+				engVoters = append(engVoters, i)
+			}
+		}
 		var eng [3]float64
 		for k, term := range []func(*EndpointCalibration) float64{
 			func(e *EndpointCalibration) float64 { return e.EngineStepFixedSeconds },
@@ -338,7 +356,7 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 			func(e *EndpointCalibration) float64 { return e.EngineStepPerContextTokenSeconds },
 		} {
 			votes = votes[:0]
-			for _, i := range voters {
+			for _, i := range engVoters {
 				votes = append(votes, term(&eps[i]))
 			}
 			eng[k] = max(medianOf(votes), 0)
@@ -347,7 +365,9 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 		for _, i := range m {
 			cal := &eps[i].Calibration
 			cal.DecodeFixedSeconds, cal.DecodeSecondsPerSeq = fixed, max(perSeq, 0)
-			cal.EngineDecodeFixedSeconds, cal.EngineDecodeSecondsPerSeq, cal.EngineDecodeSecondsPerContextToken = eng[0], eng[1], eng[2]
+			if len(engVoters) > 0 {
+				cal.EngineDecodeFixedSeconds, cal.EngineDecodeSecondsPerSeq, cal.EngineDecodeSecondsPerContextToken = eng[0], eng[1], eng[2]
+			}
 		}
 	}
 }

@@ -17,8 +17,8 @@ var (
 	descCalEnginePerSeq = prometheus.NewDesc("trimtab_fleet_calibration_engine_decode_seconds_per_sequence",
 		"What each running request adds to the endpoint's decode step apart from its context, in seconds: the engine's own step line fitted against the batch and the context it attended to, less the prefill sharing the steps (the trade law's batch cost reads it ÷ the line's fixed seconds).",
 		[]string{"endpoint"}, nil)
-	descCalPerCtx = prometheus.NewDesc("trimtab_fleet_calibration_decode_seconds_per_context_token",
-		"What each token of context the running requests attend to adds to the endpoint's decode step, in seconds (the engine's step line; the one last identified while contexts are too alike, the prior's before any).",
+	descCalPerCtx = prometheus.NewDesc("trimtab_fleet_calibration_engine_decode_seconds_per_context_token",
+		"What each token of context the running requests attend to adds to the endpoint's decode step, in seconds (the engine's step line; the one last identified while contexts are too alike, 0 before any: the context charged to the sequence).",
 		[]string{"endpoint"}, nil)
 	descCalOutput = prometheus.NewDesc("trimtab_fleet_calibration_output_tokens",
 		"Mean output of the endpoint's recent requests, in tokens (0: none reported one).",

@@ -415,56 +415,59 @@ func TestCalibratorKeepsAnIdentifiedSlope(t *testing.T) {
 
 }
 
-// TestCalibratorKeepsAnIdentifiedContextTerm: a window whose contexts
-// spread identifies the engine's cost per context token; a later one
-// whose requests all carry the same context keeps it (and so reads the
-// per-sequence term right) where the prior's 80 ns would leave 63 ns ×
-// 2,000 tokens in it.
+// feedGroups records on c, from start, 60 groups of 1–4 requests a second
+// apart, each group with the same arrival, prompt(g) and 11 output tokens,
+// decoding together on "a:1" with nothing beside them, at the engine
+// step fixed + perSeq·n + perCtx·n·(prompt + 5.5) (5.5: half the output,
+// the context's mean over the decode), then ticks once the window holds
+// only these and returns the next start.
+func feedGroups(c *Calibrator, start time.Time, fixed, perSeq, perCtx float64, prompt func(g int) int64) time.Time {
+	for g := range 60 {
+		n := 1 + g%4
+		p := prompt(g)
+		itl := fixed + perSeq*float64(n) + perCtx*float64(n)*(float64(p)+5.5)
+		for range n {
+			o := obs("a:1", p, int64(n-1), 11)
+			o.Arrival = start.Add(time.Duration(g) * time.Second)
+			o.Latency = o.TTFT + time.Duration(itl*10*float64(time.Second))
+			c.Ring().Record(o)
+		}
+	}
+	max := c.cfg.MaxAge
+	c.Tick(start.Add(max - time.Second))
+	return start.Add(2*max + time.Minute)
+}
+
+// TestCalibratorKeepsAnIdentifiedContextTerm: before any window
+// identifies the engine's cost per context token, the context is charged
+// to the sequence; a window whose contexts spread identifies it; a later
+// one whose requests all carry the same context keeps it (and so reads
+// the per-sequence term right).
 func TestCalibratorKeepsAnIdentifiedContextTerm(t *testing.T) {
-	tg := newCalTarget(scheduler.Endpoint{Address: "a:1"})
-	cfg := DefaultCalibrationConfig()
-	c, err := NewCalibrator(cfg, tg, CalibrationDeps{})
+	c, err := NewCalibrator(DefaultCalibrationConfig(), newCalTarget(scheduler.Endpoint{Address: "a:1"}), CalibrationDeps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const fixed, perSeq, perCtx = 0.0016, 0.00045, 17e-9
-	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	// Groups of 1–4 requests with the same arrival, prompt and output
-	// decode together, a second apart from the next group: each decodes
-	// in a batch of its group's size, at its group's context (prompt +
-	// 5.5 tokens of its 11 at the middle of its decode), nothing beside.
-	feed := func(prompt func(g int) int64) {
-		start := at
-		for g := range 60 {
-			n := 1 + g%4
-			p := prompt(g)
-			itl := fixed + perSeq*float64(n) + perCtx*float64(n)*(float64(p)+5.5)
-			for range n {
-				o := obs("a:1", p, int64(n-1), 11)
-				o.Arrival = start.Add(time.Duration(g) * time.Second)
-				o.Latency = o.TTFT + time.Duration(itl*10*float64(time.Second))
-				c.Ring().Record(o)
-			}
-		}
-		at = start.Add(cfg.MaxAge - time.Second) // the window holds only these
-		c.Tick(at)
-		at = at.Add(cfg.MaxAge + time.Minute)
-	}
-	check := func(when string, identified bool) {
+	check := func(when string, identified bool, wantSeq, wantCtx float64) {
 		t.Helper()
 		e := c.Snapshot().Endpoints[0]
 		got := e.Calibration
-		if e.ContextIdentified != identified || math.Abs(got.EngineDecodeSecondsPerContextToken/perCtx-1) > 0.01 ||
-			math.Abs(got.EngineDecodeSecondsPerSeq/perSeq-1) > 0.01 || math.Abs(got.EngineDecodeFixedSeconds/fixed-1) > 0.01 {
+		if e.ContextIdentified != identified || math.Abs(got.EngineDecodeSecondsPerContextToken-wantCtx) > 0.01*perCtx ||
+			math.Abs(got.EngineDecodeSecondsPerSeq/wantSeq-1) > 0.01 || math.Abs(got.EngineDecodeFixedSeconds/fixed-1) > 0.01 {
 			t.Errorf("%s: identified %v, published %v s + %v s per sequence + %v s per context token; want %v, %v + %v + %v",
 				when, e.ContextIdentified, got.EngineDecodeFixedSeconds, got.EngineDecodeSecondsPerSeq, got.EngineDecodeSecondsPerContextToken,
-				identified, fixed, perSeq, perCtx)
+				identified, fixed, wantSeq, wantCtx)
 		}
 	}
-	feed(func(g int) int64 { return 500 + int64((g*7)%29)*120 })
-	check("contexts that spread", true)
-	feed(func(int) int64 { return 2000 })
-	check("then one context", false)
+	alike := func(int) int64 { return 2000 }
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at = feedGroups(c, at, fixed, perSeq, perCtx, alike)
+	check("one context, none identified before: charged to the sequence", false, perSeq+perCtx*2005.5, 0)
+	at = feedGroups(c, at, fixed, perSeq, perCtx, func(g int) int64 { return 500 + int64((g*7)%29)*120 })
+	check("contexts that spread", true, perSeq, perCtx)
+	feedGroups(c, at, fixed, perSeq, perCtx, alike)
+	check("then one context again", false, perSeq, perCtx)
 }
 
 func TestCalibrationConfigValidate(t *testing.T) {
@@ -587,14 +590,16 @@ func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
 		t.Errorf("step_fixed %s, step_per_decode_seq %s, step_per_context_token %s; want the prior's 13 ms, 70 µs, 80 ns",
 			f["step_fixed"], f["step_per_decode_seq"], f["step_per_context_token"])
 	}
-	// With an engine line, the file carries it (per unit of capacity).
-	c.snap.Load().Endpoints[0].EngineStepFixedSeconds = 0.002
-	c.snap.Load().Endpoints[0].EngineStepPerSeqSeconds = 0.0004
-	c.snap.Load().Endpoints[0].EngineStepPerContextTokenSeconds = 17e-9
-	if err := yaml.Unmarshal(c.EngineFile(), &f); err != nil {
+	// With an engine line, the file carries it.
+	c2, err := NewCalibrator(DefaultCalibrationConfig(), newCalTarget(scheduler.Endpoint{Address: "a:1"}), CalibrationDeps{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if f["step_fixed"] != "2000000ns" || f["step_per_decode_seq"] != "400000ns" || f["step_per_context_token"] != "17ns" {
+	feedGroups(c2, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), 0.002, 0.0004, 17e-9, func(g int) int64 { return 500 + int64((g*7)%29)*120 })
+	if err := yaml.Unmarshal(c2.EngineFile(), &f); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(d("step_fixed")/0.002-1) > 0.01 || math.Abs(d("step_per_decode_seq")/0.0004-1) > 0.01 || math.Abs(d("step_per_context_token")/17e-9-1) > 0.1 {
 		t.Errorf("step_fixed %s, step_per_decode_seq %s, step_per_context_token %s; want the engine line's 2 ms, 400 µs, 17 ns",
 			f["step_fixed"], f["step_per_decode_seq"], f["step_per_context_token"])
 	}
@@ -605,23 +610,29 @@ func TestEngineFileReproducesTheLearnedThroughput(t *testing.T) {
 func TestDecodeBeside(t *testing.T) {
 	a := span{from: 0, to: 10, prompt: 100, out: 11, pick: -2, own: 100}
 	b := span{from: 5, to: 15, prompt: 200, out: 11, pick: 3, own: 50}
-	batch, ctx, pre := decodeBeside([]span{a, b}, a)
-	// Batch: 10 + 5 over 10. Context: a over [0, 10] at its midpoint
-	// (100 + 11·5/10) for 10 s, b over [5, 10] at (200 + 11·2.5/10) for
-	// 5 s, over 10 s. Prefill: b's 50 tokens over [3, 5], all in a's
-	// decode; a's own prefill is not beside it.
+	c := span{from: 12, to: 20, prompt: 300, out: 9, pick: 8, own: 40}
+	all := []span{a, b, c}
+	batch, ctx, pre := decodeBeside(all, a)
+	// Batch: 10 + 5 over 10 (c decodes after a). Context: a over [0, 10]
+	// at its midpoint (100 + 11·5/10) for 10 s, b over [5, 10] at
+	// (200 + 11·2.5/10) for 5 s, over 10 s. Prefill: b's 50 tokens over
+	// [3, 5], all in a's decode; c's 40 over [8, 12], half in it.
 	if want := 1.5; math.Abs(batch-want) > 1e-12 {
 		t.Errorf("batch %v, want %v", batch, want)
 	}
 	if want := (105.5*10 + 202.75*5) / 10; math.Abs(ctx-want) > 1e-9 {
 		t.Errorf("context %v, want %v", ctx, want)
 	}
-	if want := 50.0; math.Abs(pre-want) > 1e-12 {
-		t.Errorf("prefill %v, want %v", pre, want)
+	if want := 70.0; math.Abs(pre-want) > 1e-12 {
+		t.Errorf("prefill beside a %v, want %v", pre, want)
 	}
-	// b's decode: a beside it over [5, 10]; a's prefill ended before.
-	if _, _, pre := decodeBeside([]span{a, b}, b); pre != 0 {
-		t.Errorf("prefill beside b %v, want 0", pre)
+	// b's decode [5, 15]: all of c's prefill; a's ended before it.
+	if _, _, pre := decodeBeside(all, b); math.Abs(pre-40) > 1e-12 {
+		t.Errorf("prefill beside b %v, want 40", pre)
+	}
+	// A decode of no length: alone, at its prompt, nothing beside.
+	if batch, ctx, pre := decodeBeside(all, span{from: 3, to: 3, prompt: 7}); batch != 1 || ctx != 7 || pre != 0 {
+		t.Errorf("empty decode: %v, %v, %v; want 1, 7, 0", batch, ctx, pre)
 	}
 }
 

@@ -362,7 +362,7 @@ func TestBatchCostSeparatesDecodeBound(t *testing.T) {
 						withContext = append(withContext, e.Calibration.DecodeSecondsPerSeq/fixed)
 					}
 				}
-				cost, n := control.BatchCostOf(cals, 1)
+				cost, n := control.BatchCostOf(cals, f.Adaptive.Trade.MinSamples)
 				if n == 0 {
 					t.Fatal("no endpoint has an engine line")
 				}
