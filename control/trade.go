@@ -70,12 +70,12 @@ type TradeConfig struct {
 	// > BatchOff; 0 (the default, and configs/adaptive.yaml's) leaves the
 	// input out. configs/adaptive-decode.yaml sets 0.1: a decoding
 	// sequence adds a tenth of a step. A model whose KV per token is small
-	// beside its step cost (Qwen2.5-7B on an H100 reads 0.28–0.37 over
+	// beside its step cost (Qwen2.5-7B on an H100 reads 0.28–0.34 over
 	// most of the oracle suite) pays for every sequence in the batch, and
 	// a request's place in a batch then weighs as much as its cached
-	// prefix; dense models read at most 0.03 (docs/adaptive.md, "A
-	// decode-bound engine"). Not on by default: the decode-bound shape
-	// buys end-to-end time with the first token's p99.
+	// prefix; dense models read at most 0.045 short of saturation
+	// (docs/adaptive.md, "A decode-bound engine"). Not on by default: the
+	// decode-bound shape buys end-to-end time with the first token's p99.
 	BatchOn float64 `mapstructure:"batch_on"`
 	// BatchOff is the batch cost at or below which a decode-bound pool
 	// counts as one of equals again, in [0, BatchOn) (0.06 in
