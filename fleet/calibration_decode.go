@@ -60,9 +60,7 @@ func decodeBeside(spans []span, d span) (batch, ctx, prefill float64) {
 			gen := o.out * ((lo+hi)/2 - o.from) / max(o.to-o.from, 1e-9)
 			ctx += (hi - lo) * (o.prompt + gen)
 		}
-		if o == d {
-			continue
-		}
+		// d's own prefill ends where its decode starts: never beside it.
 		if lo, hi := max(o.pick, d.from), min(o.from, d.to); hi > lo && o.from > o.pick {
 			prefill += o.own * (hi - lo) / (o.from - o.pick)
 		}
@@ -125,10 +123,7 @@ func (c *Calibrator) engineLine(bd, cx, y []float64, known engineTerms, least in
 // fenced returns the points whose context per sequence lies within three
 // interquartile ranges of the quartiles.
 func fenced(bd, cx, y []float64) (fb, fc, fy []float64) {
-	k := make([]float64, len(cx))
-	for i := range cx {
-		k[i] = cx[i] / max(bd[i], 1)
-	}
+	k := perSequence(bd, cx)
 	q1, q3 := selectK(k, len(k)/4), selectK(k, 3*len(k)/4)
 	lo, hi := q1-3*(q3-q1), q3+3*(q3-q1)
 	for i := range cx {
@@ -137,6 +132,15 @@ func fenced(bd, cx, y []float64) (fb, fc, fy []float64) {
 		}
 	}
 	return fb, fc, fy
+}
+
+// perSequence returns each decode's context per sequence of its batch.
+func perSequence(bd, cx []float64) []float64 {
+	k := make([]float64, len(cx))
+	for i := range cx {
+		k[i] = cx[i] / max(bd[i], 1)
+	}
+	return k
 }
 
 func finite(t engineTerms) bool {
@@ -154,10 +158,7 @@ func spread(bd, cx []float64) float64 {
 	if len(cx) < 4 {
 		return 0
 	}
-	k := make([]float64, len(cx))
-	for i := range cx {
-		k[i] = cx[i] / max(bd[i], 1)
-	}
+	k := perSequence(bd, cx)
 	q1, q3 := selectK(k, len(k)/4), selectK(k, 3*len(k)/4)
 	m := medianOf(k)
 	if !(m > 0) {
