@@ -59,7 +59,7 @@ type EndpointCalibration struct {
 	LearnedPrefillTokensPerSecond float64 `json:"learned_prefill_tokens_per_second"`
 	// DecodeStepFixedSeconds and DecodeStepPerSeqSeconds are the
 	// endpoint's own decode step line, step ≈ fixed + per_seq·batch, fitted
-	// against the batch each request decoded in (decodeBatch; blended with
+	// against the batch each request decoded in (decodeBeside; blended with
 	// the prior like the rest). Calibration's DecodeFixedSeconds and
 	// DecodeSecondsPerSeq are its class's median of these lines when it
 	// has a class of two or more. Calibration.DecodeStepSeconds is another
@@ -305,7 +305,7 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		}
 		// The decode line from the newest decodeWindow samples, each at
 		// the batch it decoded in: the router's own requests decoding
-		// on the endpoint beside it (decodeBatch over the window), or,
+		// on the endpoint beside it (decodeBeside over the window), or,
 		// without its arrival time, the in-flight count at its pick.
 		e.spans = e.spans[:0]
 		for _, i := range e.live {
@@ -374,7 +374,7 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 	// Two lines from the same inter-token times: the step a request meets
 	// against the in-flight count at its pick (what a scorer reads at a
 	// pick), published at the median of that count; and the engine's
-	// step line, against the batch each request decoded in (decodeBatch).
+	// step line, against the batch each request decoded in (decodeBeside).
 	// The first is attenuated — requests picked later join a decode — so
 	// the engine's line is the second.
 	stepFixed, stepPerSeq := priorFixed, priorPerSeq

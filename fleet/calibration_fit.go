@@ -310,14 +310,7 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 		if len(m) < 2 {
 			continue
 		}
-		voters := make([]int, 0, len(m))
-		for pass := 0; pass < 2 && len(voters) == 0; pass++ {
-			for _, i := range m {
-				if e := &eps[i]; e.DecodeSamples >= 2 && (pass == 1 || e.DecodeSamples >= least) {
-					voters = append(voters, i)
-				}
-			}
-		}
+		voters := votersOf(m, least, func(i int) int { return eps[i].DecodeSamples })
 		if len(voters) == 0 {
 			continue
 		}
@@ -338,14 +331,7 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 		// batch_on where the median over all did not (the A100's
 		// Mooncake trace at 2×, 3 m, seeds 1–3: TTFT p99 +36–43 % with
 		// configs/adaptive-decode.yaml, against +5–6 %).
-		engVoters := make([]int, 0, len(m))
-		for pass := 0; pass < 2 && len(engVoters) == 0; pass++ {
-			for _, i := range m {
-				if n := eps[i].EngineDecodeSamples; n >= 2 && (pass == 1 || n >= least) {
-					engVoters = append(engVoters, i)
-				}
-			}
-		}
+		engVoters := votersOf(m, least, func(i int) int { return eps[i].EngineDecodeSamples })
 		var eng [3]float64
 		for k, term := range []func(*EndpointCalibration) float64{
 			func(e *EndpointCalibration) float64 { return e.EngineStepFixedSeconds },
@@ -367,6 +353,20 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 			}
 		}
 	}
+}
+
+// votersOf returns the members whose samples(i) reach least, or, when
+// none does, those with two or more.
+func votersOf(members []int, least int, samples func(i int) int) []int {
+	voters := make([]int, 0, len(members))
+	for pass := 0; pass < 2 && len(voters) == 0; pass++ {
+		for _, i := range members {
+			if n := samples(i); n >= 2 && (pass == 1 || n >= least) {
+				voters = append(voters, i)
+			}
+		}
+	}
+	return voters
 }
 
 // theilSen returns the Theil–Sen slope of y against x over the pairs of
@@ -417,7 +417,7 @@ func (c *Calibrator) line(xs, ys []float64) (a, b float64) {
 // half a sequence from the median batch, read worse: docs/calibration.md).
 func (c *Calibrator) lineOr(xs, ys []float64, known float64, least int) (a, b float64, ok bool) {
 	// Pairs whose batches differ by half a sequence or more: the batch
-	// over a decode is a mean (decodeBatch), and two nearly equal ones
+	// over a decode is a mean (decodeBeside), and two nearly equal ones
 	// give a slope of their noise.
 	b, n := c.theilSen(xs, ys, 0.5)
 	ok = n > 0 && n >= least

@@ -41,7 +41,7 @@ type epCal struct {
 	next, n          int
 	blockSize, block int // last scraped cache config (kept when metrics go stale)
 	live             []int
-	spans            []span // decode intervals of the live samples (see decodeBatch)
+	spans            []span // decode intervals of the live samples (see decodeBeside)
 	xs, ys           []float64
 	rate             float64 // the prefill rate published last (tokens/s; 0: none learned)
 	// perSeq is the decode step line's slope the window last identified

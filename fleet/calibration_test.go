@@ -140,8 +140,8 @@ func TestDecodeBatch(t *testing.T) {
 		{span{from: 15, to: 35}, 0.75}, // 5 + 5 + 5 over 20, floored
 	} {
 		want := max(tc.want, 1)
-		if got := decodeBatch(spans, tc.d); math.Abs(got-want) > 1e-12 {
-			t.Errorf("decodeBatch(%v) = %v, want %v", tc.d, got, want)
+		if got, _, _ := decodeBeside(spans, tc.d); math.Abs(got-want) > 1e-12 {
+			t.Errorf("decodeBeside(%v) batch %v, want %v", tc.d, got, want)
 		}
 	}
 }
