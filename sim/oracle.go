@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -67,6 +68,14 @@ type OracleConfig struct {
 	// earlier run has no column for starts from the baselines alone. Not
 	// with HeldBack, which does not search.
 	StartFrom []*OracleFile
+	// Rescore, when set, is an earlier search run (oracle.json with its
+	// search's per-cell bests) whose policies are run again on its seeds,
+	// scenarios and duration and scored against the per-cell bests over
+	// its searched vectors (SearchBests) and the policies: the search's
+	// own scoring without searching again, for a profile or policy that
+	// changed since. Its oracle vector runs again beside the policies.
+	// Not with HeldBack or StartFrom.
+	Rescore *OracleFile
 	// Progress, when set, is called after each vector and each policy.
 	Progress func(OracleProgress)
 }
@@ -101,7 +110,14 @@ type OracleFile struct {
 	HeldBack string `json:"held_back,omitempty"`
 	// StartedFrom are the commands of the earlier runs whose oracle
 	// vectors the search also started from (OracleConfig.StartFrom).
-	StartedFrom  []string            `json:"started_from,omitempty"`
+	StartedFrom []string `json:"started_from,omitempty"`
+	// Duration is --duration, each scenario's simulated time ("" for the
+	// scenarios' own lengths).
+	Duration string `json:"duration,omitempty"`
+	// RescoreOf is the command of the search run whose policies this run
+	// re-scored (OracleConfig.Rescore); its search fields (budget, the
+	// vectors, the starting points, the bests) are that run's.
+	RescoreOf    string              `json:"rescore_of,omitempty"`
 	Calibrations []OracleCalibration `json:"calibrations"`
 }
 
@@ -132,6 +148,18 @@ type OracleCalibration struct {
 	// final per-cell bests; Policies in the order they were given.
 	Oracle   OracleEntry   `json:"oracle"`
 	Policies []OracleEntry `json:"policies"`
+	// SearchBests are the per-cell bests over the searched vectors
+	// alone (over the held-back run's oracle vector in a held-back
+	// check), so the policies can be re-scored later without searching
+	// again (OracleConfig.Rescore).
+	SearchBests []CellBest `json:"search_bests,omitempty"`
+}
+
+// CellBest is one cell's best TTFT p99 (ms; 0 where none measured) and
+// tok/s, the two the tune objective reads.
+type CellBest struct {
+	TTFTP99   float64 `json:"ttft_p99_ms"`
+	TokPerSec float64 `json:"output_tokens_per_s"`
 }
 
 // OracleEntry is one vector or policy on one calibration. Score, Worst
@@ -290,7 +318,20 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 	for _, o := range cfg.StartFrom {
 		out.StartedFrom = append(out.StartedFrom, o.Command)
 	}
-	steps := max(out.Budget, len(base)+len(cfg.StartFrom)) + len(cfg.Policies)
+	if cfg.Duration > 0 {
+		out.Duration = cfg.Duration.String()
+	}
+	if r := cfg.Rescore; r != nil {
+		if err := out.rescoreOf(r, cfg); err != nil {
+			return nil, err
+		}
+		base = base[:1]
+	}
+	budget := out.Budget
+	if cfg.Rescore != nil {
+		budget = 1 // the oracle vector alone; out.Budget is the search's
+	}
+	steps := max(budget, len(base)+len(cfg.StartFrom)) + len(cfg.Policies)
 	for ci, eng := range cfg.Engines {
 		scs, err := LoadScenarios(cfg.Scenarios, cfg.Duration)
 		if err != nil {
@@ -303,14 +344,23 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 			for _, sc := range scs {
 				out.Scenarios = append(out.Scenarios, sc.Name)
 			}
+			if r := cfg.Rescore; r != nil && !slices.Equal(r.Scenarios, out.Scenarios) {
+				return nil, fmt.Errorf("oracle: the re-scored run's scenarios are %v, not %v", r.Scenarios, out.Scenarios)
+			}
 		}
 		engine := scs[0].EngineName
-		if cfg.HeldBack != nil {
-			w, err := cfg.HeldBack.oracleOf(engine, len(out.Scorers))
+		var searched *OracleCalibration
+		if held := cmp.Or(cfg.HeldBack, cfg.Rescore); held != nil {
+			w, err := held.oracleOf(engine, len(out.Scorers))
 			if err != nil {
 				return nil, err
 			}
 			base = []Candidate{{Name: "oracle", Weights: w}}
+		}
+		if cfg.Rescore != nil {
+			if searched = cfg.Rescore.calibration(engine); len(searched.SearchBests) != len(searched.Cells) {
+				return nil, fmt.Errorf("oracle: the run to re-score has no search bests for calibration %s (written before they were stored): run the search again", engine)
+			}
 		}
 		starts := slices.Clip(base)
 		for _, o := range cfg.StartFrom {
@@ -323,7 +373,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 				cfg.Progress(OracleProgress{Calibration: ci + 1, Calibrations: len(cfg.Engines), Engine: engine, Step: step, Steps: steps, Name: name})
 			}
 		}
-		tc := TuneConfig{Scenarios: scs, Profile: cfg.Profile, Seed: cfg.Seed, Seeds: seeds, Budget: out.Budget, Parallel: cfg.Parallel,
+		tc := TuneConfig{Scenarios: scs, Profile: cfg.Profile, Seed: cfg.Seed, Seeds: seeds, Budget: budget, Parallel: cfg.Parallel,
 			Progress: func(done, _ int, _ *Evaluated) { report(done, "vector") }}
 		res, err := Tune(ctx, tc, starts)
 		if err != nil {
@@ -338,9 +388,38 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 			pevs = append(pevs, evs[0])
 			report(len(res.Vectors)+i+1, p.Name)
 		}
-		out.Calibrations = append(out.Calibrations, scoreOracle(engine, res, pevs))
+		oc := scoreOracle(engine, res, pevs, searched)
+		if searched != nil {
+			if !slices.Equal(oc.Cells, searched.Cells) {
+				return nil, fmt.Errorf("oracle: calibration %s: the cells %v are not the re-scored run's %v", engine, oc.Cells, searched.Cells)
+			}
+			oc.Vectors, oc.Invalid = searched.Vectors, searched.Invalid
+		}
+		out.Calibrations = append(out.Calibrations, oc)
 	}
 	return out, nil
+}
+
+// rescoreOf checks that r is a search run cfg can re-score (same
+// scorers, guard, seeds and duration; RunOracle checks the scenarios) and carries its search
+// fields into o.
+func (o *OracleFile) rescoreOf(r *OracleFile, cfg OracleConfig) error {
+	switch {
+	case cfg.HeldBack != nil || len(cfg.StartFrom) > 0:
+		return fmt.Errorf("oracle: a re-score neither searches nor checks held-back seeds: drop the held-back run and the runs to start from")
+	case r.HeldBack != "":
+		return fmt.Errorf("oracle: the run to re-score is a held-back check (of %q); re-score its search run", r.HeldBack)
+	case !slices.Equal(r.Scorers, o.Scorers):
+		return fmt.Errorf("oracle: the re-scored run's scorers %v are not the profile's %v: run the search again", r.Scorers, o.Scorers)
+	case r.Guard != o.Guard:
+		return fmt.Errorf("oracle: the re-scored run's guard %+v is not the profile's %+v: its vectors ran under another scheduler.guard; run the search again", r.Guard, o.Guard)
+	case !slices.Equal(r.Seeds, o.Seeds):
+		return fmt.Errorf("oracle: the re-scored run's seeds are %v, not %v: a re-score runs on the search's seeds", r.Seeds, o.Seeds)
+	case r.Duration != o.Duration:
+		return fmt.Errorf("oracle: the re-scored run's duration is %q, not %q (\"\": the scenarios' own)", r.Duration, o.Duration)
+	}
+	o.Budget, o.StartedFrom, o.RescoreOf = r.Budget, r.StartedFrom, r.Command
+	return nil
 }
 
 // oracleOf returns the oracle vector of engine's column (n weights).
@@ -382,9 +461,27 @@ func (o *OracleFile) startOf(engine string, scorers []string) (Candidate, bool) 
 }
 
 // scoreOracle scores the search's vectors and the policies against the
-// per-cell bests over all of them; the oracle is the best-scoring vector.
-func scoreOracle(engine string, res *TuneResult, pols []*Evaluated) OracleCalibration {
+// per-cell bests over all of them and, with searched, over searched's
+// SearchBests; the oracle is the best-scoring vector.
+func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *OracleCalibration) OracleCalibration {
+	bests := searchBests(res)
+	if searched != nil {
+		for i := range min(len(bests), len(searched.SearchBests)) {
+			b, c := &bests[i], searched.SearchBests[i]
+			if c.TTFTP99 > 0 && (b.TTFTP99 == 0 || c.TTFTP99 < b.TTFTP99) {
+				b.TTFTP99 = c.TTFTP99
+			}
+			b.TokPerSec = max(b.TokPerSec, c.TokPerSec)
+		}
+	}
 	all := &TuneResult{Cells: res.Cells, Vectors: append(slices.Clone(res.Vectors), pols...)}
+	if searched != nil {
+		sb := &Evaluated{Candidate: Candidate{Name: "search-bests"}}
+		for _, b := range bests {
+			sb.TTFTP99, sb.TokPerSec = append(sb.TTFTP99, b.TTFTP99), append(sb.TokPerSec, b.TokPerSec)
+		}
+		all.Vectors = append(all.Vectors, sb)
+	}
 	cells := make([]int, len(res.Cells))
 	for i := range cells {
 		cells[i] = i
@@ -397,7 +494,7 @@ func scoreOracle(engine string, res *TuneResult, pols []*Evaluated) OracleCalibr
 		}
 		return e
 	}
-	oc := OracleCalibration{Engine: engine, Cells: res.Cells, Vectors: len(res.Vectors), Invalid: res.Invalid}
+	oc := OracleCalibration{Engine: engine, Cells: res.Cells, Vectors: len(res.Vectors), Invalid: res.Invalid, SearchBests: bests}
 	best := math.Inf(-1)
 	for _, ev := range res.Vectors {
 		if e := entry(ev); e.Score > best {
@@ -418,6 +515,20 @@ func scoreOracle(engine string, res *TuneResult, pols []*Evaluated) OracleCalibr
 		oc.Policies = append(oc.Policies, e)
 	}
 	return oc
+}
+
+// searchBests returns the per-cell bests over res's vectors.
+func searchBests(res *TuneResult) []CellBest {
+	bests := make([]CellBest, len(res.Cells))
+	for i := range bests {
+		for _, ev := range res.Vectors {
+			if t := ev.TTFTP99[i]; t > 0 && (bests[i].TTFTP99 == 0 || t < bests[i].TTFTP99) {
+				bests[i].TTFTP99 = t
+			}
+			bests[i].TokPerSec = max(bests[i].TokPerSec, ev.TokPerSec[i])
+		}
+	}
+	return bests
 }
 
 func at(v []float64, i int) float64 {
@@ -461,6 +572,9 @@ func ParseOracleFile(data []byte) (*OracleFile, error) {
 			if len(e.Cells) != len(c.Cells) {
 				return nil, fmt.Errorf("oracle.json: calibrations[%s].%s: %d cells, want %d", c.Engine, e.Name, len(e.Cells), len(c.Cells))
 			}
+		}
+		if len(c.SearchBests) != 0 && len(c.SearchBests) != len(c.Cells) {
+			return nil, fmt.Errorf("oracle.json: calibrations[%s].search_bests: %d cells, want %d", c.Engine, len(c.SearchBests), len(c.Cells))
 		}
 	}
 	return &o, nil

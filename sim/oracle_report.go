@@ -272,6 +272,9 @@ func (o *OracleFile) WriteMarkdown(w io.Writer) error {
 	pr := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	pr("# trimtab sim oracle\n\n`%s`\n\nCommit %s, %s. %s; scenarios %s.\n\n", o.Command, o.Commit, o.Date,
 		strings.ToUpper(o.seedRange()[:1])+o.seedRange()[1:], strings.Join(o.Scenarios, ", "))
+	if o.RescoreOf != "" {
+		pr("**A re-score** of the search run `%s`: each calibration's oracle vector and the policies ran again on its seeds, and the per-cell bests include those of the vectors it searched (stored in its oracle.json), so every score reads as in that run.\n\n", o.RescoreOf)
+	}
 	pr("%s\n\n## Score ÷ the oracle's score, per calibration\n\n", o.method())
 	o.ratioTable(&b, nil)
 	pr("\n## The oracles\n\n| calibration | weights | score | worst | mean | vectors |\n|---|---|---:|---:|---:|---:|\n")

@@ -43,7 +43,7 @@ func TestScoreOracle(t *testing.T) {
 		t.Fatalf("search alone: best %s, v2 score %v; want v2, 0.6875", res.Vectors[res.Best].Name, res.Vectors[1].Score)
 	}
 	p := evaluated("p", []float64{50, 400}, []float64{100, 50})
-	oc := scoreOracle("e", res, []*Evaluated{p})
+	oc := scoreOracle("e", res, []*Evaluated{p}, nil)
 	if oc.Oracle.Name != "v1" || oc.Oracle.Score != 0.5625 || oc.Oracle.Worst != 0.5 || oc.Oracle.Mean != 0.625 || oc.Oracle.Ratio != 1 {
 		t.Errorf("oracle %+v, want v1 score 0.5625 worst 0.5 mean 0.625 ratio 1", oc.Oracle)
 	}
@@ -53,6 +53,27 @@ func TestScoreOracle(t *testing.T) {
 	}
 	if oc.Vectors != 2 || len(got.Cells) != 2 || got.Cells[1].TTFTP99 != 400 {
 		t.Errorf("calibration %+v", oc)
+	}
+	// The search bests are over the vectors alone (p's TTFT 50 is not
+	// one): TTFT 100, 100; tok/s 100, 100.
+	if want := []CellBest{{100, 100}, {100, 100}}; !slices.Equal(oc.SearchBests, want) {
+		t.Errorf("search bests %v, want %v", oc.SearchBests, want)
+	}
+	// Re-scored against stored bests better than every run here (TTFT
+	// 25 on c0, 150 on c1, tok/s 200 on c1), with v1 alone run again
+	// (bests over v1, p and the stored: TTFT 25, 150; tok/s 100, 200):
+	//	p:  TTFT 25/50 = 0.5, 150/400 = 0.375; tok 1, 50/200 = 0.25
+	//	    worst 0.25, mean 2.125/4 = 0.53125, score 0.390625
+	//	v1: TTFT 25/100 = 0.25, 150/200 = 0.75; tok 0.5, 0.5
+	//	    worst 0.25, mean 0.5, score 0.375
+	// p's ratio 0.390625/0.375.
+	one := &TuneResult{ScenarioBest: map[string]int{}, Cells: res.Cells, Vectors: res.Vectors[:1]}
+	re := scoreOracle("e", one, []*Evaluated{p}, &OracleCalibration{SearchBests: []CellBest{{25, 50}, {150, 200}}})
+	if re.Oracle.Score != 0.375 || re.Policies[0].Score != 0.390625 || math.Abs(re.Policies[0].Ratio-0.390625/0.375) > 1e-12 {
+		t.Errorf("re-scored: oracle %+v, policy %+v; want scores 0.375 and 0.390625", re.Oracle, re.Policies[0])
+	}
+	if want := []CellBest{{25, 50}, {150, 200}}; !slices.Equal(re.SearchBests, want) {
+		t.Errorf("re-scored search bests %v, want %v (the stored ones merged with v1's)", re.SearchBests, want)
 	}
 }
 
@@ -266,6 +287,51 @@ func TestRunOracle(t *testing.T) {
 	for i, c := range h.Calibrations {
 		if c.Vectors != 1 || !slices.Equal(c.Oracle.Weights, o.Calibrations[i].Oracle.Weights) || c.Oracle.Ratio != 1 || len(c.Policies) != 3 {
 			t.Errorf("%s held back: %d vectors, oracle %v (seed 1's %v, ratio %v), %d policies", c.Engine, c.Vectors, c.Oracle.Weights, o.Calibrations[i].Oracle.Weights, c.Oracle.Ratio, len(c.Policies))
+		}
+	}
+	// A re-score runs the policies again on the search's seeds against
+	// its stored bests: the same scores as the search, with no search
+	// (2 calibrations × (the oracle vector + 3 policies) steps).
+	rc := cfg
+	rc.Rescore, steps = o, 0
+	r, err := RunOracle(context.Background(), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps != 2*(1+3) || r.RescoreOf != o.Command || r.Budget != o.Budget || r.HeldBack != "" || r.Duration != "40s" {
+		t.Errorf("re-score: %d steps, of %q, budget %d, held back %q, duration %q", steps, r.RescoreOf, r.Budget, r.HeldBack, r.Duration)
+	}
+	for i, c := range r.Calibrations {
+		s := o.Calibrations[i]
+		if c.Vectors != s.Vectors || !slices.Equal(c.SearchBests, s.SearchBests) || c.Oracle.Score != s.Oracle.Score {
+			t.Errorf("%s re-scored: %d vectors (search %d), bests %v (%v), oracle score %v (%v)", c.Engine, c.Vectors, s.Vectors, c.SearchBests, s.SearchBests, c.Oracle.Score, s.Oracle.Score)
+		}
+		for j, p := range c.Policies {
+			if p.Score != s.Policies[j].Score || p.Ratio != s.Policies[j].Ratio {
+				t.Errorf("%s re-scored %s: score %v ratio %v, the search's %v %v", c.Engine, p.Name, p.Score, p.Ratio, s.Policies[j].Score, s.Policies[j].Ratio)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*OracleConfig)
+		want string
+	}{
+		{"a held-back check", func(c *OracleConfig) { c.Rescore = h }, "is a held-back check"},
+		{"other seeds", func(c *OracleConfig) { c.Seed = 2 }, "seeds"},
+		{"another duration", func(c *OracleConfig) { c.Duration = time.Minute }, "duration"},
+		{"with held-back", func(c *OracleConfig) { c.HeldBack = o }, "neither searches"},
+		{"no bests", func(c *OracleConfig) {
+			old := *o
+			old.Calibrations = slices.Clone(o.Calibrations)
+			old.Calibrations[1].SearchBests = nil
+			c.Rescore = &old
+		}, "no search bests for calibration l4-24gb-llama-3.1-8b"},
+	} {
+		bad := rc
+		tc.edit(&bad)
+		if _, err := RunOracle(context.Background(), bad); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("re-score of %s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
 	missing := held

@@ -33,6 +33,7 @@ func newSimOracleCmd() *cobra.Command {
 		commit    string
 		heldBack  string
 		startFrom []string
+		rescore   string
 	)
 	cmd := &cobra.Command{
 		Use:   "oracle [--engines a,b] [--policies a,b] [--seeds K] [--budget N] --out DIR",
@@ -59,6 +60,13 @@ alone. Run the search on seeds 1–3 and the held-back check on seeds 4–6.
 of earlier runs, matched to this search's scorers by name, so a search whose
 baselines moved (a new trade shape) cannot end weaker than an oracle found
 before for want of starting near it. Pass the calibration's last search run.
+
+--rescore DIR runs the policies of an earlier search run (DIR/oracle.json)
+again on its seeds, scenarios and duration and scores them against the
+per-cell bests over its searched vectors, stored in it, and the policies:
+the search's scoring without its search, for a profile that changed since.
+The oracle vector runs again beside them. A held-back check of the result
+(--held-back on the new directory) follows as for a search.
 
 The default suite is ` + strings.Join(sim.OracleSuite, ", ") + `;
 "--scenario all" runs every shipped scenario. Calibrations: ` + strings.Join(sim.EngineNames(), ", ") + `
@@ -109,6 +117,22 @@ docs/benchmarks.md.`,
 					return err
 				}
 			}
+			var re *sim.OracleFile
+			if rescore != "" {
+				if re, err = readOracleFlag("rescore", rescore); err != nil {
+					return err
+				}
+				if held != nil || len(startFrom) > 0 {
+					return fmt.Errorf("--rescore: a re-score neither searches (--start-from) nor checks held-back seeds (--held-back); drop them")
+				}
+				if len(re.Seeds) == 0 {
+					return fmt.Errorf("--rescore: %s names no seeds", rescore)
+				}
+				fl := cmd.Flags()
+				if !fl.Changed("seed") && !fl.Changed("seeds") {
+					seed, seeds = re.Seeds[0], len(re.Seeds)
+				}
+			}
 			var starts []*sim.OracleFile
 			for _, p := range startFrom {
 				o, err := readOracleFlag("start-from", p)
@@ -130,7 +154,7 @@ docs/benchmarks.md.`,
 			defer stop()
 			stderr, start := cmd.ErrOrStderr(), time.Now()
 			o, err := sim.RunOracle(ctx, sim.OracleConfig{Scenarios: scenarios, Duration: duration, Engines: engines, Policies: pols,
-				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel, HeldBack: held, StartFrom: starts,
+				Profile: f, Seed: seed, Seeds: seeds, Budget: budget, Parallel: parallel, HeldBack: held, StartFrom: starts, Rescore: re,
 				Progress: func(p sim.OracleProgress) { oracleProgress(stderr, start, p) }})
 			if err != nil {
 				return err
@@ -161,6 +185,7 @@ docs/benchmarks.md.`,
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.StringVar(&commit, "commit", "", "commit the results are stamped with (default: git describe --always --dirty, else unknown)")
 	fl.StringVar(&heldBack, "held-back", "", "score the oracle vectors of this earlier run (its directory or oracle.json) instead of searching")
+	fl.StringVar(&rescore, "rescore", "", "run the policies of this earlier search run (its directory or oracle.json) again on its seeds and score them against its stored search bests")
 	fl.StringSliceVar(&startFrom, "start-from", nil, "also start the search from the oracle vectors of this earlier run (its directory or oracle.json; repeatable)")
 	return cmd
 }

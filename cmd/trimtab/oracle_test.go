@@ -105,6 +105,45 @@ func TestSimOracle(t *testing.T) {
 		t.Errorf("held-back run: held back %q (want %q), %d vectors, oracle %v (want %v)", h.HeldBack, o.Command, h.Calibrations[1].Vectors,
 			h.Calibrations[1].Oracle.Weights, o.Calibrations[1].Oracle.Weights)
 	}
+	// The re-score: the search run's policies again on its seeds (taken
+	// from its oracle.json), scored as the search scored them.
+	re := t.TempDir()
+	log, err = runRoot(t, "sim", "oracle", "--scenario", "small-pool-burst", "--duration", "30s",
+		"--engines", engines, "--policies", "adaptive,guard-only,llmd-token-load", "--commit", "test", "--parallel", "2", "--rescore", out, "--out", re)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	r, err := sim.ReadOracleFile(filepath.Join(re, "oracle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RescoreOf != o.Command || !slices.Equal(r.Seeds, o.Seeds) || r.Budget != o.Budget {
+		t.Errorf("re-score: of %q (want %q), seeds %v (%v), budget %d (%d)", r.RescoreOf, o.Command, r.Seeds, o.Seeds, r.Budget, o.Budget)
+	}
+	for i, c := range r.Calibrations {
+		for j, p := range c.Policies {
+			if want := o.Calibrations[i].Policies[j]; p.Score != want.Score {
+				t.Errorf("re-scored %s %s: score %v, the search's %v", c.Engine, p.Name, p.Score, want.Score)
+			}
+		}
+	}
+	if md, _ := os.ReadFile(filepath.Join(re, "oracle.md")); !bytes.Contains(md, []byte("**A re-score** of the search run")) {
+		t.Errorf("re-score oracle.md:\n%s", md)
+	}
+	for _, bad := range [][]string{
+		{"--rescore", out, "--held-back", out},
+		{"--rescore", out, "--duration", "20s"},
+		{"--rescore", held},
+		{"--rescore", filepath.Join(out, "missing")},
+	} {
+		args := append([]string{"sim", "oracle", "--scenario", "small-pool-burst", "--engines", engines, "--policies", "adaptive", "--out", t.TempDir()}, bad...)
+		if !slices.Contains(bad, "--duration") {
+			args = append(args, "--duration", "30s")
+		}
+		if _, err := runRoot(t, args...); err == nil || !strings.Contains(err.Error(), "re-score") && !strings.Contains(err.Error(), "--rescore") {
+			t.Errorf("%v: %v, want a re-score error", bad, err)
+		}
+	}
 	if _, err := runRoot(t, "sim", "oracle", "--held-back", filepath.Join(out, "missing"), "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--held-back") {
 		t.Errorf("a missing --held-back run: %v", err)
 	}
