@@ -11,11 +11,12 @@ import (
 // through the ladder of shared prefixes on the A100 8B calibration, whose
 // 1M tokens of group prefixes overflow sixteen pods' 2.3M tokens of KV:
 // the prefix index fills past adaptive.fill.on (0.8) after the first
-// minute and the fill law adds time-cost 1 to the calm weights (exactly 1:
-// the trade law, which never moves on a pool of equals, would give 4 or
-// more). On the H100 8B's hot-prefix burst at each level and the Qwen 7B's
-// at the highest, whose pods hold every prefix with room to spare, it
-// never does: time-cost stays at the profile's 0 at every sample.
+// minute and the fill law adds pending-prefill 2 to the calm weights' 2
+// (exactly 4 at the end; time-cost stays 0: the trade law, which never
+// moves on a pool of equals, would add it). On the H100 8B's hot-prefix
+// burst at each level and the Qwen 7B's at the highest, whose pods hold
+// every prefix with room to spare, it never does: pending-prefill stays
+// at the profile's 2 at every sample.
 func TestFillLaw(t *testing.T) {
 	for _, tc := range []struct {
 		engine, scenario string
@@ -29,15 +30,17 @@ func TestFillLaw(t *testing.T) {
 		{"h100-80gb-qwen2.5-7b", "hot-prefix-burst-open", 40, false},
 	} {
 		t.Run(fmt.Sprintf("%s/%s@%g", tc.engine, tc.scenario, tc.level), func(t *testing.T) {
-			w := scorerWeights(t, tc.engine, tc.scenario, tc.level, 3*time.Minute, "time-cost", tradeCost)
-			first, last := w[0].first, w[0].last
+			w := scorerWeights(t, tc.engine, tc.scenario, tc.level, 3*time.Minute, "pending-prefill", "time-cost", tradeCost)
+			pp := w[0]
 			switch {
-			case w[1].first >= 0:
-				t.Errorf("trade-cost weight > 0 from %v s on a pool of equals, want 0 throughout (the fill law adds time-cost)", w[1].first)
-			case tc.adds && (math.Abs(last-1) > 1e-9 || first < 60):
-				t.Errorf("time-cost weight first > 0 at %v s, last %v; want 1 from after the first minute (the fill law's add)", first, last)
-			case !tc.adds && first >= 0:
-				t.Errorf("time-cost weight > 0 from %v s on a pool with room, want 0 throughout", first)
+			case w[1].first >= 0 || w[2].first >= 0:
+				t.Errorf("time-cost weight > 0 from %v s, trade-cost from %v s on a pool of equals, want 0 throughout (the fill law adds pending-prefill)", w[1].first, w[2].first)
+			case pp.start != 2:
+				t.Errorf("pending-prefill weight %v at the first sample, want the calm weights' 2", pp.start)
+			case tc.adds && (math.Abs(pp.last-4) > 1e-9 || pp.rise < 60):
+				t.Errorf("pending-prefill weight first above 2 at %v s, last %v; want 4 from after the first minute (the fill law's add)", pp.rise, pp.last)
+			case !tc.adds && pp.rise >= 0:
+				t.Errorf("pending-prefill weight above 2 from %v s on a pool with room, want 2 throughout", pp.rise)
 			}
 		})
 	}

@@ -37,9 +37,11 @@ func TestTradeLaw(t *testing.T) {
 	}
 }
 
-// weightSpan is when a scorer's weight was first above 0 (−1: never) and
-// its weight at the end.
-type weightSpan struct{ first, last float64 }
+// weightSpan is when a scorer's weight was first above 0 and, in calm,
+// first above its weight at the first sample (−1: never; the herd loop's
+// rebalance raises the load scorers outside calm), and its weights at
+// the first sample and at the end.
+type weightSpan struct{ first, rise, start, last float64 }
 
 // scorerWeights runs the shipped adaptive profile on scenario at level
 // for dur on engine (seed 1) and returns the weight span of each named
@@ -68,13 +70,16 @@ func scorerWeights(t *testing.T, engine, scenario string, level float64, dur tim
 		if i < 0 {
 			t.Fatalf("no %s scorer in the timeline's %v", name, tl.Scorers)
 		}
-		sp := weightSpan{first: -1, last: tl.Weights[i][len(tl.T)-1]}
+		sp := weightSpan{first: -1, rise: -1, start: tl.Weights[i][0], last: tl.Weights[i][len(tl.T)-1]}
 		for j, w := range tl.Weights[i] {
 			if w > 0 && sp.first < 0 {
 				sp.first = tl.T[j]
 			}
+			if w > sp.start+1e-9 && sp.rise < 0 && tl.Mode[j] == "calm" {
+				sp.rise = tl.T[j]
+			}
 		}
-		t.Logf("%s %s@%g: %s weight first > 0 at %v s, last %.3f", engine, scenario, level, name, sp.first, sp.last)
+		t.Logf("%s %s@%g: %s weight first > 0 at %v s, above its first %.3f in calm at %v s, last %.3f", engine, scenario, level, name, sp.first, sp.start, sp.rise, sp.last)
 		out = append(out, sp)
 	}
 	return out
