@@ -15,8 +15,8 @@ import (
 // prefix's requests keep to the pods that hold it and any pod can take a
 // new one; once they are full, every new copy evicts another prefix, the
 // pods holding a prefix are the only cheap places for its requests, and
-// which of them a request waits least on — seconds of prefill queued
-// ahead, the time-cost scorer — decides its time to first token. The
+// which of them has the least prefill queued ahead decides a request's
+// time to first token (configs/adaptive.yaml adds pending-prefill). The
 // input is the prefix index's fill (scheduler.FillReporter): the share of
 // each endpoint's cache the router's index holds, which counts the blocks
 // a server keeps after their requests finished, as its scraped KV-cache

@@ -12,8 +12,8 @@ import (
 // 1M tokens of group prefixes overflow sixteen pods' 2.3M tokens of KV:
 // the prefix index fills past adaptive.fill.on (0.8) after the first
 // minute and the fill law adds pending-prefill 2 to the calm weights' 2
-// (exactly 4 at the end; time-cost stays 0: the trade law, which never
-// moves on a pool of equals, would add it). On the H100 8B's hot-prefix
+// (exactly 4 at the end; time-cost and trade-cost stay 0: the trade law,
+// which never moves on a pool of equals, would add trade-cost). On the H100 8B's hot-prefix
 // burst at each level and the Qwen 7B's at the highest, whose pods hold
 // every prefix with room to spare, it never does: pending-prefill stays
 // at the profile's 2 at every sample.

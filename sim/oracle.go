@@ -358,9 +358,7 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 			base = []Candidate{{Name: "oracle", Weights: w}}
 		}
 		if cfg.Rescore != nil {
-			if searched = cfg.Rescore.calibration(engine); len(searched.SearchBests) != len(searched.Cells) {
-				return nil, fmt.Errorf("oracle: the run to re-score has no search bests for calibration %s (written before they were stored): run the search again", engine)
-			}
+			searched = cfg.Rescore.calibration(engine) // oracleOf found the column
 		}
 		starts := slices.Clip(base)
 		for _, o := range cfg.StartFrom {
@@ -413,6 +411,13 @@ func (o *OracleFile) rescoreOf(r *OracleFile, cfg OracleConfig) error {
 		return fmt.Errorf("oracle: the re-scored run's scorers %v are not the profile's %v: run the search again", r.Scorers, o.Scorers)
 	case r.Guard != o.Guard:
 		return fmt.Errorf("oracle: the re-scored run's guard %+v is not the profile's %+v: its vectors ran under another scheduler.guard; run the search again", r.Guard, o.Guard)
+	}
+	for _, c := range r.Calibrations {
+		if len(c.SearchBests) != len(c.Cells) {
+			return fmt.Errorf("oracle: the run to re-score has no search bests for calibration %s (written before they were stored): run the search again", c.Engine)
+		}
+	}
+	switch {
 	case !slices.Equal(r.Seeds, o.Seeds):
 		return fmt.Errorf("oracle: the re-scored run's seeds are %v, not %v: a re-score runs on the search's seeds", r.Seeds, o.Seeds)
 	case r.Duration != o.Duration:
@@ -427,12 +432,12 @@ func (o *OracleFile) oracleOf(engine string, n int) ([]float64, error) {
 	for _, c := range o.Calibrations {
 		if c.Engine == engine {
 			if len(c.Oracle.Weights) != n {
-				return nil, fmt.Errorf("oracle: the held-back run's oracle for %s has %d weights, want %d", engine, len(c.Oracle.Weights), n)
+				return nil, fmt.Errorf("oracle: the earlier run's oracle for %s has %d weights, want %d", engine, len(c.Oracle.Weights), n)
 			}
 			return slices.Clone(c.Oracle.Weights), nil
 		}
 	}
-	return nil, fmt.Errorf("oracle: the held-back run has no column for calibration %s", engine)
+	return nil, fmt.Errorf("oracle: the earlier run has no column for calibration %s", engine)
 }
 
 // startOf returns the oracle vector of engine's column as a starting
@@ -461,8 +466,10 @@ func (o *OracleFile) startOf(engine string, scorers []string) (Candidate, bool) 
 }
 
 // scoreOracle scores the search's vectors and the policies against the
-// per-cell bests over all of them and, with searched, over searched's
-// SearchBests; the oracle is the best-scoring vector.
+// per-cell bests over all of them and, with searched (a re-score), over
+// searched's SearchBests and the stored cells of its policies not among
+// pols, so the table scored is the search's; the oracle is the
+// best-scoring vector.
 func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *OracleCalibration) OracleCalibration {
 	bests := searchBests(res)
 	if searched != nil {
@@ -481,6 +488,16 @@ func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *Or
 			sb.TTFTP99, sb.TokPerSec = append(sb.TTFTP99, b.TTFTP99), append(sb.TokPerSec, b.TokPerSec)
 		}
 		all.Vectors = append(all.Vectors, sb)
+		for _, p := range searched.Policies {
+			if slices.ContainsFunc(pols, func(ev *Evaluated) bool { return ev.Name == p.Name }) || len(p.Cells) != len(res.Cells) {
+				continue
+			}
+			st := &Evaluated{Candidate: Candidate{Name: p.Name}}
+			for _, c := range p.Cells {
+				st.TTFTP99, st.TokPerSec = append(st.TTFTP99, c.TTFTP99), append(st.TokPerSec, c.TokPerSec)
+			}
+			all.Vectors = append(all.Vectors, st)
+		}
 	}
 	cells := make([]int, len(res.Cells))
 	for i := range cells {

@@ -194,7 +194,8 @@ type OracleRun struct {
 }
 
 // RenderOracleTable renders a table of oracle runs, one row per
-// calibration: its search run (no HeldBack) and, when there is one, the
+// calibration: its search run (no HeldBack; a re-score of it, where
+// there is one, in its place) and, when there is one, the
 // held-back check of the same calibration (a run with HeldBack), each
 // calibration's columns read from the two: adaptive's and guard-only's
 // score ÷ the oracle, the best fixed policy (every policy but adaptive),
@@ -225,7 +226,14 @@ func RenderOracleTable(runs []OracleRun, command string) (string, error) {
 				dst, kind = &w.check, "held-back"
 			}
 			if *dst != nil {
-				return "", fmt.Errorf("calibration %s: a second %s run (%s)", c.Engine, kind, r.Link)
+				// A re-score supersedes the search it re-scored.
+				switch {
+				case kind == "search" && r.File.RescoreOf != "" && r.File.RescoreOf == (*dst).Command:
+				case kind == "search" && (*dst).RescoreOf != "" && (*dst).RescoreOf == r.File.Command:
+					continue
+				default:
+					return "", fmt.Errorf("calibration %s: a second %s run (%s)", c.Engine, kind, r.Link)
+				}
 			}
 			*dst = r.File
 			if kind == "search" {

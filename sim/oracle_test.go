@@ -75,6 +75,17 @@ func TestScoreOracle(t *testing.T) {
 	if want := []CellBest{{25, 50}, {150, 200}}; !slices.Equal(re.SearchBests, want) {
 		t.Errorf("re-scored search bests %v, want %v (the stored ones merged with v1's)", re.SearchBests, want)
 	}
+	// The stored cells of the search's policies count where they are not
+	// run again: q's TTFT 20 on c0 is the best there (p: 20/50 = 0.4,
+	// 0.375; tok 1, 0.25: worst 0.25, mean 2.025/4, score 0.378125); the
+	// stored p is p's earlier run and does not count (its TTFT 1 would).
+	stored := &OracleCalibration{SearchBests: []CellBest{{25, 50}, {150, 200}}, Policies: []OracleEntry{
+		{Name: "q", Cells: []CellStats{{TTFTP99: 20, TokPerSec: 10}, {TTFTP99: 1000, TokPerSec: 10}}},
+		{Name: "p", Cells: []CellStats{{TTFTP99: 1, TokPerSec: 10}, {TTFTP99: 1000, TokPerSec: 10}}},
+	}}
+	if re := scoreOracle("e", one, []*Evaluated{p}, stored); math.Abs(re.Policies[0].Score-0.378125) > 1e-12 || !slices.Equal(re.SearchBests, []CellBest{{25, 50}, {150, 200}}) {
+		t.Errorf("re-scored beside stored policies: policy score %v, want 0.378125; search bests %v (the vectors' only)", re.Policies[0].Score, re.SearchBests)
+	}
 }
 
 // TestCompareCells checks the cell verdicts: adaptive ÷ other − 1 per
@@ -531,6 +542,24 @@ func TestRenderOracleTable(t *testing.T) {
 	}
 	if _, err := RenderOracleTable([]OracleRun{{File: search, Link: "x"}, {File: search, Link: "y"}}, "c"); err == nil || !strings.Contains(err.Error(), "second search run") {
 		t.Errorf("two search runs: %v", err)
+	}
+	// A re-score of the search takes its place, in either order, and
+	// a check of the re-score pairs with it.
+	rescored := oracleFixture(1, 125)
+	rescored.Command, rescored.RescoreOf = search.Command+" --rescore r/both-13", search.Command
+	rescored.Calibrations[0].Policies[0].Ratio = 0.96
+	recheck := *check
+	recheck.HeldBack = rescored.Command
+	for _, order := range [][]*OracleFile{{search, rescored, &recheck}, {rescored, search, &recheck}} {
+		var rs []OracleRun
+		for _, f := range order {
+			link := map[*OracleFile]string{search: "r/both-13/oracle.md", rescored: "r/re-13/oracle.md", &recheck: "r/e1-46/oracle.md"}[f]
+			rs = append(rs, OracleRun{File: f, Link: link})
+		}
+		got, err := RenderOracleTable(rs, "c")
+		if err != nil || !strings.Contains(got, "| [e1](r/re-13/oracle.md) | 0.960 (0.970) |") {
+			t.Errorf("a search and its re-score (%v):\n%s", err, got)
+		}
 	}
 	// A check of an earlier search (its oracle chosen by another run).
 	stale := *check

@@ -62,11 +62,14 @@ baselines moved (a new trade shape) cannot end weaker than an oracle found
 before for want of starting near it. Pass the calibration's last search run.
 
 --rescore DIR runs the policies of an earlier search run (DIR/oracle.json)
-again on its seeds, scenarios and duration and scores them against the
-per-cell bests over its searched vectors, stored in it, and the policies:
-the search's scoring without its search, for a profile that changed since.
-The oracle vector runs again beside them. A held-back check of the result
-(--held-back on the new directory) follows as for a search.
+again — its calibrations, scenarios, duration, seeds and built-in policies
+unless given — and scores them against the per-cell bests over its searched
+vectors (stored in it), the policies run and the stored cells of its policies
+not run: the search's scoring without its search, for a profile that changed
+since. The oracle vector runs again beside them and stays the oracle (another
+searched vector might now score higher; the search would tell). A held-back
+check of the result (--held-back on the new directory) follows as for a
+search.
 
 The default suite is ` + strings.Join(sim.OracleSuite, ", ") + `;
 "--scenario all" runs every shipped scenario. Calibrations: ` + strings.Join(sim.EngineNames(), ", ") + `
@@ -81,6 +84,46 @@ docs/benchmarks.md.`,
 				return fmt.Errorf("--seeds: must be ≥ 1")
 			case budget < 1:
 				return fmt.Errorf("--budget: must be ≥ 1")
+			}
+			var re *sim.OracleFile
+			if rescore != "" {
+				var err error
+				if re, err = readOracleFlag("rescore", rescore); err != nil {
+					return err
+				}
+				if heldBack != "" || len(startFrom) > 0 {
+					return fmt.Errorf("--rescore: a re-score neither searches (--start-from) nor checks held-back seeds (--held-back); drop them")
+				}
+				if len(re.Seeds) == 0 || len(re.Calibrations) == 0 {
+					return fmt.Errorf("--rescore: %s names no seeds or no calibrations", rescore)
+				}
+				fl := cmd.Flags()
+				if !fl.Changed("seed") && !fl.Changed("seeds") {
+					seed, seeds = re.Seeds[0], len(re.Seeds)
+				}
+				if !fl.Changed("scenario") {
+					scenarios = re.Scenarios
+				}
+				if !fl.Changed("duration") && re.Duration != "" {
+					if duration, err = time.ParseDuration(re.Duration); err != nil {
+						return fmt.Errorf("--rescore: %s: duration: %w", rescore, err)
+					}
+				}
+				if !fl.Changed("engines") {
+					engines = nil
+					for _, c := range re.Calibrations {
+						engines = append(engines, c.Engine)
+					}
+				}
+				if !fl.Changed("policies") && !fl.Changed("profile") {
+					policies = nil
+					for _, p := range re.Calibrations[0].Policies {
+						policies = append(policies, p.Name)
+					}
+					if _, err := sim.Policies(policies); err != nil {
+						return fmt.Errorf("--rescore: the re-scored run's policies include one that is not built in (%w): name the policies (--policies, --profile)", err)
+					}
+				}
 			}
 			if len(scenarios) == 0 {
 				scenarios = sim.OracleSuite
@@ -115,22 +158,6 @@ docs/benchmarks.md.`,
 			if heldBack != "" {
 				if held, err = readOracleFlag("held-back", heldBack); err != nil {
 					return err
-				}
-			}
-			var re *sim.OracleFile
-			if rescore != "" {
-				if re, err = readOracleFlag("rescore", rescore); err != nil {
-					return err
-				}
-				if held != nil || len(startFrom) > 0 {
-					return fmt.Errorf("--rescore: a re-score neither searches (--start-from) nor checks held-back seeds (--held-back); drop them")
-				}
-				if len(re.Seeds) == 0 {
-					return fmt.Errorf("--rescore: %s names no seeds", rescore)
-				}
-				fl := cmd.Flags()
-				if !fl.Changed("seed") && !fl.Changed("seeds") {
-					seed, seeds = re.Seeds[0], len(re.Seeds)
 				}
 			}
 			var starts []*sim.OracleFile

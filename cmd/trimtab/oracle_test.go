@@ -105,11 +105,11 @@ func TestSimOracle(t *testing.T) {
 		t.Errorf("held-back run: held back %q (want %q), %d vectors, oracle %v (want %v)", h.HeldBack, o.Command, h.Calibrations[1].Vectors,
 			h.Calibrations[1].Oracle.Weights, o.Calibrations[1].Oracle.Weights)
 	}
-	// The re-score: the search run's policies again on its seeds (taken
-	// from its oracle.json), scored as the search scored them.
+	// The re-score: the search run's policies again on its calibrations,
+	// scenarios, duration and seeds (all taken from its oracle.json),
+	// scored as the search scored them.
 	re := t.TempDir()
-	log, err = runRoot(t, "sim", "oracle", "--scenario", "small-pool-burst", "--duration", "30s",
-		"--engines", engines, "--policies", "adaptive,guard-only,llmd-token-load", "--commit", "test", "--parallel", "2", "--rescore", out, "--out", re)
+	log, err = runRoot(t, "sim", "oracle", "--commit", "test", "--parallel", "2", "--rescore", out, "--out", re)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
@@ -117,7 +117,7 @@ func TestSimOracle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.RescoreOf != o.Command || !slices.Equal(r.Seeds, o.Seeds) || r.Budget != o.Budget {
+	if r.RescoreOf != o.Command || !slices.Equal(r.Seeds, o.Seeds) || r.Budget != o.Budget || r.Duration != "30s" || len(r.Calibrations) != 2 || len(r.Calibrations[0].Policies) != 3 {
 		t.Errorf("re-score: of %q (want %q), seeds %v (%v), budget %d (%d)", r.RescoreOf, o.Command, r.Seeds, o.Seeds, r.Budget, o.Budget)
 	}
 	for i, c := range r.Calibrations {
