@@ -303,23 +303,13 @@ func RunOracle(ctx context.Context, cfg OracleConfig) (*OracleFile, error) {
 // pols, so the table scored is the search's; the oracle is the
 // best-scoring vector.
 func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *OracleCalibration) OracleCalibration {
-	bests := searchBests(res)
-	if searched != nil {
-		for i := range min(len(bests), len(searched.SearchBests)) {
-			b, c := &bests[i], searched.SearchBests[i]
-			if c.TTFTP99 > 0 && (b.TTFTP99 == 0 || c.TTFTP99 < b.TTFTP99) {
-				b.TTFTP99 = c.TTFTP99
-			}
-			b.TokPerSec = max(b.TokPerSec, c.TokPerSec)
-		}
-	}
-	all := &TuneResult{Cells: res.Cells, Vectors: append(slices.Clone(res.Vectors), pols...)}
+	vecs, stored := res.Vectors, []*Evaluated(nil)
 	if searched != nil {
 		sb := &Evaluated{Candidate: Candidate{Name: "search-bests"}}
-		for _, b := range bests {
+		for _, b := range searched.SearchBests {
 			sb.TTFTP99, sb.TokPerSec = append(sb.TTFTP99, b.TTFTP99), append(sb.TokPerSec, b.TokPerSec)
 		}
-		all.Vectors = append(all.Vectors, sb)
+		vecs = append(slices.Clone(res.Vectors), sb)
 		for _, p := range searched.Policies {
 			if slices.ContainsFunc(pols, func(ev *Evaluated) bool { return ev.Name == p.Name }) || len(p.Cells) != len(res.Cells) {
 				continue
@@ -328,9 +318,11 @@ func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *Or
 			for _, c := range p.Cells {
 				st.TTFTP99, st.TokPerSec = append(st.TTFTP99, c.TTFTP99), append(st.TokPerSec, c.TokPerSec)
 			}
-			all.Vectors = append(all.Vectors, st)
+			stored = append(stored, st)
 		}
 	}
+	bests := searchBests(vecs, len(res.Cells))
+	all := &TuneResult{Cells: res.Cells, Vectors: slices.Concat(vecs, pols, stored)}
 	cells := make([]int, len(res.Cells))
 	for i := range cells {
 		cells[i] = i
@@ -366,11 +358,11 @@ func scoreOracle(engine string, res *TuneResult, pols []*Evaluated, searched *Or
 	return oc
 }
 
-// searchBests returns the per-cell bests over res's vectors.
-func searchBests(res *TuneResult) []CellBest {
-	bests := make([]CellBest, len(res.Cells))
+// searchBests returns the per-cell bests over vecs (n cells each).
+func searchBests(vecs []*Evaluated, n int) []CellBest {
+	bests := make([]CellBest, n)
 	for i := range bests {
-		for _, ev := range res.Vectors {
+		for _, ev := range vecs {
 			if t := ev.TTFTP99[i]; t > 0 && (bests[i].TTFTP99 == 0 || t < bests[i].TTFTP99) {
 				bests[i].TTFTP99 = t
 			}
