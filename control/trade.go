@@ -66,20 +66,22 @@ type TradeConfig struct {
 	// BatchOn is the batch cost (the engine's learned seconds per decoding
 	// sequence apart from its context ÷ its step's fixed seconds: the
 	// calibrator's engine decode step) at or above which the pool counts
-	// as decode-bound and the mix moves toward 1 in DecodeWeights' shape,
-	// > BatchOff; 0 (the default, and configs/adaptive.yaml's) leaves the
-	// input out. configs/adaptive-decode.yaml sets 0.1: a decoding
-	// sequence adds a tenth of a step. A model whose KV per token is small
-	// beside its step cost (Qwen2.5-7B on an H100 reads 0.28–0.34 over
-	// most of the oracle suite) pays for every sequence in the batch, and
-	// a request's place in a batch then weighs as much as its cached
-	// prefix; dense models read at most 0.045 short of saturation
-	// (docs/adaptive.md, "A decode-bound engine"). Not on by default: the
-	// decode-bound shape buys end-to-end time with the first token's p99.
+	// as decode-bound (at batchHold evaluations in a row) and the mix
+	// moves toward 1 in DecodeWeights' shape, > BatchOff; 0 (the default)
+	// leaves the input out. configs/adaptive.yaml and adaptive-decode.yaml
+	// set 0.1: a decoding sequence adds a tenth of a step. A model whose KV
+	// per token is small beside its step cost (Qwen2.5-7B on an H100 reads
+	// 0.15–0.34 over the oracle suite) pays for every sequence in the
+	// batch, and a request's place in a batch then weighs as much as its
+	// cached prefix; dense models read at most 0.045 short of saturation
+	// (docs/adaptive.md, "A decode-bound engine"). configs/adaptive.yaml's
+	// shape weighs in-flight requests more; adaptive-decode.yaml's prices
+	// the batch in seconds, which buys end-to-end time with the first
+	// token's p99.
 	BatchOn float64 `mapstructure:"batch_on"`
 	// BatchOff is the batch cost at or below which a decode-bound pool
-	// counts as one of equals again, in [0, BatchOn) (0.06 in
-	// configs/adaptive-decode.yaml).
+	// counts as one of equals again, in [0, BatchOn) (0.06 in the shipped
+	// profiles).
 	BatchOff float64 `mapstructure:"batch_off"`
 	// Step is the largest change of the mix one evaluation makes on a
 	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
@@ -318,6 +320,19 @@ func (c TradeConfig) mixes() []float64 {
 	return out
 }
 
+// batchHold is how many consecutive evaluations must read a learned batch
+// cost at or above batch_on before the pool counts as decode-bound (at
+// the default interval, the third reading 10 s after the first). An
+// engine line read in a transient — the first minute of long contexts,
+// before the window identifies the context term, or a saturated pool
+// whose prefill shares the decode steps — crosses it for one or two
+// evaluations (the A100 8B's Mooncake trace at 2× read 0.16 and 0.46,
+// then 0.04; the L4's 0.15, then 0.002), while a decode-bound engine
+// reads steadily from its first line (the Qwen 7B 0.11–0.34 in the
+// oracle suite's cells: docs/adaptive.md, "In the default profile:
+// in-flight requests weigh 4").
+const batchHold = 3
+
 // TradeState is the law's state between evaluations.
 type TradeState struct {
 	// Mix is where the calm weights sit between the profile's shape (0)
@@ -330,6 +345,14 @@ type TradeState struct {
 	// DecodeBound is the batch cost's hysteresis state: it last crossed
 	// batch_on (true) or batch_off (false, the start).
 	DecodeBound bool `json:"decode_bound,omitempty"`
+	// BatchHeld counts the consecutive evaluations, while not
+	// decode-bound, whose learned batch cost was at or above batch_on;
+	// the pool counts as decode-bound at the batchHold-th. BatchLow is
+	// the lowest of those readings, kept while the pool is decode-bound:
+	// the mix moves at once only when every one of them was twice
+	// batch_on or more.
+	BatchHeld int     `json:"batch_held,omitempty"`
+	BatchLow  float64 `json:"batch_low,omitempty"`
 	// Decode is the shape the mix blends toward: the decode-bound shape
 	// (true) or the trade shape. It changes only at mix 0, so the weights
 	// go back to the profile's before they move toward the other shape.
@@ -356,8 +379,9 @@ type TradeInput struct {
 // Its crossing spread_on makes the pool heterogeneous, crossing spread_off
 // homogeneous again (with fewer than two learned endpoints and a declared
 // spread below spread_on the classification holds). With batch_on set,
-// the learned Batch cost crossing batch_on makes the pool decode-bound,
-// crossing batch_off not (with no learned endpoint it holds). The
+// the learned Batch cost at or above batch_on at batchHold consecutive
+// evaluations makes the pool decode-bound, crossing batch_off not (with
+// no learned endpoint it holds, and so does the count). The
 // mix then moves toward 1 (heterogeneous or decode-bound) or 0 by at most Step, only
 // while the loop is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
@@ -382,9 +406,16 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	} else if in.BatchEndpoints > 0 {
 		switch {
 		case !s.DecodeBound && in.Batch >= c.BatchOn:
-			s.DecodeBound = true
-		case s.DecodeBound && in.Batch <= c.BatchOff:
-			s.DecodeBound = false
+			if s.BatchHeld == 0 || in.Batch < s.BatchLow {
+				s.BatchLow = in.Batch
+			}
+			if s.BatchHeld++; s.BatchHeld >= batchHold {
+				s.DecodeBound, s.BatchHeld = true, 0
+			}
+		case !s.DecodeBound:
+			s.BatchHeld, s.BatchLow = 0, 0
+		case in.Batch <= c.BatchOff:
+			s.DecodeBound, s.BatchLow = false, 0
 		}
 	}
 	// A heterogeneous pool takes the trade shape whatever its batch cost.
@@ -406,11 +437,14 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// seconds decides where each prefix lives.
 		step = 1
 	}
-	if s.Decode && target == 1 && in.Batch >= 2*c.BatchOn {
-		// A learned batch cost twice batch_on or more is no estimate near
+	if s.Decode && target == 1 && min(in.Batch, s.BatchLow) >= 2*c.BatchOn {
+		// A learned batch cost twice batch_on or more, now and at every
+		// reading that made the pool decode-bound, is no estimate near
 		// the threshold to smooth, and the shape of the first seconds
 		// decides where each prefix is copied while caches have room
-		// (only on the way up: every move back is a step).
+		// (only on the way up: every move back is a step). A transient
+		// line rises through the hold (the A100 8B's Mooncake trace at 2×
+		// read 0.21, 0.18, 0.22) and moves the mix a step.
 		step = 1
 	}
 	if target > s.Mix {

@@ -51,10 +51,12 @@ func PrefillSpread(pool []*scheduler.Endpoint, minSamples int) (spread float64, 
 // and a decode sample, and the decode line is blended with the prior by
 // its own count) and has an engine decode step line, of the engine's
 // seconds per decoding sequence apart from its context
-// (EngineDecodeSecondsPerSeq) ÷ its fixed seconds; and how many endpoints
-// that is (0, 0 for none). Apart from the context: a sequence's context
-// costs in any pool whose prompts are long, and only an engine whose
-// sequences cost in themselves gains from spreading the batch.
+// (EngineDecodeBatchSeconds: the engine line's, less the prior's context
+// cost while no window has identified the context term) ÷ its fixed
+// seconds; and how many endpoints that is (0, 0 for none). Apart from the
+// context: a sequence's context costs in any pool whose prompts are long,
+// and only an engine whose sequences cost in themselves gains from
+// spreading the batch.
 func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int) {
 	cals := make([]scheduler.Calibration, 0, len(pool))
 	for _, e := range pool {
@@ -67,7 +69,7 @@ func BatchCost(pool []*scheduler.Endpoint, minSamples int) (cost float64, n int)
 func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n int) {
 	var v []float64
 	for _, c := range cals {
-		f, s := c.EngineDecodeFixedSeconds, c.EngineDecodeSecondsPerSeq
+		f, s := c.EngineDecodeFixedSeconds, c.EngineDecodeBatchSeconds
 		if c.Samples < minSamples || !(f > 0) || !(s >= 0) || math.IsInf(f+s, 0) {
 			continue
 		}

@@ -82,14 +82,33 @@ func TestTradeNext(t *testing.T) {
 		// A declared spread of 1.7 alone is inside the band and says nothing.
 		{"declared in band", TradeState{}, TradeInput{Spread: 1, Endpoints: 0, Declared: 1.7, LoopMode: calm}, TradeState{}, ""},
 		// A pool of equals whose decode line reads 0.28 (a sequence adds
-		// 28 % of a step) ≥ batch_on 0.05: decode-bound, in the
+		// 28 % of a step) ≥ batch_on 0.05: the first and the second such
+		// reading are counted, nothing moves (a transient reads so for
+		// one or two evaluations)...
+		{"first batch reading", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{BatchHeld: 1, BatchLow: 0.28}, ""},
+		{"second batch reading", TradeState{BatchHeld: 1, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.3, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{BatchHeld: 2, BatchLow: 0.28}, ""},
+		// ... one below batch_on forgets them, and an evaluation with
+		// nothing learned keeps the count ...
+		{"transient forgotten", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.04, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{}, ""},
+		{"count holds unlearned", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 0, Declared: 1, LoopMode: calm},
+			TradeState{BatchHeld: 2, BatchLow: 0.28}, ""},
+		// ... and the third makes the pool decode-bound, in the
 		// decode-bound shape; 0.28 ≥ 2 × batch_on, no estimate near the
-		// threshold, so the mix moves at once.
-		{"decode-bound", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
-			TradeState{Mix: 1, DecodeBound: true, Decode: true}, "batch cost 0.28 (learned decode line, 4 endpoints) (decode-bound: crossed batch_on 0.05): mix 0 → 1 toward the decode-bound shape (step 1)"},
+		// threshold, at every reading of the hold, so the mix moves at once.
+		{"decode-bound", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, Decode: true}, "batch cost 0.28 (learned decode line, 4 endpoints) (decode-bound: crossed batch_on 0.05): mix 0 → 1 toward the decode-bound shape (step 1)"},
 		// 0.07 is past batch_on but within twice it: a step at a time.
-		{"decode-bound near the threshold", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.07, BatchEndpoints: 4, LoopMode: calm},
-			TradeState{Mix: 0.25, DecodeBound: true, Decode: true}, "mix 0 → 0.25 toward the decode-bound shape (step 0.25)"},
+		{"decode-bound near the threshold", TradeState{BatchHeld: 2, BatchLow: 0.07}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.07, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.07, Decode: true}, "mix 0 → 0.25 toward the decode-bound shape (step 0.25)"},
+		// 0.28 now, but the hold read 0.07 once: a reading that rose
+		// through the hold moves a step, and so does the next.
+		{"decode-bound rising through the hold", TradeState{BatchHeld: 2, BatchLow: 0.07}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.07, Decode: true}, "mix 0 → 0.25 toward the decode-bound shape (step 0.25)"},
+		{"still a step", TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.07, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.3, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.5, DecodeBound: true, BatchLow: 0.07, Decode: true}, "mix 0.25 → 0.5 toward the decode-bound shape (step 0.25)"},
 		// A dense model's 0.005 stays below: nothing moves.
 		{"dense", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, LoopMode: calm}, TradeState{}, ""},
 		// 0.04 is inside the band (0.03, 0.05): either state holds.
@@ -108,8 +127,8 @@ func TestTradeNext(t *testing.T) {
 		{"decode shape forgotten at 0", TradeState{Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{}, ""},
 		// Heterogeneous and decode-bound: the trade shape (declared 3 moves it at once).
-		{"heterogeneous wins", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
-			TradeState{Mix: 1, Heterogeneous: true, DecodeBound: true}, "mix 0 → 1 toward the trade shape (step 1)"},
+		{"heterogeneous wins", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, DecodeBound: true, BatchLow: 0.28}, "mix 0 → 1 toward the trade shape (step 1)"},
 		// From the trade shape to the decode-bound one: back to the
 		// profile first, a step at a time (a learned spread)...
 		{"trade to decode steps back", TradeState{Mix: 0.25, Heterogeneous: true, DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
@@ -122,8 +141,8 @@ func TestTradeNext(t *testing.T) {
 		{"then to the declared trade shape", TradeState{Heterogeneous: true, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 1, Heterogeneous: true, DecodeBound: true}, "mix 0 → 1 toward the trade shape (step 1)"},
 		// ... then toward the decode-bound shape.
-		{"then to the decode shape", TradeState{DecodeBound: true}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
-			TradeState{Mix: 1, DecodeBound: true, Decode: true}, "mix 0 → 1 toward the decode-bound shape"},
+		{"then to the decode shape", TradeState{DecodeBound: true, BatchLow: 0.28}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, Decode: true}, "mix 0 → 1 toward the decode-bound shape"},
 	}
 	// A reload that turns batch_on off releases a decode-bound state: the
 	// pool is no longer decode-bound and the mix steps back to the profile.
@@ -218,7 +237,7 @@ func TestBatchCost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cals := make([]scheduler.Calibration, len(tt.cals))
 			for i, c := range tt.cals {
-				cals[i] = scheduler.Calibration{EngineDecodeFixedSeconds: c.fixed, EngineDecodeSecondsPerSeq: c.perSeq, Samples: c.samples}
+				cals[i] = scheduler.Calibration{EngineDecodeFixedSeconds: c.fixed, EngineDecodeBatchSeconds: c.perSeq, Samples: c.samples}
 			}
 			got, n := BatchCost(calibrated(t, cals), 20)
 			if !closeTo(got, tt.want, 1e-12) || n != tt.n {

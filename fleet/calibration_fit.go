@@ -332,11 +332,12 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 		// Mooncake trace at 2×, 3 m, seeds 1–3: TTFT p99 +36–43 % with
 		// configs/adaptive-decode.yaml, against +5–6 %).
 		engVoters := votersOf(m, least, func(i int) int { return eps[i].EngineDecodeSamples })
-		var eng [3]float64
+		var eng [4]float64
 		for k, term := range []func(*EndpointCalibration) float64{
 			func(e *EndpointCalibration) float64 { return e.EngineStepFixedSeconds },
 			func(e *EndpointCalibration) float64 { return e.EngineStepPerSeqSeconds },
 			func(e *EndpointCalibration) float64 { return e.EngineStepPerContextTokenSeconds },
+			func(e *EndpointCalibration) float64 { return e.EngineStepBatchSeconds },
 		} {
 			votes = votes[:0]
 			for _, i := range engVoters {
@@ -350,6 +351,7 @@ func (c *Calibrator) poolDecode(eps []EndpointCalibration, class []string) {
 			cal.DecodeFixedSeconds, cal.DecodeSecondsPerSeq = fixed, max(perSeq, 0)
 			if len(engVoters) > 0 {
 				cal.EngineDecodeFixedSeconds, cal.EngineDecodeSecondsPerSeq, cal.EngineDecodeSecondsPerContextToken = eng[0], eng[1], eng[2]
+				cal.EngineDecodeBatchSeconds = eng[3]
 			}
 		}
 	}

@@ -440,16 +440,19 @@ func feedGroups(c *Calibrator, start time.Time, fixed, perSeq, perCtx float64, p
 
 // TestCalibratorKeepsAnIdentifiedContextTerm: before any window
 // identifies the engine's cost per context token, the context is charged
-// to the sequence; a window whose contexts spread identifies it; a later
-// one whose requests all carry the same context keeps it (and so reads
-// the per-sequence term right).
+// to the sequence — and the batch cost's per-sequence seconds take the
+// prior's cost per context token at that context out of it; a window
+// whose contexts spread identifies it; a later one whose requests all
+// carry the same context keeps it (and so reads the per-sequence term
+// right, and the batch cost's seconds are that term).
 func TestCalibratorKeepsAnIdentifiedContextTerm(t *testing.T) {
-	c, err := NewCalibrator(DefaultCalibrationConfig(), newCalTarget(scheduler.Endpoint{Address: "a:1"}), CalibrationDeps{})
+	cfg := DefaultCalibrationConfig()
+	c, err := NewCalibrator(cfg, newCalTarget(scheduler.Endpoint{Address: "a:1"}), CalibrationDeps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const fixed, perSeq, perCtx = 0.0016, 0.00045, 17e-9
-	check := func(when string, identified bool, wantSeq, wantCtx float64) {
+	check := func(when string, identified bool, wantSeq, wantCtx, wantBatch float64) {
 		t.Helper()
 		e := c.Snapshot().Endpoints[0]
 		got := e.Calibration
@@ -459,15 +462,21 @@ func TestCalibratorKeepsAnIdentifiedContextTerm(t *testing.T) {
 				when, e.ContextIdentified, got.EngineDecodeFixedSeconds, got.EngineDecodeSecondsPerSeq, got.EngineDecodeSecondsPerContextToken,
 				identified, fixed, wantSeq, wantCtx)
 		}
+		if math.Abs(got.EngineDecodeBatchSeconds/wantBatch-1) > 0.01 || e.EngineStepBatchSeconds != got.EngineDecodeBatchSeconds {
+			t.Errorf("%s: batch cost's seconds per sequence %v (endpoint's %v), want %v", when, got.EngineDecodeBatchSeconds, e.EngineStepBatchSeconds, wantBatch)
+		}
 	}
 	alike := func(int) int64 { return 2000 }
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at = feedGroups(c, at, fixed, perSeq, perCtx, alike)
-	check("one context, none identified before: charged to the sequence", false, perSeq+perCtx*2005.5, 0)
+	// 450 µs + 17 ns × 2,005.5 = 484 µs per sequence; less the prior's
+	// 80 ns × 2,005.5 for the batch cost: 323.6 µs.
+	prior := cfg.Prior.StepPerContextToken.Seconds()
+	check("one context, none identified before: charged to the sequence", false, perSeq+perCtx*2005.5, 0, perSeq+(perCtx-prior)*2005.5)
 	at = feedGroups(c, at, fixed, perSeq, perCtx, func(g int) int64 { return 500 + int64((g*7)%29)*120 })
-	check("contexts that spread", true, perSeq, perCtx)
+	check("contexts that spread", true, perSeq, perCtx, perSeq)
 	feedGroups(c, at, fixed, perSeq, perCtx, alike)
-	check("then one context again", false, perSeq, perCtx)
+	check("then one context again", false, perSeq, perCtx, perSeq)
 }
 
 func TestCalibrationConfigValidate(t *testing.T) {

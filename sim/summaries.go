@@ -26,7 +26,7 @@ func (r *Result) Summary() report.RunSummary {
 			MeanPromptTokens: e.MeanPromptTokens, UncachedShare: e.UncachedShare, DecodeSecondsPerSeq: e.Calibration.DecodeSecondsPerSeq,
 			DecodeFixedSeconds:       e.Calibration.DecodeFixedSeconds,
 			EngineDecodeFixedSeconds: e.Calibration.EngineDecodeFixedSeconds, EngineDecodeSecondsPerSeq: e.Calibration.EngineDecodeSecondsPerSeq,
-			EngineDecodeSecondsPerContextToken: e.Calibration.EngineDecodeSecondsPerContextToken}
+			EngineDecodeSecondsPerContextToken: e.Calibration.EngineDecodeSecondsPerContextToken, EngineDecodeBatchSeconds: e.Calibration.EngineDecodeBatchSeconds}
 		if i < len(r.CalibrationTruth) && r.CalibrationTruth[i] > 0 {
 			c.TruePrefillTokensPerS = report.Opt(r.CalibrationTruth[i])
 			c.Ratio = report.Opt(c.PrefillTokensPerS / r.CalibrationTruth[i])

@@ -84,3 +84,35 @@ func scorerWeights(t *testing.T, engine, scenario string, level float64, dur tim
 	}
 	return out
 }
+
+// TestDecodeBoundShape runs the shipped adaptive profile where the trade
+// law's batch cost decides: on the Qwen 7B, whose every decoding sequence
+// adds 453 µs to a 1.6 ms step, the pool reads decode-bound within the
+// first minute and in-flight requests weigh 4 instead of 1 in calm; on the
+// A100 8B's Mooncake trace at 2× — 20,000-token contexts, decode steps
+// shared with long prefills — the engine line's per-sequence term holds
+// the context until a window identifies the context term (1.4–3.1 ms per
+// sequence on a 7–13 ms step) and read the pool as decode-bound for up to
+// four evaluations in a row; with the prior's context cost taken out of it
+// the weights never leave the profile's.
+func TestDecodeBoundShape(t *testing.T) {
+	for _, tc := range []struct {
+		engine, scenario string
+		level            float64
+		dur              time.Duration
+		moves            bool
+	}{
+		{"h100-80gb-qwen2.5-7b", "shared-prefix", 125, time.Minute, true},
+		{"a100-40gb-llama-3.1-8b", "mooncake-trace", 2, 0, false},
+	} {
+		t.Run(tc.engine+"/"+tc.scenario, func(t *testing.T) {
+			in := scorerWeights(t, tc.engine, tc.scenario, tc.level, tc.dur, "inflight")[0]
+			switch {
+			case tc.moves && (in.rise < 0 || in.last < 4):
+				t.Errorf("inflight weight rose in calm at %v s, %v at the end; want the decode-bound shape's 4 within the minute", in.rise, in.last)
+			case !tc.moves && in.rise >= 0:
+				t.Errorf("inflight weight above its %v in calm from %v s: a dense engine read as decode-bound", in.start, in.rise)
+			}
+		})
+	}
+}

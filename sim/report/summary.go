@@ -125,6 +125,9 @@ type CalibrationSummary struct {
 	EngineDecodeFixedSeconds           float64 `json:"engine_decode_fixed_seconds"`
 	EngineDecodeSecondsPerSeq          float64 `json:"engine_decode_seconds_per_seq"`
 	EngineDecodeSecondsPerContextToken float64 `json:"engine_decode_seconds_per_context_token"`
+	// EngineDecodeBatchSeconds is the per-sequence term as the trade
+	// law's batch cost reads it (scheduler.Calibration's).
+	EngineDecodeBatchSeconds float64 `json:"engine_decode_batch_seconds"`
 }
 
 // ClassSummary is one class of request in a run. Latencies and goodput
