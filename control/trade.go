@@ -17,9 +17,9 @@ import (
 // shape (mix 1, the profile with Weights written over it) from what the
 // calibrator learned of the pool (docs/adaptive.md, "The trade law"). A
 // pool whose endpoints prefill at rates far apart (two GPU generations,
-// pods of different sizes), or whose engine's decode step grows steeply
-// with its batch, is priced in seconds; a pool of equals keeps the
-// profile. The inputs are the pool's speed spread, fastest ÷ slowest: the
+// pods of different sizes) is priced in seconds; one whose engine's
+// decode step grows steeply with its batch takes a shape that spreads
+// decodes (DecodeWeights); any other pool of equals keeps the profile. The inputs are the pool's speed spread, fastest ÷ slowest: the
 // larger of the declared capacities' (known from the first tick, the same
 // on every replica) and the learned prefill throughputs'
 // (scheduler.Calibration, once two endpoints have enough samples); and its
@@ -66,12 +66,12 @@ type TradeConfig struct {
 	// BatchOn is the batch cost (the engine's learned seconds per decoding
 	// sequence apart from its context ÷ its step's fixed seconds: the
 	// calibrator's engine decode step) at or above which the pool counts
-	// as decode-bound (at batchHold evaluations in a row) and the mix
+	// as decode-bound (at three evaluations in a row) and the mix
 	// moves toward 1 in DecodeWeights' shape, > BatchOff; 0 (the default)
 	// leaves the input out. configs/adaptive.yaml and adaptive-decode.yaml
 	// set 0.1: a decoding sequence adds a tenth of a step. A model whose KV
 	// per token is small beside its step cost (Qwen2.5-7B on an H100 reads
-	// 0.15–0.34 over the oracle suite) pays for every sequence in the
+	// 0.11–0.34 over the oracle suite) pays for every sequence in the
 	// batch, and a request's place in a batch then weighs as much as its
 	// cached prefix; dense models read at most 0.045 short of saturation
 	// (docs/adaptive.md, "A decode-bound engine"). configs/adaptive.yaml's
@@ -330,7 +330,9 @@ func (c TradeConfig) mixes() []float64 {
 // then 0.04; the L4's 0.15, then 0.002), while a decode-bound engine
 // reads steadily from its first line (the Qwen 7B 0.11–0.34 in the
 // oracle suite's cells: docs/adaptive.md, "In the default profile:
-// in-flight requests weigh 4").
+// in-flight requests weigh 4"). The count is of evaluations: at a
+// trade.interval shorter than the calibrator's publishing interval (5 s)
+// the three readings span fewer published lines.
 const batchHold = 3
 
 // TradeState is the law's state between evaluations.
@@ -401,8 +403,9 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	}
 	if c.BatchOn == 0 {
 		// The input is off (a reload may have turned it off): the pool
-		// is not decode-bound, and the mix leaves the decode-bound shape.
-		s.DecodeBound = false
+		// is not decode-bound, the mix leaves the decode-bound shape,
+		// and a hold in progress is forgotten.
+		s.DecodeBound, s.BatchHeld, s.BatchLow = false, 0, 0
 	} else if in.BatchEndpoints > 0 {
 		switch {
 		case !s.DecodeBound && in.Batch >= c.BatchOn:

@@ -109,6 +109,14 @@ func TestTradeNext(t *testing.T) {
 			TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.07, Decode: true}, "mix 0 → 0.25 toward the decode-bound shape (step 0.25)"},
 		{"still a step", TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.07, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.3, BatchEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 0.5, DecodeBound: true, BatchLow: 0.07, Decode: true}, "mix 0.25 → 0.5 toward the decode-bound shape (step 0.25)"},
+		// A hold that read high throughout, but a reading now within twice
+		// batch_on: a step.
+		{"high hold, lower reading", TradeState{Mix: 0.25, DecodeBound: true, BatchLow: 0.28, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.08, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.5, DecodeBound: true, BatchLow: 0.28, Decode: true}, "mix 0.25 → 0.5 toward the decode-bound shape (step 0.25)"},
+		// A heterogeneous pool counts the hold too (the trade shape is in
+		// force whatever the batch cost; the count says what follows it).
+		{"hold while heterogeneous", TradeState{Mix: 1, Heterogeneous: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, BatchHeld: 1, BatchLow: 0.28}, ""},
 		// A dense model's 0.005 stays below: nothing moves.
 		{"dense", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, LoopMode: calm}, TradeState{}, ""},
 		// 0.04 is inside the band (0.03, 0.05): either state holds.
@@ -148,8 +156,13 @@ func TestTradeNext(t *testing.T) {
 	// pool is no longer decode-bound and the mix steps back to the profile.
 	off := cfg
 	off.BatchOn, off.BatchOff = 0, 0
-	if got, why := off.Next(TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm}); got != (TradeState{Mix: 0.75, Decode: true}) || !strings.Contains(why, "mix 1 → 0.75 toward the decode-bound shape") {
+	if got, why := off.Next(TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, LoopMode: calm}); got != (TradeState{Mix: 0.75, Decode: true}) || !strings.Contains(why, "mix 1 → 0.75 toward the decode-bound shape") {
 		t.Errorf("batch_on turned off: state %+v (%q), want mix 0.75 in the decode-bound shape, no longer decode-bound", got, why)
+	}
+	// ... and forgets a hold in progress, so that turning it on again
+	// starts the hold afresh.
+	if got, _ := off.Next(TradeState{BatchHeld: 2, BatchLow: 0.3}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm}); got != (TradeState{}) {
+		t.Errorf("batch_on turned off mid-hold: state %+v, want the hold forgotten", got)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

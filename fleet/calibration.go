@@ -426,6 +426,7 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		}
 		if seqOK {
 			e.eng.perSeq = t.perSeq
+			e.seqCtx = medianOf(perSequence(eb, ecx))
 		}
 		out.ContextIdentified = ctxOK
 		// Fixed and per-sequence blend with the prior like the rest; the
@@ -434,17 +435,20 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		// context.
 		w := min(1, float64(m)/float64(c.cfg.MinSamples))
 		eng = engineTerms{fixed: (1-w)*prior.fixed + w*t.fixed, perSeq: (1-w)*prior.perSeq + w*t.perSeq, perCtx: t.perCtx}
-		// Until a window identifies the context term the fit's
-		// per-sequence term holds the context its sequences carried:
-		// early in the Mooncake trace at 2× the A100 8B's read 1.4–3.1 ms
-		// per sequence on a 7–13 ms step (70 µs and 80 ns per context
-		// token in truth), as decode-bound as the Qwen 7B. The batch cost reads
-		// it less the prior's cost per context token at the window's
-		// median context per sequence; the engine line keeps it whole,
-		// which is right at the context it was read at.
+		// Until a window identifies the context term, a per-sequence
+		// term fitted to the batches holds the context its sequences
+		// carried: early in the Mooncake trace at 2× the A100 8B's read
+		// 1.4–3.1 ms per sequence on a 7–13 ms step (70 µs and 80 ns per
+		// context token in truth), as decode-bound as the Qwen 7B. The
+		// batch cost reads it less the prior's cost per context token
+		// at the median context per sequence of the window that fitted
+		// it; the engine line keeps it whole, which is right at that
+		// context. A per-sequence term that is still the prior's holds
+		// no context (the window's batches were alike: the fixed term
+		// took it), and is read as it is.
 		batchSeq = eng.perSeq
-		if e.eng.perCtx < 0 {
-			batchSeq -= w * prior.perCtx * medianOf(perSequence(eb, ecx))
+		if e.eng.perCtx < 0 && e.eng.perSeq >= 0 {
+			batchSeq -= w * prior.perCtx * e.seqCtx
 		}
 	}
 	out.EngineStepBatchSeconds = max(batchSeq, 0)

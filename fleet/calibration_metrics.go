@@ -15,7 +15,10 @@ var (
 		"What each running request adds to the endpoint's decode step, in seconds: the slope of the step fitted against the batch each request decoded in, its class's median when it has a class of two or more (the prior blended with what was learned).",
 		[]string{"endpoint"}, nil)
 	descCalEnginePerSeq = prometheus.NewDesc("trimtab_fleet_calibration_engine_decode_seconds_per_sequence",
-		"What each running request adds to the endpoint's decode step apart from its context, in seconds: the engine's own step line fitted against the batch and the context it attended to, less the prefill sharing the steps (the trade law's batch cost reads it ÷ the line's fixed seconds).",
+		"What each running request adds to the endpoint's decode step apart from its context, in seconds: the engine's own step line fitted against the batch and the context it attended to, less the prefill sharing the steps (until the context term is identified, it holds the context).",
+		[]string{"endpoint"}, nil)
+	descCalEngineBatch = prometheus.NewDesc("trimtab_fleet_calibration_engine_decode_batch_seconds",
+		"What each decoding sequence adds to the endpoint's decode step as the trade law's batch cost reads it (÷ the engine line's fixed seconds), in seconds: the engine line's per-sequence term, less, until a window identifies the context term, the prior's cost per context token at the context that term was fitted at.",
 		[]string{"endpoint"}, nil)
 	descCalPerCtx = prometheus.NewDesc("trimtab_fleet_calibration_engine_decode_seconds_per_context_token",
 		"What each token of context the running requests attend to adds to the endpoint's decode step, in seconds (the engine's step line; the one last identified while contexts are too alike, 0 before any: the context charged to the sequence).",
@@ -47,7 +50,7 @@ var (
 type calCollector struct{ c *Calibrator }
 
 func (cc *calCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalPerSeq, descCalEnginePerSeq, descCalPerCtx, descCalOutput, descCalKV, descCalSamples, descCalLearned, descCalProbes, descCalObserved, descCalDropped, descCalMin} {
+	for _, d := range []*prometheus.Desc{descCalPrefill, descCalDecode, descCalPerSeq, descCalEnginePerSeq, descCalEngineBatch, descCalPerCtx, descCalOutput, descCalKV, descCalSamples, descCalLearned, descCalProbes, descCalObserved, descCalDropped, descCalMin} {
 		ch <- d
 	}
 }
@@ -60,6 +63,7 @@ func (cc *calCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCalDecode, prometheus.GaugeValue, e.Calibration.DecodeStepSeconds, a)
 		ch <- prometheus.MustNewConstMetric(descCalPerSeq, prometheus.GaugeValue, e.Calibration.DecodeSecondsPerSeq, a)
 		ch <- prometheus.MustNewConstMetric(descCalEnginePerSeq, prometheus.GaugeValue, e.Calibration.EngineDecodeSecondsPerSeq, a)
+		ch <- prometheus.MustNewConstMetric(descCalEngineBatch, prometheus.GaugeValue, e.Calibration.EngineDecodeBatchSeconds, a)
 		ch <- prometheus.MustNewConstMetric(descCalPerCtx, prometheus.GaugeValue, e.Calibration.EngineDecodeSecondsPerContextToken, a)
 		ch <- prometheus.MustNewConstMetric(descCalOutput, prometheus.GaugeValue, e.Calibration.OutputTokens, a)
 		ch <- prometheus.MustNewConstMetric(descCalKV, prometheus.GaugeValue, e.Calibration.KVCapacityTokens, a)

@@ -49,8 +49,11 @@ type epCal struct {
 	// window's batches are too alike to identify it (lineOr).
 	perSeq float64
 	// eng holds the engine line's terms as last identified (engineLine;
-	// perSeq and perCtx < 0: never), kept likewise.
-	eng engineTerms
+	// perSeq and perCtx < 0: never), kept likewise; seqCtx is the median
+	// context per sequence of the window that identified eng.perSeq,
+	// which that term holds while perCtx was never identified.
+	eng    engineTerms
+	seqCtx float64
 }
 
 func (e *epCal) add(s sample) {

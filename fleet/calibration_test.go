@@ -422,8 +422,13 @@ func TestCalibratorKeepsAnIdentifiedSlope(t *testing.T) {
 // the context's mean over the decode), then ticks once the window holds
 // only these and returns the next start.
 func feedGroups(c *Calibrator, start time.Time, fixed, perSeq, perCtx float64, prompt func(g int) int64) time.Time {
+	return feedSized(c, start, fixed, perSeq, perCtx, func(g int) int { return 1 + g%4 }, prompt)
+}
+
+// feedSized is feedGroups with group g of size(g) requests.
+func feedSized(c *Calibrator, start time.Time, fixed, perSeq, perCtx float64, size func(g int) int, prompt func(g int) int64) time.Time {
 	for g := range 60 {
-		n := 1 + g%4
+		n := size(g)
 		p := prompt(g)
 		itl := fixed + perSeq*float64(n) + perCtx*float64(n)*(float64(p)+5.5)
 		for range n {
@@ -477,6 +482,19 @@ func TestCalibratorKeepsAnIdentifiedContextTerm(t *testing.T) {
 	check("contexts that spread", true, perSeq, perCtx, perSeq)
 	feedGroups(c, at, fixed, perSeq, perCtx, alike)
 	check("then one context again", false, perSeq, perCtx, perSeq)
+
+	// Batches that never differ identify no slope: the per-sequence term
+	// is the prior's and holds no context (the fixed term took it), and
+	// the batch cost reads it as it is.
+	c, err = NewCalibrator(cfg, newCalTarget(scheduler.Endpoint{Address: "a:1"}), CalibrationDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feedSized(c, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), fixed, perSeq, perCtx, func(int) int { return 2 }, alike)
+	e := c.Snapshot().Endpoints[0]
+	if want := cfg.Prior.StepPerDecodeSeq.Seconds(); math.Abs(e.Calibration.EngineDecodeSecondsPerSeq/want-1) > 1e-6 || e.Calibration.EngineDecodeBatchSeconds != e.Calibration.EngineDecodeSecondsPerSeq {
+		t.Errorf("alike batches: %v s per sequence (want the prior's %v), batch cost's %v (want the same)", e.Calibration.EngineDecodeSecondsPerSeq, want, e.Calibration.EngineDecodeBatchSeconds)
+	}
 }
 
 func TestCalibrationConfigValidate(t *testing.T) {

@@ -92,9 +92,9 @@ func scorerWeights(t *testing.T, engine, scenario string, level float64, dur tim
 // A100 8B's Mooncake trace at 2× — 20,000-token contexts, decode steps
 // shared with long prefills — the engine line's per-sequence term holds
 // the context until a window identifies the context term (1.4–3.1 ms per
-// sequence on a 7–13 ms step) and read the pool as decode-bound for up to
-// four evaluations in a row; with the prior's context cost taken out of it
-// the weights never leave the profile's.
+// sequence on a 7–13 ms step) and read the pool as decode-bound on seed 1
+// (0.16, then 0.46); with the prior's context cost taken out of it the
+// weights never leave the profile's there.
 func TestDecodeBoundShape(t *testing.T) {
 	for _, tc := range []struct {
 		engine, scenario string
