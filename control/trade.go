@@ -19,9 +19,10 @@ import (
 // pool whose endpoints prefill at rates far apart (two GPU generations,
 // pods of different sizes) is priced in seconds; one whose engine's
 // decode step grows steeply with its batch takes a shape that spreads
-// decodes (DecodeWeights); any other pool of equals keeps the profile. The inputs are the pool's speed spread, fastest ÷ slowest: the
-// larger of the declared capacities' (known from the first tick, the same
-// on every replica) and the learned prefill throughputs'
+// decodes (DecodeWeights); any other pool of equals keeps the profile.
+// The inputs are the pool's speed spread, fastest ÷ slowest: the larger
+// of the declared capacities' (known from the first tick, the same on
+// every replica) and the learned prefill throughputs'
 // (scheduler.Calibration, once two endpoints have enough samples); and its
 // batch cost, what one more decoding sequence adds to a decode step as a
 // share of the step's fixed part (the learned decode line's slope ÷

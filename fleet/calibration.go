@@ -84,8 +84,9 @@ type EndpointCalibration struct {
 	ContextIdentified                bool    `json:"context_identified"`
 	// EngineStepBatchSeconds is EngineStepPerSeqSeconds as the trade
 	// law's batch cost reads it (Calibration.EngineDecodeBatchSeconds):
-	// less, until a window identifies the context term, the prior's cost
-	// per context token at the window's median context per sequence.
+	// a fitted per-sequence term less, until a window identifies the
+	// context term, the prior's cost per context token at the median
+	// context per sequence of the window that fitted it.
 	EngineStepBatchSeconds float64 `json:"engine_step_batch_seconds"`
 	// Batch is the median batch (router in-flight at the pick, plus one)
 	// of the recent observations.
@@ -426,7 +427,9 @@ func (c *Calibrator) estimate(now time.Time, ep *scheduler.Endpoint, e *epCal) E
 		}
 		if seqOK {
 			e.eng.perSeq = t.perSeq
-			e.seqCtx = medianOf(perSequence(eb, ecx))
+			if e.eng.perCtx < 0 {
+				e.seqCtx = medianOf(perSequence(eb, ecx))
+			}
 		}
 		out.ContextIdentified = ctxOK
 		// Fixed and per-sequence blend with the prior like the rest; the

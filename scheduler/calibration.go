@@ -30,10 +30,10 @@ type Calibration struct {
 	// EngineDecodeBatchSeconds is the engine's cost of one more decoding
 	// sequence as the trade law's batch cost reads it (control.BatchCost):
 	// EngineDecodeSecondsPerSeq where a window has identified the
-	// context term; where none has, that term holds the context the
-	// sequences carried, and the prior's cost per context token at their
-	// median context comes out of it, so a long context does not read as
-	// a costly sequence (≥ 0; docs/adaptive.md, "A decode-bound engine").
+	// context term; where none has, a per-sequence term fitted to the
+	// batches holds the context its sequences carried, and the prior's
+	// cost per context token at their median context comes out of it, so
+	// a long context does not read as a costly sequence (≥ 0; docs/adaptive.md, "A decode-bound engine").
 	EngineDecodeBatchSeconds float64
 	// OutputTokens is the mean output of the endpoint's recent requests,
 	// in tokens (0 unknown).
