@@ -32,10 +32,10 @@ type metrics struct {
 	freezes     prometheus.Counter
 	publishErrs prometheus.Counter
 
-	tradeMix, tradeSpread, tradeDeclared, tradeBatch prometheus.Gauge
-	tradeChanges                                     prometheus.Counter
-	fill, fillMix, fillChurn                         prometheus.Gauge
-	fillChanges                                      prometheus.Counter
+	tradeMix, tradeSpread, tradeDeclared, tradeBatch, tradeSlots prometheus.Gauge
+	tradeChanges                                                 prometheus.Counter
+	fill, fillMix, fillChurn                                     prometheus.Gauge
+	fillChanges                                                  prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -82,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tradeBatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_batch_cost_ratio",
 			Help: "Batch cost the trade law read at its latest evaluation with endpoints to read: the median over the endpoints with enough samples of the engine's learned seconds per decoding sequence apart from its context ÷ its step's fixed seconds.",
+		}),
+		tradeSlots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_kv_slots",
+			Help: "KV slots the trade law read at its latest evaluation with a reading (adaptive.trade.slots_on set): the median over the endpoints of the KV cache's size in tokens ÷ the KV a recent request adds (its uncached prompt tokens at the pick, mean over the last minute's picks, plus the endpoint's learned mean output).",
 		}),
 		fill: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_fill_ratio",
@@ -141,7 +145,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeBatch, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeBatch, m.tradeSlots, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

@@ -23,7 +23,15 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	if bn > 0 {
 		l.m.tradeBatch.Set(batch)
 	}
-	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn, LoopMode: mode})
+	var slots float64
+	var sn int
+	if l.cfg.Trade.SlotsOn > 0 {
+		slots, sn = l.slots.read(pool)
+		if sn > 0 {
+			l.m.tradeSlots.Set(slots)
+		}
+	}
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn, Slots: slots, SlotEndpoints: sn, LoopMode: mode})
 	if why == "" {
 		l.trade = next
 		return ""
@@ -33,7 +41,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	}
 	l.m.tradeMix.Set(next.Mix)
 	l.m.tradeChanges.Inc()
-	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch,
+	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch, "kv_slots", slots,
 		slog.Group("base", l.attrs(*l.base.Load())...))
 	return why
 }

@@ -44,6 +44,12 @@ type TradeConfig struct {
 	// not: pricing the batch there steers every request from the slow
 	// class (docs/adaptive.md, "A decode-bound engine").
 	DecodeWeights map[string]float64 `mapstructure:"decode_weights"`
+	// SlotWeights are the shape for a slot-bound pool of equals
+	// (SlotsOn), written over the profile's weights like Weights; empty:
+	// DecodeWeights. A slot-bound pod admits a request when a running one
+	// finishes, so the prefill queued on it is not what the next request
+	// waits for (docs/adaptive.md, "A slot-bound pool").
+	SlotWeights map[string]float64 `mapstructure:"slot_weights"`
 	// DMax and AffinityFloor are adaptive.d_max and adaptive.affinity_floor
 	// at mix 1 (0: the profile's); between the shapes each is the mix's
 	// linear blend of the two. A shape whose calm budget sits above the
@@ -84,6 +90,20 @@ type TradeConfig struct {
 	// counts as one of equals again, in [0, BatchOn) (0.06 in the shipped
 	// profiles).
 	BatchOff float64 `mapstructure:"batch_off"`
+	// SlotsOn is the pool's KV slots (an endpoint's KV cache ÷ the KV a
+	// recent request adds: its uncached prompt tokens at the pick plus
+	// the learned mean output; median over the endpoints) at or below
+	// which the pool counts as slot-bound and the mix moves to 1 in
+	// SlotWeights' shape (DecodeWeights' without it) at once, < SlotsOff; 0 (the default) leaves
+	// the input out. configs/adaptive.yaml sets 4. A pod whose KV cache
+	// holds a few of its requests admits the next one only when a
+	// running one finishes its decode, so a new request waits for the
+	// requests in flight, decoding or not, not for the prefill queued
+	// (docs/adaptive.md, "A slot-bound pool").
+	SlotsOn float64 `mapstructure:"slots_on"`
+	// SlotsOff is the KV slots at or above which a slot-bound pool counts
+	// as one of equals again, > SlotsOn (6 in configs/adaptive.yaml).
+	SlotsOff float64 `mapstructure:"slots_off"`
 	// Step is the largest change of the mix one evaluation makes on a
 	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
 	// evaluations. A declared spread at or above SpreadOn moves the mix to
@@ -140,6 +160,14 @@ func (c TradeConfig) Validate() error {
 		return fmt.Errorf(p+"batch_off: must be in [0, batch_on (%v)), got %v", c.BatchOn, c.BatchOff)
 	case c.BatchOn > 0 && len(c.DecodeWeights) == 0:
 		return errors.New(p + "decode_weights: batch_on is set but the decode-bound shape is empty; name at least one scorer and its weight, or set batch_on to 0")
+	case !(c.SlotsOn == 0 || (c.SlotsOn > 0 && c.SlotsOn <= 1e4)):
+		return fmt.Errorf(p+"slots_on: must be 0 (off) or in (0, 10000], got %v", c.SlotsOn)
+	case c.SlotsOn > 0 && !(c.SlotsOff > c.SlotsOn && c.SlotsOff <= 1e4):
+		return fmt.Errorf(p+"slots_off: must be in (slots_on (%v), 10000], got %v", c.SlotsOn, c.SlotsOff)
+	case c.SlotsOn > 0 && len(c.DecodeWeights) == 0 && len(c.SlotWeights) == 0:
+		return errors.New(p + "slot_weights: slots_on is set but the slot-bound shape is empty (and so is decode_weights); name at least one scorer and its weight, or set slots_on to 0")
+	case len(c.SlotWeights) > maxTradeWeights:
+		return fmt.Errorf(p+"slot_weights: %d scorers, want at most %d", len(c.SlotWeights), maxTradeWeights)
 	case len(c.DecodeWeights) > maxTradeWeights:
 		return fmt.Errorf(p+"decode_weights: %d scorers, want at most %d", len(c.DecodeWeights), maxTradeWeights)
 	case !(c.Step > 0 && c.Step <= 1):
@@ -152,7 +180,10 @@ func (c TradeConfig) Validate() error {
 	if err := checkWeights(c.Weights, p+"weights.", nil); err != nil {
 		return err
 	}
-	return checkWeights(c.DecodeWeights, p+"decode_weights.", nil)
+	if err := checkWeights(c.DecodeWeights, p+"decode_weights.", nil); err != nil {
+		return err
+	}
+	return checkWeights(c.SlotWeights, p+"slot_weights.", nil)
 }
 
 // Weight returns the trade weight for the scorer called name (byName).
@@ -213,10 +244,20 @@ func checkWeights(m map[string]float64, prefix string, profile []scheduler.Score
 // trade's blend of the profile's and the section's. The profile is not
 // modified; the returned sections are c's.
 func (c Config) ShapedBy(profile []scheduler.ScorerEntry, t TradeState, f float64) (Config, []scheduler.ScorerEntry) {
-	if t.Decode {
-		return c.shaped(profile, c.Trade.DecodeWeights, t.Mix, f)
+	return c.shaped(profile, c.Trade.shape(t), t.Mix, f)
+}
+
+// shape returns the weights of the shape t's mix blends toward: the
+// slot-bound shape (SlotWeights, DecodeWeights when empty), the
+// decode-bound one or the trade shape.
+func (c TradeConfig) shape(t TradeState) map[string]float64 {
+	switch {
+	case t.Decode && t.Slot && len(c.SlotWeights) > 0:
+		return c.SlotWeights
+	case t.Decode:
+		return c.DecodeWeights
 	}
-	return c.shaped(profile, c.Trade.Weights, t.Mix, f)
+	return c.Weights
 }
 
 // shaped is ShapedBy toward the shape shape at mix m.
@@ -264,6 +305,9 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 		if err := checkWeights(c.Trade.DecodeWeights, "adaptive.trade.decode_weights.", profile); err != nil {
 			return err
 		}
+		if err := checkWeights(c.Trade.SlotWeights, "adaptive.trade.slot_weights.", profile); err != nil {
+			return err
+		}
 	}
 	if !c.Enabled {
 		return nil
@@ -276,20 +320,27 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	if c.Trade.Enabled {
 		mixes = c.Trade.mixes()
 	}
-	shapes := []bool{false}
-	if c.Trade.Enabled && c.Trade.BatchOn > 0 {
-		shapes = append(shapes, true)
+	shapes := []TradeState{{}}
+	if c.Trade.Enabled && (c.Trade.BatchOn > 0 || (c.Trade.SlotsOn > 0 && len(c.Trade.SlotWeights) == 0)) {
+		shapes = append(shapes, TradeState{Decode: true})
 	}
-	for _, decode := range shapes {
+	if c.Trade.Enabled && c.Trade.SlotsOn > 0 && len(c.Trade.SlotWeights) > 0 {
+		shapes = append(shapes, TradeState{Decode: true, Slot: true})
+	}
+	for _, sh := range shapes {
 		for _, f := range fills {
 			for _, m := range mixes {
 				if m == 0 && f == 0 {
 					continue // the profile itself, checked by CheckProfile
 				}
-				cfg, shaped := c.ShapedBy(profile, TradeState{Mix: m, Decode: decode}, f)
+				sh.Mix = m
+				cfg, shaped := c.ShapedBy(profile, sh, f)
 				if _, err := configurator.New(cfg.Config, shaped, nil); err != nil {
 					law, at := "adaptive.trade", "trade"
-					if decode {
+					switch {
+					case sh.Slot:
+						law, at = "adaptive.trade.slot_weights", "slot-bound"
+					case sh.Decode:
 						law, at = "adaptive.trade.decode_weights", "decode-bound"
 					}
 					if f > 0 {
@@ -356,10 +407,16 @@ type TradeState struct {
 	// batch_on or more.
 	BatchHeld int     `json:"batch_held,omitempty"`
 	BatchLow  float64 `json:"batch_low,omitempty"`
+	// SlotBound is the KV slots' hysteresis state: they last crossed
+	// slots_on (true) or slots_off (false, the start). A slot-bound pool
+	// takes the decode-bound shape like a decode-bound one.
+	SlotBound bool `json:"slot_bound,omitempty"`
 	// Decode is the shape the mix blends toward: the decode-bound shape
-	// (true) or the trade shape. It changes only at mix 0, so the weights
-	// go back to the profile's before they move toward the other shape.
+	// (true) or the trade shape; with Slot, the slot-bound shape. They
+	// change only at mix 0, so the weights go back to the profile's
+	// before they move toward another shape.
 	Decode bool `json:"decode,omitempty"`
+	Slot   bool `json:"slot,omitempty"`
 }
 
 // TradeInput is what one evaluation reads.
@@ -373,6 +430,10 @@ type TradeInput struct {
 	// Batch and BatchEndpoints are BatchCost's results (learned).
 	Batch          float64
 	BatchEndpoints int
+	// Slots and SlotEndpoints are the pool's KV slots and how many
+	// endpoints they rest on (0: no reading).
+	Slots         float64
+	SlotEndpoints int
 	// LoopMode is the configurator's mode; the mix changes only in calm.
 	LoopMode string
 }
@@ -422,13 +483,26 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			s.DecodeBound, s.BatchLow = false, 0
 		}
 	}
+	if c.SlotsOn == 0 {
+		s.SlotBound = false
+	} else if in.SlotEndpoints > 0 {
+		switch {
+		case !s.SlotBound && in.Slots <= c.SlotsOn:
+			s.SlotBound = true
+		case s.SlotBound && in.Slots >= c.SlotsOff:
+			s.SlotBound = false
+		}
+	}
 	// A heterogeneous pool takes the trade shape whatever its batch cost.
-	wantDecode := s.DecodeBound && !s.Heterogeneous
+	// A slot-bound pool takes the slot-bound shape, decode-bound or not.
+	bound := s.DecodeBound || s.SlotBound
+	wantDecode := bound && !s.Heterogeneous
+	wantSlot := wantDecode && s.SlotBound && len(c.SlotWeights) > 0
 	if s.Mix == 0 {
-		s.Decode = wantDecode
+		s.Decode, s.Slot = wantDecode, wantSlot
 	}
 	target := 0.0
-	if (s.Heterogeneous || s.DecodeBound) && s.Decode == wantDecode {
+	if (s.Heterogeneous || bound) && s.Decode == wantDecode && s.Slot == wantSlot {
 		target = 1
 	}
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
@@ -451,6 +525,14 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// read 0.21, 0.18, 0.22) and moves the mix a step.
 		step = 1
 	}
+	if s.Decode && target == 1 && s.SlotBound {
+		// The KV slots are the KV cache's size, configuration, over the
+		// mean of twenty or more requests: no estimate near the
+		// threshold to smooth, and the requests of the first seconds
+		// queue where they were sent for as long as the decodes ahead
+		// of them run.
+		step = 1
+	}
 	if target > s.Mix {
 		s.Mix = min(target, s.Mix+step)
 	} else {
@@ -470,8 +552,19 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			why += fmt.Sprintf(" (not decode-bound: batch_on %.3g, batch_off %.3g)", c.BatchOn, c.BatchOff)
 		}
 	}
+	if c.SlotsOn > 0 && (s.SlotBound || in.SlotEndpoints > 0) {
+		why += fmt.Sprintf(", KV slots %.3g (%d endpoints)", in.Slots, in.SlotEndpoints)
+		if s.SlotBound {
+			why += fmt.Sprintf(" (slot-bound: crossed slots_on %.3g)", c.SlotsOn)
+		} else {
+			why += fmt.Sprintf(" (not slot-bound: slots_on %.3g, slots_off %.3g)", c.SlotsOn, c.SlotsOff)
+		}
+	}
 	shape := "trade shape"
-	if s.Decode {
+	switch {
+	case s.Slot:
+		shape = "slot-bound shape"
+	case s.Decode:
 		shape = "decode-bound shape"
 	}
 	return s, fmt.Sprintf("%s: mix %.3g → %.3g toward the %s (step %.3g)", why, from, s.Mix, shape, step)

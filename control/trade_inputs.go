@@ -85,3 +85,76 @@ func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n 
 	}
 	return v[m], len(v)
 }
+
+// slotWindow is how many evaluations of pick totals the KV-slot reading
+// keeps (the mean spans the last minute at the default interval, all the
+// picks since the router started before that); slotMinPicks is how many
+// picks its mean must rest on.
+const (
+	slotWindow   = 12
+	slotMinPicks = 20
+)
+
+// slotReader keeps the pool's pick totals (Endpoint.Picks and
+// PickedTokens) at the last slotWindow evaluations, for the mean KV a
+// recent request added.
+type slotReader struct {
+	picks, tokens [slotWindow]uint64
+	next, n       int
+}
+
+// read records the pool's totals and returns the pool's KV slots: the
+// median, over the endpoints whose KV cache size is known (scraped
+// cache_config_info, else the calibration's), of that size ÷ the KV of a
+// recent request — the mean picked tokens per pick since the window's
+// oldest totals (since the start while it is not full) plus the
+// endpoint's learned mean output (Calibration.OutputTokens, 0 while
+// unknown) — and how many endpoints that is; (0, 0) while fewer than
+// slotMinPicks picks count or no size is known. Totals that fell (an
+// endpoint left the pool) start the window again.
+func (r *slotReader) read(pool []*scheduler.Endpoint) (slots float64, n int) {
+	var picks, tokens uint64
+	for _, e := range pool {
+		picks += e.Picks()
+		tokens += e.PickedTokens()
+	}
+	if r.n > 0 {
+		last := (r.next - 1 + slotWindow) % slotWindow
+		if picks < r.picks[last] || tokens < r.tokens[last] {
+			r.n = 0
+		}
+	}
+	var p0, t0 uint64
+	if r.n == slotWindow {
+		p0, t0 = r.picks[r.next], r.tokens[r.next]
+	}
+	r.picks[r.next], r.tokens[r.next] = picks, tokens
+	r.next = (r.next + 1) % slotWindow
+	r.n = min(r.n+1, slotWindow)
+	if picks-p0 < slotMinPicks {
+		return 0, 0
+	}
+	per := float64(tokens-t0) / float64(picks-p0)
+	var v []float64
+	for _, e := range pool {
+		kv := float64(e.CacheBlocks) * float64(e.CacheBlockSize)
+		c := e.Calibration()
+		if !(kv > 0) {
+			kv = c.KVCapacityTokens
+		}
+		need := per + max(c.OutputTokens, 0)
+		if !(kv > 0) || !(need > 0) || math.IsInf(kv+need, 0) {
+			continue
+		}
+		v = append(v, kv/need)
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(v)
+	m := len(v) / 2
+	if len(v)%2 == 0 {
+		return (v[m-1] + v[m]) / 2, len(v)
+	}
+	return v[m], len(v)
+}

@@ -36,13 +36,7 @@ func TestTradeNext(t *testing.T) {
 	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
 	cfg.BatchOn, cfg.BatchOff, cfg.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
 	calm, reb := configurator.ModeCalm, configurator.ModeRebalance
-	tests := []struct {
-		name   string
-		from   TradeState
-		in     TradeInput
-		want   TradeState
-		reason string // a substring; "" means no change
-	}{
+	tests := []tradeCase{
 		// 1.2 < spread_on 2: a pool of equals stays at the profile's shape.
 		{"equals", TradeState{}, TradeInput{Spread: 1.2, Endpoints: 4, Declared: 1, LoopMode: calm}, TradeState{}, ""},
 		// 1.7 is inside the band (1.5, 2): a homogeneous pool stays one.
@@ -164,6 +158,82 @@ func TestTradeNext(t *testing.T) {
 	if got, _ := off.Next(TradeState{BatchHeld: 2, BatchLow: 0.3}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.01, BatchEndpoints: 4, LoopMode: calm}); got != (TradeState{}) {
 		t.Errorf("batch_on turned off mid-hold: state %+v, want the hold forgotten", got)
 	}
+	runTradeCases(t, cfg, tests)
+}
+
+// TestTradeNextSlots: the KV-slot input (slots_on 4, slots_off 6, its own
+// shape) beside the batch cost (batch_on 0.05, batch_off 0.03).
+func TestTradeNextSlots(t *testing.T) {
+	cfg := DefaultTradeConfig() // step 0.25
+	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
+	cfg.BatchOn, cfg.BatchOff, cfg.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
+	cfg.SlotsOn, cfg.SlotsOff, cfg.SlotWeights = 4, 6, map[string]float64{"queue": 20}
+	calm := configurator.ModeCalm
+	in := func(slots float64, n int) TradeInput {
+		return TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, Slots: slots, SlotEndpoints: n, LoopMode: calm}
+	}
+	tests := []tradeCase{
+		// 12 slots, or none read: nothing moves.
+		{"roomy", TradeState{}, in(12, 4), TradeState{}, ""},
+		{"no reading", TradeState{}, in(0, 0), TradeState{}, ""},
+		// 5 is inside the band (4, 6): a pool that was not slot-bound stays so.
+		{"band from equals", TradeState{}, in(5, 4), TradeState{}, ""},
+		// 2.2 ≤ slots_on 4: slot-bound, and the mix moves to the slot-bound
+		// shape at once (no hold: the KV cache's size over twenty requests).
+		{"slot-bound", TradeState{}, in(2.2, 4), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true},
+			"KV slots 2.2 (4 endpoints) (slot-bound: crossed slots_on 4): mix 0 → 1 toward the slot-bound shape (step 1)"},
+		// Inside the band the state holds; no reading holds it too.
+		{"band from slot-bound", TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(5, 4), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, ""},
+		{"no reading holds", TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(0, 0), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, ""},
+		// 6 ≥ slots_off: back a step at a time, in the slot-bound shape.
+		{"crosses off", TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(6, 4), TradeState{Mix: 0.75, Decode: true, Slot: true},
+			"(not slot-bound: slots_on 4, slots_off 6): mix 1 → 0.75 toward the slot-bound shape (step 0.25)"},
+		{"released at 0", TradeState{Decode: true, Slot: true}, in(12, 4), TradeState{}, ""},
+		// Decode-bound too: the slot-bound shape.
+		{"both", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
+		// In the decode-bound shape when the pool turns slot-bound: back to
+		// the profile a step at a time, then to the slot-bound shape.
+		{"decode to slot steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 0.75, DecodeBound: true, SlotBound: true, Decode: true}, "mix 1 → 0.75 toward the decode-bound shape"},
+		{"then the slot shape", TradeState{DecodeBound: true, SlotBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, SlotBound: true, Decode: true, Slot: true}, "mix 0 → 1 toward the slot-bound shape"},
+		// Heterogeneous and slot-bound: the trade shape.
+		{"heterogeneous wins", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, SlotBound: true}, "mix 0 → 1 toward the trade shape"},
+		// Out of calm the state follows the reading (and at mix 0 names
+		// the shape), the mix holds.
+		{"rebalance holds", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, LoopMode: configurator.ModeRebalance},
+			TradeState{SlotBound: true, Decode: true, Slot: true}, ""},
+	}
+	runTradeCases(t, cfg, tests)
+	// Without slot_weights a slot-bound pool takes the decode-bound shape.
+	noShape := cfg
+	noShape.SlotWeights = nil
+	if got, why := noShape.Next(TradeState{}, in(2, 4)); got != (TradeState{Mix: 1, SlotBound: true, Decode: true}) || !strings.Contains(why, "toward the decode-bound shape (step 1)") {
+		t.Errorf("no slot_weights: %+v (%q), want the decode-bound shape at once", got, why)
+	}
+	// A reload that turns slots_on off releases the state: back a step.
+	off := cfg
+	off.SlotsOn, off.SlotsOff = 0, 0
+	if got, why := off.Next(TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(2, 4)); got != (TradeState{Mix: 0.75, Decode: true, Slot: true}) || strings.Contains(why, "KV slots") {
+		t.Errorf("slots_on turned off: %+v (%q), want mix 0.75 in the slot-bound shape, no longer slot-bound, no slots in the reason", got, why)
+	}
+}
+
+// tradeCase is one case of Next: from the state, reading in, the state
+// wanted and a substring of its reason ("" means no change).
+type tradeCase struct {
+	name   string
+	from   TradeState
+	in     TradeInput
+	want   TradeState
+	reason string
+}
+
+// runTradeCases runs Next's table cases.
+func runTradeCases(t *testing.T, cfg TradeConfig, tests []tradeCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, why := cfg.Next(tt.from, tt.in)
@@ -225,6 +295,89 @@ func calibrated(t *testing.T, cals []scheduler.Calibration) []*scheduler.Endpoin
 		s.SetCalibration(eps[i].Address, c)
 	}
 	return s.Pool().Pointers()
+}
+
+// TestKVSlots drives the KV-slot reading with a real scheduler's picks
+// (no MatchProducer: a request adds its prompt bytes ÷ 4 tokens). Three
+// endpoints scrape 1,900 blocks of 16 tokens (30,400); the fourth scrapes
+// none and its calibration says 60,800 tokens and a mean output of 400.
+// Prompts of 40,000 bytes are 10,000 tokens: slots 3.04 on the three,
+// 60,800 ÷ 10,400 = 5.85 on the fourth, median 3.04.
+func TestKVSlots(t *testing.T) {
+	s, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []scheduler.Endpoint{
+		{Address: "a:1", CacheBlocks: 1900, CacheBlockSize: 16}, {Address: "b:1", CacheBlocks: 1900, CacheBlockSize: 16},
+		{Address: "c:1", CacheBlocks: 1900, CacheBlockSize: 16}, {Address: "d:1"},
+	}
+	s.SetEndpoints(eps)
+	s.SetCalibration("d:1", scheduler.Calibration{KVCapacityTokens: 60800, OutputTokens: 400})
+	pick := func(n, bytes int) {
+		t.Helper()
+		for range n {
+			d, err := s.Pick(context.Background(), &scheduler.Request{Prompt: make([]byte, bytes)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Done(scheduler.Outcome{})
+		}
+	}
+	var r slotReader
+	if got, n := r.read(s.Pool().Pointers()); got != 0 || n != 0 {
+		t.Errorf("no picks: %v over %d, want no reading", got, n)
+	}
+	pick(19, 40000)
+	if got, n := r.read(s.Pool().Pointers()); got != 0 || n != 0 {
+		t.Errorf("19 picks: %v over %d, want no reading (fewer than %d)", got, n, slotMinPicks)
+	}
+	pick(1, 40000)
+	if got, n := r.read(s.Pool().Pointers()); !closeTo(got, 3.04, 1e-9) || n != 4 {
+		t.Errorf("20 picks: %v over %d, want 3.04 over 4", got, n)
+	}
+	// Until the window is full the mean counts every pick since the start:
+	// 20 more of 4,000 tokens make it 7,000 (30,400 ÷ 7,000 = 4.343).
+	pick(20, 16000)
+	if got, _ := r.read(s.Pool().Pointers()); !closeTo(got, 30400.0/7000, 1e-9) {
+		t.Errorf("40 picks: %v, want 30,400 ÷ 7,000", got)
+	}
+	// A full window forgets the totals older than it: after ten
+	// evaluations with no picks and one with 20 picks of 2,000 tokens, the
+	// oldest of the twelve records kept is the one after the first 20
+	// picks, so the mean is of the 40 since (the 4,000-token ones and
+	// these): 3,000 → 10.13.
+	for range 10 {
+		r.read(s.Pool().Pointers())
+	}
+	pick(20, 8000)
+	if got, _ := r.read(s.Pool().Pointers()); !closeTo(got, 30400.0/3000, 1e-9) {
+		t.Errorf("a full window: %v, want 30,400 ÷ 3,000", got)
+	}
+	// An endpoint leaving lowers the totals: the window starts again from
+	// the remaining endpoints' counts since the router first saw them.
+	s.SetEndpoints(eps[:3])
+	got, n := r.read(s.Pool().Pointers())
+	if n != 3 || !(got > 0) {
+		t.Errorf("after an endpoint left: %v over %d, want a reading over 3", got, n)
+	}
+	// No KV size known anywhere: no reading.
+	var bare slotReader
+	s2, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
+	for range 25 {
+		d, err := s2.Pick(context.Background(), &scheduler.Request{Prompt: make([]byte, 400)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(scheduler.Outcome{})
+	}
+	if got, n := bare.read(s2.Pool().Pointers()); got != 0 || n != 0 {
+		t.Errorf("no KV size: %v over %d, want no reading", got, n)
+	}
 }
 
 func TestBatchCost(t *testing.T) {
@@ -291,6 +444,25 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"negative decode weight", func(c *TradeConfig) {
 			c.BatchOn, c.BatchOff, c.DecodeWeights = 0.05, 0.03, map[string]float64{"queue": -1}
 		}, "adaptive.trade.decode_weights.queue: must be in [0, 1e+06], got -1"},
+		{"slots_on off", func(c *TradeConfig) { c.SlotsOn, c.SlotsOff = 0, -5 }, ""},
+		{"slots_on valid", func(c *TradeConfig) {
+			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, 6, map[string]float64{"queue": 4}
+		}, ""},
+		{"slots_on with the decode shape", func(c *TradeConfig) {
+			c.SlotsOn, c.SlotsOff, c.DecodeWeights = 4, 6, map[string]float64{"queue": 4}
+		}, ""},
+		{"slots_on negative", func(c *TradeConfig) { c.SlotsOn = -1 }, "adaptive.trade.slots_on: must be 0 (off) or in (0, 10000], got -1"},
+		{"slots_on NaN", func(c *TradeConfig) { c.SlotsOn = math.NaN() }, "adaptive.trade.slots_on"},
+		{"slots_off not above on", func(c *TradeConfig) {
+			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, 4, map[string]float64{"queue": 4}
+		}, "adaptive.trade.slots_off: must be in (slots_on (4), 10000], got 4"},
+		{"slots_off infinite", func(c *TradeConfig) {
+			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, math.Inf(1), map[string]float64{"queue": 4}
+		}, "adaptive.trade.slots_off"},
+		{"slots_on without a shape", func(c *TradeConfig) { c.SlotsOn, c.SlotsOff = 4, 6 }, "adaptive.trade.slot_weights: slots_on is set but the slot-bound shape is empty"},
+		{"negative slot weight", func(c *TradeConfig) {
+			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, 6, map[string]float64{"queue": -1}
+		}, "adaptive.trade.slot_weights.queue: must be in [0, 1e+06], got -1"},
 		{"step", func(c *TradeConfig) { c.Step = 0 }, "adaptive.trade.step"},
 		{"interval", func(c *TradeConfig) { c.Interval = time.Millisecond }, "adaptive.trade.interval"},
 		{"min_samples", func(c *TradeConfig) { c.MinSamples = 0 }, "adaptive.trade.min_samples"},
@@ -341,6 +513,15 @@ func TestTradeCheckProfile(t *testing.T) {
 	if err := decode(map[string]float64{"prefix": 1, "queue": 6}).CheckProfile(profile()); err != nil {
 		t.Errorf("valid decode-bound shape: %v", err)
 	}
+	// The slot-bound shape likewise (the decode-bound one valid beside it).
+	slot := func(w map[string]float64) Config {
+		c := decode(map[string]float64{"prefix": 1, "queue": 6})
+		c.Trade.SlotsOn, c.Trade.SlotsOff, c.Trade.SlotWeights = 4, 6, w
+		return c
+	}
+	if err := slot(map[string]float64{"prefix": 1, "queue": 7}).CheckProfile(profile()); err != nil {
+		t.Errorf("valid slot-bound shape: %v", err)
+	}
 	for name, tt := range map[string]struct {
 		cfg  Config
 		want string
@@ -350,6 +531,8 @@ func TestTradeCheckProfile(t *testing.T) {
 		"d_max too low":          {low, "adaptive.trade: at mix 1"},
 		"decode unknown name":    {decode(map[string]float64{"decode-cost": 1}), "adaptive.trade.decode_weights.decode-cost"},
 		"decode d_max too low":   {decode(map[string]float64{"prefix": 0.1, "queue": 30}), "adaptive.trade.decode_weights: at mix"},
+		"slot unknown name":      {slot(map[string]float64{"slot-cost": 1}), "adaptive.trade.slot_weights.slot-cost"},
+		"slot d_max too low":     {slot(map[string]float64{"prefix": 0.1, "queue": 30}), "adaptive.trade.slot_weights: at mix"},
 	} {
 		if err := tt.cfg.CheckProfile(profile()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tt.want)
@@ -390,6 +573,7 @@ func TestTradeMixed(t *testing.T) {
 func TestTradeShapedBy(t *testing.T) {
 	c := tradeConfig()
 	c.Trade.BatchOn, c.Trade.BatchOff, c.Trade.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
+	c.Trade.SlotsOn, c.Trade.SlotsOff, c.Trade.SlotWeights = 4, 6, map[string]float64{"queue": 20}
 	for _, tt := range []struct {
 		st   TradeState
 		want []float64
@@ -397,6 +581,8 @@ func TestTradeShapedBy(t *testing.T) {
 		{TradeState{Mix: 0.5, Decode: true}, []float64{2, 7, 0.5, 2, 1}},
 		{TradeState{Mix: 0.5}, []float64{2, 4, 0.5, 2, 1}},
 		{TradeState{Decode: true}, []float64{3, 2, 0.5, 2, 1}},
+		// The slot-bound shape (queue 20): 0.5·2 + 0.5·20 = 11.
+		{TradeState{Mix: 0.5, Decode: true, Slot: true}, []float64{3, 11, 0.5, 2, 1}},
 	} {
 		_, p := c.ShapedBy(profile(), tt.st, 0)
 		if got := weightsOf(p); !slices.Equal(got, tt.want) {

@@ -269,12 +269,17 @@ func (d *Decision) move(e *Endpoint) {
 }
 
 // chargeTokens counts the request's uncached prompt tokens on its
-// endpoint, by the MatchProducer's answer, when one ran.
+// endpoint, by the MatchProducer's answer, when one ran, and adds them
+// (without one, the prompt bytes ÷ BytesPerToken) to the endpoint's
+// picked tokens.
 func (d *Decision) chargeTokens() {
+	kv := d.prefill / BytesPerToken
 	if m, ok := d.cs.Match(d.Endpoint); ok {
 		d.tokens = m.Uncached()
 		d.Endpoint.st.tokens.Add(d.tokens)
+		kv = d.tokens
 	}
+	d.Endpoint.st.picked.Add(uint64(max(kv, 0)))
 }
 
 // FirstByte records that the first byte of the endpoint's response reached

@@ -10,6 +10,7 @@ type endpointState struct {
 	herd     atomic.Uint64 // guarded picks whose calm choice was this endpoint, over the bound
 	pending  atomic.Int64  // prompt bytes of requests awaiting their first byte
 	tokens   atomic.Int64  // uncached prompt tokens of requests awaiting their first byte
+	picked   atomic.Uint64 // KV tokens of the requests picked (PickedTokens)
 
 	// What the control plane learned of the endpoint's speed
 	// (SetCalibration); nil until something was learned.
@@ -100,6 +101,20 @@ func (e *Endpoint) Picks() uint64 {
 		return 0
 	}
 	return e.st.picks.Load()
+}
+
+// PickedTokens returns the prompt tokens of the requests picked for this
+// endpoint (counted like Picks, retries moved to it included) since this
+// router first saw its address: each its tokens the endpoint did not hold
+// by the profile's MatchProducer at the pick, or without one its prompt
+// bytes ÷ BytesPerToken — the KV cache a request adds to what the
+// endpoint holds. The control loop reads the pool's mean per pick
+// (control.KVSlots). 0 for endpoints never installed in a Scheduler.
+func (e *Endpoint) PickedTokens() uint64 {
+	if e.st == nil {
+		return 0
+	}
+	return e.st.picked.Load()
 }
 
 // HerdPicks returns how many guarded decisions found this endpoint to be

@@ -147,3 +147,38 @@ func TestPickWithObservationsAllocatesNothing(t *testing.T) {
 		t.Errorf("Pick+Done with observations allocates %v times per request, want 0", allocs)
 	}
 }
+
+// TestPickedTokens: each pick adds the request's KV to its endpoint's
+// picked tokens — its uncached tokens by the MatchProducer, or without one
+// its prompt bytes ÷ 4 — and the count stays after the request ends.
+func TestPickedTokens(t *testing.T) {
+	prompt := make([]byte, 4000) // 1,000 tokens
+	matched := newTestScheduler(t, []ScorerEntry{{Name: "m", Scorer: matchFake{cached: 400}, Weight: 1}})
+	matched.SetEndpoints(eps("a:1"))
+	unmatched := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}})
+	unmatched.SetEndpoints(eps("a:1"))
+	for _, tt := range []struct {
+		name string
+		s    *Scheduler
+		want uint64
+	}{
+		{"matched", matched, 2 * 600},
+		{"unmatched", unmatched, 2 * 1000},
+	} {
+		for range 2 {
+			d, err := tt.s.Pick(context.Background(), &Request{Prompt: prompt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.FirstByte()
+			d.Done(Outcome{Kind: OutcomeSuccess})
+		}
+		e := tt.s.Pool().Pointers()[0]
+		if got := e.PickedTokens(); got != tt.want || e.Picks() != 2 {
+			t.Errorf("%s: %d tokens over %d picks, want %d over 2", tt.name, got, e.Picks(), tt.want)
+		}
+	}
+	if got := (&Endpoint{}).PickedTokens(); got != 0 {
+		t.Errorf("an endpoint never installed: %d, want 0", got)
+	}
+}

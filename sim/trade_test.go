@@ -116,3 +116,37 @@ func TestDecodeBoundShape(t *testing.T) {
 		})
 	}
 }
+
+// TestSlotBoundShape runs the shipped adaptive profile where the trade
+// law's KV slots decide: on the L4 8B's Mooncake trace at 2× a pod's
+// 30,400 tokens of KV hold about two of the trace's requests (14,000
+// prompt tokens on average, nearly all uncached), the pool reads
+// slot-bound from the first evaluation with twenty picks, and in calm
+// in-flight requests weigh 4 and pending prefill none of the profile's 2
+// within the first ten seconds (the fill law adds its 2 back once the
+// caches fill); the L4's mixed-day at 125 clients, whose 4,400-token
+// requests share their system prompts, reads 7 or more and never moves.
+func TestSlotBoundShape(t *testing.T) {
+	for _, tc := range []struct {
+		engine, scenario string
+		level            float64
+		dur              time.Duration
+		moves            bool
+	}{
+		{"l4-24gb-llama-3.1-8b", "mooncake-trace", 2, time.Minute, true},
+		{"l4-24gb-llama-3.1-8b", "mixed-day", 125, 2 * time.Minute, false},
+	} {
+		t.Run(tc.engine+"/"+tc.scenario, func(t *testing.T) {
+			w := scorerWeights(t, tc.engine, tc.scenario, tc.level, tc.dur, "inflight", "pending-prefill")
+			in, pp := w[0], w[1]
+			switch {
+			case tc.moves && (in.rise < 0 || in.rise > 10 || in.last < 4):
+				t.Errorf("inflight weight rose in calm at %v s, %v at the end; want the slot-bound shape's 4 within ten seconds", in.rise, in.last)
+			case tc.moves && pp.last > 2:
+				t.Errorf("pending-prefill weight %v at the end, want at most the fill law's 2 over the slot-bound shape's 0", pp.last)
+			case !tc.moves && in.rise >= 0:
+				t.Errorf("inflight weight above its %v in calm from %v s: a roomy pool read as slot-bound", in.start, in.rise)
+			}
+		})
+	}
+}
