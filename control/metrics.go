@@ -85,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		tradeSlots: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_kv_slots",
-			Help: "KV slots the trade law read at its latest evaluation with a reading (adaptive.trade.slots_on set): the median over the endpoints of the KV cache's size in tokens ÷ the KV a recent request adds (its uncached prompt tokens at the pick, mean over the last minute's picks, plus the endpoint's learned mean output).",
+			Help: "KV slots the trade law read at its latest evaluation with a reading: the median over the endpoints with a scraped KV cache size of that size in tokens ÷ the KV a recent request adds (its uncached prompt tokens at the pick, mean over the last twelve evaluations' picks, plus the pool's learned mean output). adaptive.trade.slots_on compares it.",
 		}),
 		fill: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_fill_ratio",

@@ -23,13 +23,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	if bn > 0 {
 		l.m.tradeBatch.Set(batch)
 	}
-	var slots float64
-	var sn int
-	if l.cfg.Trade.SlotsOn > 0 {
-		slots, sn = l.slots.read(pool)
-		if sn > 0 {
-			l.m.tradeSlots.Set(slots)
-		}
+	// The reader keeps its window whether the input is on or not, so a
+	// reload that turns it on reads the traffic of the last minute.
+	slots, sn := l.slots.read(pool)
+	if sn > 0 {
+		l.m.tradeSlots.Set(slots)
 	}
 	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn, Slots: slots, SlotEndpoints: sn, LoopMode: mode})
 	if why == "" {
@@ -41,8 +39,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	}
 	l.m.tradeMix.Set(next.Mix)
 	l.m.tradeChanges.Inc()
-	l.log.Info("trade", "reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch, "kv_slots", slots,
-		slog.Group("base", l.attrs(*l.base.Load())...))
+	attrs := []any{"reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch}
+	if sn > 0 {
+		attrs = append(attrs, "kv_slots", slots)
+	}
+	l.log.Info("trade", append(attrs, slog.Group("base", l.attrs(*l.base.Load())...))...)
 	return why
 }
 

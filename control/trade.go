@@ -90,16 +90,18 @@ type TradeConfig struct {
 	// counts as one of equals again, in [0, BatchOn) (0.06 in the shipped
 	// profiles).
 	BatchOff float64 `mapstructure:"batch_off"`
-	// SlotsOn is the pool's KV slots (an endpoint's KV cache ÷ the KV a
-	// recent request adds: its uncached prompt tokens at the pick plus
-	// the learned mean output; median over the endpoints) at or below
-	// which the pool counts as slot-bound and the mix moves to 1 in
-	// SlotWeights' shape (DecodeWeights' without it) at once, < SlotsOff; 0 (the default) leaves
-	// the input out. configs/adaptive.yaml sets 4. A pod whose KV cache
-	// holds a few of its requests admits the next one only when a
-	// running one finishes its decode, so a new request waits for the
-	// requests in flight, decoding or not, not for the prefill queued
-	// (docs/adaptive.md, "A slot-bound pool").
+	// SlotsOn is the pool's KV slots (an endpoint's scraped KV cache ÷
+	// the KV a recent request adds: its uncached prompt tokens at the
+	// pick, mean over the last twelve evaluations' picks, plus the
+	// learned mean output; median over the endpoints) at or below which,
+	// at two evaluations in a row, the pool counts as slot-bound and the
+	// mix moves to 1 in SlotWeights' shape (DecodeWeights' without it) at
+	// once, < SlotsOff; 0 (the default) leaves the input out.
+	// configs/adaptive.yaml sets 4. A pod whose KV cache holds a few of
+	// its requests admits the next one only when a running one finishes
+	// its decode, so a new request waits for the requests in flight,
+	// decoding or not, not for the prefill queued (docs/adaptive.md, "A
+	// slot-bound pool").
 	SlotsOn float64 `mapstructure:"slots_on"`
 	// SlotsOff is the KV slots at or above which a slot-bound pool counts
 	// as one of equals again, > SlotsOn (6 in configs/adaptive.yaml).
@@ -320,11 +322,14 @@ func (c Config) checkTrade(profile []scheduler.ScorerEntry) error {
 	if c.Trade.Enabled {
 		mixes = c.Trade.mixes()
 	}
+	// Every shape the section names, whether or not its input is on: a
+	// reload that turns an input off keeps the law's state, so the loop
+	// may still be blending toward that shape.
 	shapes := []TradeState{{}}
-	if c.Trade.Enabled && (c.Trade.BatchOn > 0 || (c.Trade.SlotsOn > 0 && len(c.Trade.SlotWeights) == 0)) {
+	if c.Trade.Enabled && len(c.Trade.DecodeWeights) > 0 {
 		shapes = append(shapes, TradeState{Decode: true})
 	}
-	if c.Trade.Enabled && c.Trade.SlotsOn > 0 && len(c.Trade.SlotWeights) > 0 {
+	if c.Trade.Enabled && len(c.Trade.SlotWeights) > 0 {
 		shapes = append(shapes, TradeState{Decode: true, Slot: true})
 	}
 	for _, sh := range shapes {
@@ -387,6 +392,11 @@ func (c TradeConfig) mixes() []float64 {
 // the three readings span fewer published lines.
 const batchHold = 3
 
+// slotHold is how many consecutive evaluations must read the KV slots at
+// or below slots_on before the pool counts as slot-bound: one window of
+// twenty long prompts in a quiet minute is not the traffic.
+const slotHold = 2
+
 // TradeState is the law's state between evaluations.
 type TradeState struct {
 	// Mix is where the calm weights sit between the profile's shape (0)
@@ -408,9 +418,11 @@ type TradeState struct {
 	BatchHeld int     `json:"batch_held,omitempty"`
 	BatchLow  float64 `json:"batch_low,omitempty"`
 	// SlotBound is the KV slots' hysteresis state: they last crossed
-	// slots_on (true) or slots_off (false, the start). A slot-bound pool
-	// takes the decode-bound shape like a decode-bound one.
+	// slots_on (true, at the slotHold-th reading in a row; SlotHeld
+	// counts them) or slots_off (false, the start). A slot-bound pool
+	// takes the slot-bound shape (Slot).
 	SlotBound bool `json:"slot_bound,omitempty"`
+	SlotHeld  int  `json:"slot_held,omitempty"`
 	// Decode is the shape the mix blends toward: the decode-bound shape
 	// (true) or the trade shape; with Slot, the slot-bound shape. They
 	// change only at mix 0, so the weights go back to the profile's
@@ -484,12 +496,16 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		}
 	}
 	if c.SlotsOn == 0 {
-		s.SlotBound = false
+		s.SlotBound, s.SlotHeld = false, 0
 	} else if in.SlotEndpoints > 0 {
 		switch {
 		case !s.SlotBound && in.Slots <= c.SlotsOn:
-			s.SlotBound = true
-		case s.SlotBound && in.Slots >= c.SlotsOff:
+			if s.SlotHeld++; s.SlotHeld >= slotHold {
+				s.SlotBound, s.SlotHeld = true, 0
+			}
+		case !s.SlotBound:
+			s.SlotHeld = 0
+		case in.Slots >= c.SlotsOff:
 			s.SlotBound = false
 		}
 	}
@@ -526,11 +542,10 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		step = 1
 	}
 	if s.Decode && target == 1 && s.SlotBound {
-		// The KV slots are the KV cache's size, configuration, over the
-		// mean of twenty or more requests: no estimate near the
-		// threshold to smooth, and the requests of the first seconds
-		// queue where they were sent for as long as the decodes ahead
-		// of them run.
+		// Two readings in a row, each a scraped KV size over the mean
+		// of twenty or more requests, with no fit behind them; and the
+		// requests of the first seconds queue where they were sent for
+		// as long as the decodes ahead of them run.
 		step = 1
 	}
 	if target > s.Mix {

@@ -86,75 +86,95 @@ func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n 
 	return v[m], len(v)
 }
 
-// slotWindow is how many evaluations of pick totals the KV-slot reading
-// keeps (the mean spans the last minute at the default interval, all the
-// picks since the router started before that); slotMinPicks is how many
-// picks its mean must rest on.
+// slotWindow is how many evaluations the KV-slot reading's mean spans (a
+// minute at the default trade.interval, 5 s; every pick since the reader
+// started before that many); slotMinPicks is how many picks it must rest
+// on; maxSlotEndpoints bounds the addresses it remembers.
 const (
-	slotWindow   = 12
-	slotMinPicks = 20
+	slotWindow       = 12
+	slotMinPicks     = 20
+	maxSlotEndpoints = 1 << 16
 )
 
-// slotReader keeps the pool's pick totals (Endpoint.Picks and
-// PickedTokens) at the last slotWindow evaluations, for the mean KV a
-// recent request added.
+// slotReader keeps what the pool's endpoints had been picked for at the
+// last evaluation (Endpoint.Picks and PickedTokens, by address) and the
+// increases of the last slotWindow evaluations, for the mean KV a recent
+// request added. Only increases of an endpoint seen at the evaluation
+// before count: one that joins, rejoins or is first seen sets its
+// baseline, and one that leaves takes nothing away.
 type slotReader struct {
+	last          map[string][2]uint64
 	picks, tokens [slotWindow]uint64
 	next, n       int
 }
 
-// read records the pool's totals and returns the pool's KV slots: the
-// median, over the endpoints whose KV cache size is known (scraped
-// cache_config_info, else the calibration's), of that size ÷ the KV of a
-// recent request — the mean picked tokens per pick since the window's
-// oldest totals (since the start while it is not full) plus the
-// endpoint's learned mean output (Calibration.OutputTokens, 0 while
-// unknown) — and how many endpoints that is; (0, 0) while fewer than
-// slotMinPicks picks count or no size is known. Totals that fell (an
-// endpoint left the pool) start the window again.
+// read records the pool's picks since the last read and returns the
+// pool's KV slots: the median, over the endpoints whose KV cache size is
+// scraped (cache_config_info), of that size ÷ the KV of a recent request
+// — the mean picked tokens per pick over the window plus the pool's
+// learned mean output (the median over the endpoints of
+// Calibration.OutputTokens, at most the endpoint's KV size; 0 while
+// unknown) — and how many endpoints that is; (0, 0) while the window
+// holds fewer than slotMinPicks picks or no size is scraped.
 func (r *slotReader) read(pool []*scheduler.Endpoint) (slots float64, n int) {
-	var picks, tokens uint64
+	var dp, dt uint64
+	seen := make(map[string][2]uint64, len(pool))
 	for _, e := range pool {
-		picks += e.Picks()
-		tokens += e.PickedTokens()
-	}
-	if r.n > 0 {
-		last := (r.next - 1 + slotWindow) % slotWindow
-		if picks < r.picks[last] || tokens < r.tokens[last] {
-			r.n = 0
+		if len(seen) >= maxSlotEndpoints {
+			break
+		}
+		cur := [2]uint64{e.Picks(), e.PickedTokens()}
+		seen[e.Address] = cur
+		if was, ok := r.last[e.Address]; ok && cur[0] >= was[0] && cur[1] >= was[1] {
+			dp += cur[0] - was[0]
+			dt += cur[1] - was[1]
 		}
 	}
-	var p0, t0 uint64
-	if r.n == slotWindow {
-		p0, t0 = r.picks[r.next], r.tokens[r.next]
-	}
-	r.picks[r.next], r.tokens[r.next] = picks, tokens
+	r.last = seen
+	r.picks[r.next], r.tokens[r.next] = dp, dt
 	r.next = (r.next + 1) % slotWindow
 	r.n = min(r.n+1, slotWindow)
-	if picks-p0 < slotMinPicks {
+	var picks, tokens uint64
+	for k := range r.n {
+		picks += r.picks[k]
+		tokens += r.tokens[k]
+	}
+	if picks < slotMinPicks {
 		return 0, 0
 	}
-	per := float64(tokens-t0) / float64(picks-p0)
+	per := float64(tokens) / float64(picks)
+	var outs []float64
+	for _, e := range pool {
+		if o := e.Calibration().OutputTokens; o > 0 && !math.IsInf(o, 0) {
+			outs = append(outs, o)
+		}
+	}
+	var out float64
+	if len(outs) > 0 {
+		out = median(outs)
+	}
 	var v []float64
 	for _, e := range pool {
 		kv := float64(e.CacheBlocks) * float64(e.CacheBlockSize)
-		c := e.Calibration()
 		if !(kv > 0) {
-			kv = c.KVCapacityTokens
-		}
-		need := per + max(c.OutputTokens, 0)
-		if !(kv > 0) || !(need > 0) || math.IsInf(kv+need, 0) {
 			continue
 		}
-		v = append(v, kv/need)
+		if need := per + min(out, kv); need > 0 {
+			v = append(v, kv/need)
+		}
 	}
 	if len(v) == 0 {
 		return 0, 0
 	}
+	return median(v), len(v)
+}
+
+// median returns the median of v (sorted in place); v is not empty.
+func median(v []float64) float64 {
 	sort.Float64s(v)
 	m := len(v) / 2
 	if len(v)%2 == 0 {
-		return (v[m-1] + v[m]) / 2, len(v)
+		return (v[m-1] + v[m]) / 2
 	}
-	return v[m], len(v)
+	return v[m]
 }

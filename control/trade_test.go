@@ -178,9 +178,14 @@ func TestTradeNextSlots(t *testing.T) {
 		{"no reading", TradeState{}, in(0, 0), TradeState{}, ""},
 		// 5 is inside the band (4, 6): a pool that was not slot-bound stays so.
 		{"band from equals", TradeState{}, in(5, 4), TradeState{}, ""},
-		// 2.2 ≤ slots_on 4: slot-bound, and the mix moves to the slot-bound
-		// shape at once (no hold: the KV cache's size over twenty requests).
-		{"slot-bound", TradeState{}, in(2.2, 4), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true},
+		// 2.2 ≤ slots_on 4: the first reading holds; a reading above
+		// slots_on forgets it, no reading keeps it.
+		{"first reading holds", TradeState{}, in(2.2, 4), TradeState{SlotHeld: 1}, ""},
+		{"a reading above forgets", TradeState{SlotHeld: 1}, in(4.5, 4), TradeState{}, ""},
+		{"no reading keeps the count", TradeState{SlotHeld: 1}, in(0, 0), TradeState{SlotHeld: 1}, ""},
+		// The second in a row: slot-bound, and the mix moves to the
+		// slot-bound shape at once.
+		{"slot-bound", TradeState{SlotHeld: 1}, in(2.2, 4), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true},
 			"KV slots 2.2 (4 endpoints) (slot-bound: crossed slots_on 4): mix 0 → 1 toward the slot-bound shape (step 1)"},
 		// Inside the band the state holds; no reading holds it too.
 		{"band from slot-bound", TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(5, 4), TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, ""},
@@ -190,27 +195,27 @@ func TestTradeNextSlots(t *testing.T) {
 			"(not slot-bound: slots_on 4, slots_off 6): mix 1 → 0.75 toward the slot-bound shape (step 0.25)"},
 		{"released at 0", TradeState{Decode: true, Slot: true}, in(12, 4), TradeState{}, ""},
 		// Decode-bound too: the slot-bound shape.
-		{"both", TradeState{BatchHeld: 2, BatchLow: 0.28}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+		{"both", TradeState{BatchHeld: 2, BatchLow: 0.28, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
 		// In the decode-bound shape when the pool turns slot-bound: back to
 		// the profile a step at a time, then to the slot-bound shape.
-		{"decode to slot steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+		{"decode to slot steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 0.75, DecodeBound: true, SlotBound: true, Decode: true}, "mix 1 → 0.75 toward the decode-bound shape"},
 		{"then the slot shape", TradeState{DecodeBound: true, SlotBound: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 1, DecodeBound: true, SlotBound: true, Decode: true, Slot: true}, "mix 0 → 1 toward the slot-bound shape"},
 		// Heterogeneous and slot-bound: the trade shape.
-		{"heterogeneous wins", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
+		{"heterogeneous wins", TradeState{SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 3, Slots: 2, SlotEndpoints: 4, LoopMode: calm},
 			TradeState{Mix: 1, Heterogeneous: true, SlotBound: true}, "mix 0 → 1 toward the trade shape"},
 		// Out of calm the state follows the reading (and at mix 0 names
 		// the shape), the mix holds.
-		{"rebalance holds", TradeState{}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, LoopMode: configurator.ModeRebalance},
+		{"rebalance holds", TradeState{SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, LoopMode: configurator.ModeRebalance},
 			TradeState{SlotBound: true, Decode: true, Slot: true}, ""},
 	}
 	runTradeCases(t, cfg, tests)
 	// Without slot_weights a slot-bound pool takes the decode-bound shape.
 	noShape := cfg
 	noShape.SlotWeights = nil
-	if got, why := noShape.Next(TradeState{}, in(2, 4)); got != (TradeState{Mix: 1, SlotBound: true, Decode: true}) || !strings.Contains(why, "toward the decode-bound shape (step 1)") {
+	if got, why := noShape.Next(TradeState{SlotHeld: 1}, in(2, 4)); got != (TradeState{Mix: 1, SlotBound: true, Decode: true}) || !strings.Contains(why, "toward the decode-bound shape (step 1)") {
 		t.Errorf("no slot_weights: %+v (%q), want the decode-bound shape at once", got, why)
 	}
 	// A reload that turns slots_on off releases the state: back a step.
@@ -218,6 +223,10 @@ func TestTradeNextSlots(t *testing.T) {
 	off.SlotsOn, off.SlotsOff = 0, 0
 	if got, why := off.Next(TradeState{Mix: 1, SlotBound: true, Decode: true, Slot: true}, in(2, 4)); got != (TradeState{Mix: 0.75, Decode: true, Slot: true}) || strings.Contains(why, "KV slots") {
 		t.Errorf("slots_on turned off: %+v (%q), want mix 0.75 in the slot-bound shape, no longer slot-bound, no slots in the reason", got, why)
+	}
+	// ... and forgets a hold in progress.
+	if got, _ := off.Next(TradeState{SlotHeld: 1}, in(2, 4)); got != (TradeState{}) {
+		t.Errorf("slots_on turned off mid-hold: %+v, want the hold forgotten", got)
 	}
 }
 
@@ -300,9 +309,10 @@ func calibrated(t *testing.T, cals []scheduler.Calibration) []*scheduler.Endpoin
 // TestKVSlots drives the KV-slot reading with a real scheduler's picks
 // (no MatchProducer: a request adds its prompt bytes ÷ 4 tokens). Three
 // endpoints scrape 1,900 blocks of 16 tokens (30,400); the fourth scrapes
-// none and its calibration says 60,800 tokens and a mean output of 400.
-// Prompts of 40,000 bytes are 10,000 tokens: slots 3.04 on the three,
-// 60,800 ÷ 10,400 = 5.85 on the fourth, median 3.04.
+// no size (its calibration's KV capacity, the prior's, is not read) and
+// has learned a mean output of 400 tokens, the pool's median. Prompts of
+// 40,000 bytes are 10,000 tokens: 30,400 ÷ 10,400 = 2.92 slots on each of
+// the three.
 func TestKVSlots(t *testing.T) {
 	s, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
@@ -313,7 +323,7 @@ func TestKVSlots(t *testing.T) {
 		{Address: "c:1", CacheBlocks: 1900, CacheBlockSize: 16}, {Address: "d:1"},
 	}
 	s.SetEndpoints(eps)
-	s.SetCalibration("d:1", scheduler.Calibration{KVCapacityTokens: 60800, OutputTokens: 400})
+	s.SetCalibration("d:1", scheduler.Calibration{KVCapacityTokens: 144000, OutputTokens: 400})
 	pick := func(n, bytes int) {
 		t.Helper()
 		for range n {
@@ -325,58 +335,65 @@ func TestKVSlots(t *testing.T) {
 		}
 	}
 	var r slotReader
-	if got, n := r.read(s.Pool().Pointers()); got != 0 || n != 0 {
-		t.Errorf("no picks: %v over %d, want no reading", got, n)
+	read := func(what string, want float64, wantN int) {
+		t.Helper()
+		if got, n := r.read(s.Pool().Pointers()); !closeTo(got, want, 1e-9) || n != wantN {
+			t.Errorf("%s: %v over %d endpoints, want %v over %d", what, got, n, want, wantN)
+		}
 	}
+	read("no picks", 0, 0)
 	pick(19, 40000)
-	if got, n := r.read(s.Pool().Pointers()); got != 0 || n != 0 {
-		t.Errorf("19 picks: %v over %d, want no reading (fewer than %d)", got, n, slotMinPicks)
-	}
+	read("19 picks", 0, 0) // fewer than slotMinPicks
 	pick(1, 40000)
-	if got, n := r.read(s.Pool().Pointers()); !closeTo(got, 3.04, 1e-9) || n != 4 {
-		t.Errorf("20 picks: %v over %d, want 3.04 over 4", got, n)
-	}
-	// Until the window is full the mean counts every pick since the start:
-	// 20 more of 4,000 tokens make it 7,000 (30,400 ÷ 7,000 = 4.343).
+	read("20 picks", 30400.0/10400, 3)
+	// Until the window is full the mean counts every pick since the
+	// first read: 20 more of 4,000 tokens make it 7,000.
 	pick(20, 16000)
-	if got, _ := r.read(s.Pool().Pointers()); !closeTo(got, 30400.0/7000, 1e-9) {
-		t.Errorf("40 picks: %v, want 30,400 ÷ 7,000", got)
-	}
-	// A full window forgets the totals older than it: after ten
-	// evaluations with no picks and one with 20 picks of 2,000 tokens, the
-	// oldest of the twelve records kept is the one after the first 20
-	// picks, so the mean is of the 40 since (the 4,000-token ones and
-	// these): 3,000 → 10.13.
+	read("40 picks", 30400.0/7400, 3)
+	// A full window forgets what is older: ten evaluations with no picks
+	// and one with 20 picks of 2,000 tokens leave the 4,000-token picks
+	// and these, 3,000 on average.
 	for range 10 {
 		r.read(s.Pool().Pointers())
 	}
 	pick(20, 8000)
-	if got, _ := r.read(s.Pool().Pointers()); !closeTo(got, 30400.0/3000, 1e-9) {
-		t.Errorf("a full window: %v, want 30,400 ÷ 3,000", got)
-	}
-	// An endpoint leaving lowers the totals: the window starts again from
-	// the remaining endpoints' counts since the router first saw them.
+	read("a full window", 30400.0/3400, 3)
+	// An endpoint leaving takes nothing away: the next evaluation drops
+	// the 4,000-token picks and adds 20 of 2,000 tokens, 2,000 on average
+	// (not the router's lifetime mean, 4,500); the learned output left
+	// with d:1.
 	s.SetEndpoints(eps[:3])
-	got, n := r.read(s.Pool().Pointers())
-	if n != 3 || !(got > 0) {
-		t.Errorf("after an endpoint left: %v over %d, want a reading over 3", got, n)
-	}
-	// No KV size known anywhere: no reading.
+	pick(20, 8000)
+	read("after an endpoint left", 30400.0/2000, 3)
+	// An endpoint that comes back starts from its counts then (here
+	// afresh: nothing of it was in flight).
+	s.SetEndpoints(eps)
+	read("after it came back", 30400.0/2000, 3)
+	// No KV size scraped anywhere: no reading.
 	var bare slotReader
 	s2, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s2.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
-	for range 25 {
-		d, err := s2.Pick(context.Background(), &scheduler.Request{Prompt: make([]byte, 400)})
-		if err != nil {
-			t.Fatal(err)
+	s2.SetCalibration("a:1", scheduler.Calibration{KVCapacityTokens: 144000})
+	for range 2 {
+		for range 25 {
+			d, err := s2.Pick(context.Background(), &scheduler.Request{Prompt: make([]byte, 400)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Done(scheduler.Outcome{})
 		}
-		d.Done(scheduler.Outcome{})
+		if got, n := bare.read(s2.Pool().Pointers()); got != 0 || n != 0 {
+			t.Errorf("no KV size scraped: %v over %d, want no reading", got, n)
+		}
 	}
-	if got, n := bare.read(s2.Pool().Pointers()); got != 0 || n != 0 {
-		t.Errorf("no KV size: %v over %d, want no reading", got, n)
+	// A bogus mean output (one endpoint's) counts at most its KV size.
+	s.SetCalibration("d:1", scheduler.Calibration{OutputTokens: 1 << 40})
+	s.SetCalibration("a:1", scheduler.Calibration{OutputTokens: 1 << 40})
+	if got, _ := r.read(s.Pool().Pointers()); !(got >= 30400.0/(2000+30400)-1e-9) {
+		t.Errorf("a bogus output: %v slots, want at least 30,400 ÷ (2,000 + 30,400)", got)
 	}
 }
 

@@ -259,8 +259,8 @@ func (d *Decision) move(e *Endpoint) {
 	e.st.picks.Add(1)
 	if prefill {
 		e.st.pending.Add(d.prefill)
-		d.chargeTokens()
 	}
+	d.chargeTokens(prefill)
 	s := d.s
 	for _, si := range s.pickObs {
 		d.cs.cur = si
@@ -268,16 +268,19 @@ func (d *Decision) move(e *Endpoint) {
 	}
 }
 
-// chargeTokens counts the request's uncached prompt tokens on its
-// endpoint, by the MatchProducer's answer, when one ran, and adds them
-// (without one, the prompt bytes ÷ BytesPerToken) to the endpoint's
-// picked tokens.
-func (d *Decision) chargeTokens() {
+// chargeTokens adds the request's KV tokens to its endpoint's picked
+// tokens, like its pick to Picks — its uncached tokens by the
+// MatchProducer's answer when one ran, else its prompt bytes ÷
+// BytesPerToken — and, while its prompt is pending (prefill), counts the
+// uncached tokens as the endpoint's pending tokens.
+func (d *Decision) chargeTokens(prefill bool) {
 	kv := d.prefill / BytesPerToken
 	if m, ok := d.cs.Match(d.Endpoint); ok {
-		d.tokens = m.Uncached()
-		d.Endpoint.st.tokens.Add(d.tokens)
-		kv = d.tokens
+		kv = m.Uncached()
+		if prefill {
+			d.tokens = kv
+			d.Endpoint.st.tokens.Add(kv)
+		}
 	}
 	d.Endpoint.st.picked.Add(uint64(max(kv, 0)))
 }

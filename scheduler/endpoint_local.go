@@ -104,12 +104,13 @@ func (e *Endpoint) Picks() uint64 {
 }
 
 // PickedTokens returns the prompt tokens of the requests picked for this
-// endpoint (counted like Picks, retries moved to it included) since this
+// endpoint (counted like Picks, requests moved to it included) since this
 // router first saw its address: each its tokens the endpoint did not hold
 // by the profile's MatchProducer at the pick, or without one its prompt
 // bytes ÷ BytesPerToken — the KV cache a request adds to what the
-// endpoint holds. The control loop reads the pool's mean per pick
-// (control.KVSlots). 0 for endpoints never installed in a Scheduler.
+// endpoint holds. The trade law reads the pool's mean per pick (its KV
+// slots, adaptive.trade.slots_on). 0 for endpoints never installed in a
+// Scheduler.
 func (e *Endpoint) PickedTokens() uint64 {
 	if e.st == nil {
 		return 0

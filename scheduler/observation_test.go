@@ -178,6 +178,29 @@ func TestPickedTokens(t *testing.T) {
 			t.Errorf("%s: %d tokens over %d picks, want %d over 2", tt.name, got, e.Picks(), tt.want)
 		}
 	}
+	// A request moved after its first byte (a gateway that served it
+	// from another endpoint) counts on the endpoint it moved to, like its
+	// pick: 1,000 tokens over one pick.
+	two := newTestScheduler(t, []ScorerEntry{{Name: "f", Scorer: fixedScorer{}, Weight: 1}})
+	two.SetEndpoints(eps("a:1", "b:1"))
+	d, err := two.Pick(context.Background(), &Request{Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.FirstByte()
+	other := "a:1"
+	if d.Endpoint.Address == "a:1" {
+		other = "b:1"
+	}
+	if !d.MoveTo(other) {
+		t.Fatalf("MoveTo(%s) refused", other)
+	}
+	d.Done(Outcome{Kind: OutcomeSuccess})
+	for _, e := range two.Pool().Pointers() {
+		if e.Address == other && (e.Picks() != 1 || e.PickedTokens() != 1000) {
+			t.Errorf("moved after the first byte: %s has %d tokens over %d picks, want 1,000 over 1", other, e.PickedTokens(), e.Picks())
+		}
+	}
 	if got := (&Endpoint{}).PickedTokens(); got != 0 {
 		t.Errorf("an endpoint never installed: %d, want 0", got)
 	}

@@ -412,7 +412,7 @@ func (s *Scheduler) Pick(ctx context.Context, req *Request) (*Decision, error) {
 	d.Endpoint.st.inflight.Add(1)
 	d.Endpoint.st.picks.Add(1)
 	d.Endpoint.st.pending.Add(d.prefill)
-	d.chargeTokens()
+	d.chargeTokens(true)
 	s.m.picks.Inc()
 	for _, si := range s.pickObs {
 		d.cs.cur = si
