@@ -89,6 +89,15 @@ func scorerWeights(t *testing.T, engine, scenario string, level float64, dur tim
 	return out
 }
 
+// shapeCase is a run of the shipped adaptive profile (seed 1) and
+// whether a law should move its calm weights there.
+type shapeCase struct {
+	engine, scenario string
+	level            float64
+	dur              time.Duration
+	moves            bool
+}
+
 // TestDecodeBoundShape runs the shipped adaptive profile where the trade
 // law's batch cost decides: on the Qwen 7B, whose every decoding sequence
 // adds 453 µs to a 1.6 ms step, the pool reads decode-bound within the
@@ -100,12 +109,7 @@ func scorerWeights(t *testing.T, engine, scenario string, level float64, dur tim
 // (0.16, then 0.46); with the prior's context cost taken out of it the
 // weights never leave the profile's there.
 func TestDecodeBoundShape(t *testing.T) {
-	for _, tc := range []struct {
-		engine, scenario string
-		level            float64
-		dur              time.Duration
-		moves            bool
-	}{
+	for _, tc := range []shapeCase{
 		{"h100-80gb-qwen2.5-7b", "shared-prefix", 125, time.Minute, true},
 		{"a100-40gb-llama-3.1-8b", "mooncake-trace", 2, 0, false},
 	} {
@@ -131,12 +135,7 @@ func TestDecodeBoundShape(t *testing.T) {
 // caches fill); the L4's mixed-day at 125 clients, whose 4,400-token
 // requests share their system prompts, reads 7 or more and never moves.
 func TestSlotBoundShape(t *testing.T) {
-	for _, tc := range []struct {
-		engine, scenario string
-		level            float64
-		dur              time.Duration
-		moves            bool
-	}{
+	for _, tc := range []shapeCase{
 		{"l4-24gb-llama-3.1-8b", "mooncake-trace", 2, time.Minute, true},
 		{"l4-24gb-llama-3.1-8b", "mixed-day", 125, 2 * time.Minute, false},
 	} {
