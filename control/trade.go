@@ -19,14 +19,16 @@ import (
 // pool whose endpoints prefill at rates far apart (two GPU generations,
 // pods of different sizes) is priced in seconds; one whose engine's
 // decode step grows steeply with its batch takes a shape that spreads
-// decodes (DecodeWeights); any other pool of equals keeps the profile.
-// The inputs are the pool's speed spread, fastest ÷ slowest: the larger
-// of the declared capacities' (known from the first tick, the same on
-// every replica) and the learned prefill throughputs'
-// (scheduler.Calibration, once two endpoints have enough samples); and its
-// batch cost, what one more decoding sequence adds to a decode step as a
-// share of the step's fixed part (the learned decode line's slope ÷
-// intercept, median over the endpoints with enough samples).
+// decodes (DecodeWeights), and one whose pods' KV caches hold a few of
+// its requests a shape that weighs the requests in flight (SlotWeights);
+// any other pool of equals keeps the profile. The inputs are the pool's
+// speed spread, fastest ÷ slowest: the larger of the declared
+// capacities' (known from the first tick, the same on every replica) and
+// the learned prefill throughputs' (scheduler.Calibration, once two
+// endpoints have enough samples); its batch cost, what one more decoding
+// sequence adds to a decode step as a share of the step's fixed part (the
+// learned decode line's slope ÷ intercept, median over the endpoints with
+// enough samples); and its KV slots (slotReader).
 type TradeConfig struct {
 	// Enabled turns the law on; it needs adaptive.enabled. Default false.
 	Enabled bool `mapstructure:"enabled"`
@@ -318,8 +320,11 @@ type TradeInput struct {
 // spread below spread_on the classification holds). With batch_on set,
 // the learned Batch cost at or above batch_on at batchHold consecutive
 // evaluations makes the pool decode-bound, crossing batch_off not (with
-// no learned endpoint it holds, and so does the count). The
-// mix then moves toward 1 (heterogeneous or decode-bound) or 0 by at most Step, only
+// no learned endpoint it holds, and so does the count); with slots_on
+// set, KV slots at or below it at slotHold consecutive evaluations make
+// it slot-bound, at or above slots_off not (no reading holds both). The
+// mix then moves toward 1 (heterogeneous, decode-bound or slot-bound) or
+// 0 by at most Step, only
 // while the loop is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
