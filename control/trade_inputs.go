@@ -78,12 +78,7 @@ func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n 
 	if len(v) == 0 {
 		return 0, 0
 	}
-	sort.Float64s(v)
-	m := len(v) / 2
-	if len(v)%2 == 0 {
-		return (v[m-1] + v[m]) / 2, len(v)
-	}
-	return v[m], len(v)
+	return median(v), len(v)
 }
 
 // slotWindow is how many evaluations the KV-slot reading's mean spans (a
