@@ -98,7 +98,7 @@ type Loop struct {
 	fillNext  time.Time              // the fill law's next evaluation
 	filler    scheduler.FillReporter // the fill law's input; nil: none in the profile
 	churn     churnWindow            // the fill law's recent reads of the index's evictions
-	slots     slotReader             // the trade law's recent pick totals, for the KV slots
+	picks     pickReader             // the trade law's recent pick totals, for the KV slots and uncached prompt
 	sawPool   bool                   // a tick has seen a non-empty pool: requests may have routed
 
 	poolWake chan struct{} // PoolInstalled's wake-up for Run, buffered 1

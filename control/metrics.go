@@ -32,10 +32,10 @@ type metrics struct {
 	freezes     prometheus.Counter
 	publishErrs prometheus.Counter
 
-	tradeMix, tradeSpread, tradeDeclared, tradeBatch, tradeSlots prometheus.Gauge
-	tradeChanges                                                 prometheus.Counter
-	fill, fillMix, fillChurn                                     prometheus.Gauge
-	fillChanges                                                  prometheus.Counter
+	tradeMix, tradeSpread, tradeDeclared, tradeBatch, tradeSlots, tradePrompt prometheus.Gauge
+	tradeChanges                                                              prometheus.Counter
+	fill, fillMix, fillChurn                                                  prometheus.Gauge
+	fillChanges                                                               prometheus.Counter
 }
 
 // componentHelp is the help text of each detector component gauge, by unit.
@@ -86,6 +86,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tradeSlots: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_kv_slots",
 			Help: "KV slots the trade law read at its latest evaluation with a reading: the median over the endpoints with a scraped KV cache size of that size in tokens ÷ the KV a recent request adds (its uncached prompt tokens at the pick, mean over the last twelve evaluations' picks, plus the pool's learned mean output). adaptive.trade.slots_on compares it.",
+		}),
+		tradePrompt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trimtab_control_trade_prompt_tokens",
+			Help: "Uncached prompt the trade law read at its latest evaluation with a reading: the prompt tokens a recent request brought that the endpoint it was sent to did not hold (at the pick, mean over the last twelve evaluations' picks). adaptive.trade.prompt_on compares it.",
 		}),
 		fill: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_fill_ratio",
@@ -145,7 +149,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transitions[p] = tr.WithLabelValues(p[0], p[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeBatch, m.tradeSlots, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
+		reg.MustRegister(m.signal, gated, m.budget, m.freezes, m.publishErrs, mode, tr, m.tradeMix, m.tradeSpread, m.tradeDeclared, m.tradeBatch, m.tradeSlots, m.tradePrompt, m.tradeChanges, m.fill, m.fillMix, m.fillChurn, m.fillChanges)
 		for _, vec := range comps {
 			reg.MustRegister(vec)
 		}

@@ -25,13 +25,17 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	if bn > 0 {
 		l.m.tradeBatch.Set(batch)
 	}
-	// The reader keeps its window whether the input is on or not, so a
-	// reload that turns it on reads the traffic of the last minute.
-	slots, sn := l.slots.read(pool)
-	if sn > 0 {
-		l.m.tradeSlots.Set(slots)
+	// The reader keeps its window whether the inputs are on or not, so a
+	// reload that turns one on reads the traffic of the last minute.
+	picks := l.picks.read(pool)
+	if picks.SlotN > 0 {
+		l.m.tradeSlots.Set(picks.Slots)
 	}
-	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn, Slots: slots, SlotEndpoints: sn, LoopMode: mode})
+	if picks.Prompt > 0 {
+		l.m.tradePrompt.Set(picks.Prompt)
+	}
+	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn,
+		Slots: picks.Slots, SlotEndpoints: picks.SlotN, Prompt: picks.Prompt, LoopMode: mode})
 	if why == "" {
 		l.trade = next
 		return ""
@@ -42,8 +46,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	l.m.tradeMix.Set(next.Mix)
 	l.m.tradeChanges.Inc()
 	attrs := []any{"reason", why, "mix", next.Mix, "prefill_spread", spread, "endpoints", n, "capacity_spread", declared, "batch_cost", batch}
-	if sn > 0 {
-		attrs = append(attrs, "kv_slots", slots)
+	if picks.SlotN > 0 {
+		attrs = append(attrs, "kv_slots", picks.Slots)
+	}
+	if picks.Prompt > 0 {
+		attrs = append(attrs, "uncached_prompt", picks.Prompt)
 	}
 	l.log.Info("trade", append(attrs, slog.Group("base", l.attrs(*l.base.Load())...))...)
 	return why

@@ -1,15 +1,10 @@
 package control
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/trimtab/trimtab/configurator"
-	"github.com/trimtab/trimtab/scheduler"
 )
 
 // TradeConfig is a profile's adaptive.trade section: the law that moves
@@ -21,14 +16,16 @@ import (
 // decode step grows steeply with its batch takes a shape that spreads
 // decodes (DecodeWeights), and one whose pods' KV caches hold a few of
 // its requests a shape that weighs the requests in flight (SlotWeights);
-// any other pool of equals keeps the profile. The inputs are the pool's
+// a pool of equals whose traffic brings prompts of thousands of tokens
+// its pods do not hold takes the trade shape too; any other keeps the
+// profile. The inputs are the pool's
 // speed spread, fastest ÷ slowest: the larger of the declared
 // capacities' (known from the first tick, the same on every replica) and
 // the learned prefill throughputs' (scheduler.Calibration, once two
 // endpoints have enough samples); its batch cost, what one more decoding
 // sequence adds to a decode step as a share of the step's fixed part (the
 // learned decode line's slope ÷ intercept, median over the endpoints with
-// enough samples); and its KV slots (slotReader).
+// enough samples); its KV slots and its uncached prompt (pickReader).
 type TradeConfig struct {
 	// Enabled turns the law on; it needs adaptive.enabled. Default false.
 	Enabled bool `mapstructure:"enabled"`
@@ -108,6 +105,25 @@ type TradeConfig struct {
 	// SlotsOff is the KV slots at or above which a slot-bound pool counts
 	// as one of equals again, > SlotsOn (6 in configs/adaptive.yaml).
 	SlotsOff float64 `mapstructure:"slots_off"`
+	// PromptOn is the uncached prompt (the prompt tokens a recent request
+	// brought that its pod did not hold, at the pick, mean over the last
+	// twelve evaluations' picks) at or above which, at two evaluations in
+	// a row, the traffic counts as prefill-heavy and the mix of a pool
+	// that is not slot-bound moves to 1 in the trade shape (Weights) at
+	// once, decode-bound or not, > PromptOff; 0 (the default) leaves
+	// the input out. configs/adaptive.yaml sets 6000. Traffic whose
+	// requests each bring thousands of tokens to prefill (a trace of long
+	// documents and conversations, whose prompts run from one thousand to
+	// a hundred thousand tokens) queues for prefill work that a count of
+	// requests does not measure, and the trade shape prices it in seconds
+	// (docs/adaptive.md, "Prefill-heavy traffic"): the Mooncake trace reads
+	// 7,200–17,500 on every calibration, every other workload of the
+	// oracle suite 4,200 or less.
+	PromptOn float64 `mapstructure:"prompt_on"`
+	// PromptOff is the uncached prompt at or below which prefill-heavy
+	// traffic counts as ordinary again, in [0, PromptOn) (4000 in
+	// configs/adaptive.yaml).
+	PromptOff float64 `mapstructure:"prompt_off"`
 	// Step is the largest change of the mix one evaluation makes on a
 	// learned spread, in (0, 1]. Default 0.25: a full swing takes four
 	// evaluations. A declared spread at or above SpreadOn moves the mix to
@@ -137,109 +153,6 @@ const (
 	maxTradeWeight  = 1e6
 )
 
-// Validate checks the section alone; errors name the field as
-// adaptive.trade.<key>. CheckProfile checks the weights against the
-// profile.
-func (c TradeConfig) Validate() error {
-	const p = "adaptive.trade."
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	switch {
-	case !c.Enabled:
-		return nil
-	case len(c.Weights) == 0:
-		return errors.New(p + "weights: the second shape is empty; name at least one scorer and its weight")
-	case len(c.Weights) > maxTradeWeights:
-		return fmt.Errorf(p+"weights: %d scorers, want at most %d", len(c.Weights), maxTradeWeights)
-	case !(c.DMax == 0 || (c.DMax > 0 && c.DMax <= 1)):
-		return fmt.Errorf(p+"d_max: must be 0 (the profile's) or in (0,1], got %v", c.DMax)
-	case !(c.AffinityFloor == 0 || (c.AffinityFloor > 0 && c.AffinityFloor < 1)):
-		return fmt.Errorf(p+"affinity_floor: must be 0 (the profile's) or in (0,1), got %v", c.AffinityFloor)
-	case !(c.SpreadOff >= 1) || !finite(c.SpreadOff):
-		return fmt.Errorf(p+"spread_off: must be a finite number ≥ 1, got %v", c.SpreadOff)
-	case !(c.SpreadOn > c.SpreadOff) || !finite(c.SpreadOn):
-		return fmt.Errorf(p+"spread_on: must be a finite number > spread_off (%v), got %v", c.SpreadOff, c.SpreadOn)
-	case !(c.BatchOn == 0 || (c.BatchOn > 0 && c.BatchOn <= 100)):
-		return fmt.Errorf(p+"batch_on: must be 0 (off) or in (0, 100], got %v", c.BatchOn)
-	case c.BatchOn > 0 && !(c.BatchOff >= 0 && c.BatchOff < c.BatchOn):
-		return fmt.Errorf(p+"batch_off: must be in [0, batch_on (%v)), got %v", c.BatchOn, c.BatchOff)
-	case c.BatchOn > 0 && len(c.DecodeWeights) == 0:
-		return errors.New(p + "decode_weights: batch_on is set but the decode-bound shape is empty; name at least one scorer and its weight, or set batch_on to 0")
-	case !(c.SlotsOn == 0 || (c.SlotsOn > 0 && c.SlotsOn <= 1e4)):
-		return fmt.Errorf(p+"slots_on: must be 0 (off) or in (0, 10000], got %v", c.SlotsOn)
-	case c.SlotsOn > 0 && !(c.SlotsOff > c.SlotsOn && c.SlotsOff <= 1e4):
-		return fmt.Errorf(p+"slots_off: must be in (slots_on (%v), 10000], got %v", c.SlotsOn, c.SlotsOff)
-	case c.SlotsOn > 0 && len(c.DecodeWeights) == 0 && len(c.SlotWeights) == 0:
-		return errors.New(p + "slot_weights: slots_on is set but the slot-bound shape is empty (and so is decode_weights); name at least one scorer and its weight, or set slots_on to 0")
-	case len(c.SlotWeights) > maxTradeWeights:
-		return fmt.Errorf(p+"slot_weights: %d scorers, want at most %d", len(c.SlotWeights), maxTradeWeights)
-	case len(c.DecodeWeights) > maxTradeWeights:
-		return fmt.Errorf(p+"decode_weights: %d scorers, want at most %d", len(c.DecodeWeights), maxTradeWeights)
-	case !(c.Step > 0 && c.Step <= 1):
-		return fmt.Errorf(p+"step: must be in (0,1], got %v", c.Step)
-	case c.Interval < time.Second || c.Interval > time.Hour:
-		return fmt.Errorf(p+"interval: must be 1s…1h, got %v", c.Interval)
-	case c.MinSamples < 1 || c.MinSamples > 4096:
-		return fmt.Errorf(p+"min_samples: must be 1…4096, got %d", c.MinSamples)
-	}
-	if err := checkWeights(c.Weights, p+"weights.", nil); err != nil {
-		return err
-	}
-	if err := checkWeights(c.DecodeWeights, p+"decode_weights.", nil); err != nil {
-		return err
-	}
-	return checkWeights(c.SlotWeights, p+"slot_weights.", nil)
-}
-
-// Weight returns the trade weight for the scorer called name (byName).
-func (c TradeConfig) Weight(name string) (float64, bool) { return byName(c.Weights, name) }
-
-// byName returns m's weight for the scorer called name: its key's, else
-// that of the first key (in sorted order) equal to it without regard to
-// case (the config loader lowercases map keys).
-func byName(m map[string]float64, name string) (float64, bool) {
-	if w, ok := m[name]; ok {
-		return w, true
-	}
-	for _, k := range sortedNames(m) {
-		if strings.EqualFold(k, name) {
-			return m[k], true
-		}
-	}
-	return 0, false
-}
-
-// sortedNames returns m's keys sorted, so errors are deterministic.
-func sortedNames(m map[string]float64) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// checkWeights reports whether every key of m, a section's weights by
-// scorer name, is in [0, 1e6] and, with profile set, names one of its
-// scorers; errors name the key under prefix (adaptive.trade.weights.).
-func checkWeights(m map[string]float64, prefix string, profile []scheduler.ScorerEntry) error {
-	for _, name := range sortedNames(m) {
-		if w := m[name]; !(w >= 0 && w <= maxTradeWeight) {
-			return fmt.Errorf("%s%s: must be in [0, %g], got %v", prefix, name, float64(maxTradeWeight), w)
-		}
-		if profile == nil {
-			continue
-		}
-		found := false
-		for _, e := range profile {
-			found = found || strings.EqualFold(e.Name, name)
-		}
-		if !found {
-			return fmt.Errorf("%s%s: no scorer of the profile has this name; add one (weight 0 keeps it out of the profile's own weights) or remove the key", prefix, name)
-		}
-	}
-	return nil
-}
-
 // batchHold is how many consecutive evaluations must read a learned batch
 // cost at or above batch_on before the pool counts as decode-bound (at
 // the default interval, the third reading 10 s after the first). An
@@ -259,6 +172,11 @@ const batchHold = 3
 // or below slots_on before the pool counts as slot-bound: one window of
 // twenty long prompts in a quiet minute is not the traffic.
 const slotHold = 2
+
+// promptHold is how many consecutive evaluations must read the uncached
+// prompt at or above prompt_on before the traffic counts as
+// prefill-heavy, for the same reason.
+const promptHold = 2
 
 // TradeState is the law's state between evaluations.
 type TradeState struct {
@@ -286,6 +204,12 @@ type TradeState struct {
 	// takes the slot-bound shape (Slot).
 	SlotBound bool `json:"slot_bound,omitempty"`
 	SlotHeld  int  `json:"slot_held,omitempty"`
+	// PrefillHeavy is the uncached prompt's hysteresis state: it last
+	// crossed prompt_on (true, at the promptHold-th reading in a row;
+	// PromptHeld counts them) or prompt_off (false, the start). A
+	// prefill-heavy pool that is not slot-bound takes the trade shape.
+	PrefillHeavy bool `json:"prefill_heavy,omitempty"`
+	PromptHeld   int  `json:"prompt_held,omitempty"`
 	// Decode is the shape the mix blends toward: the decode-bound shape
 	// (true) or the trade shape; with Slot, the slot-bound shape. They
 	// change only at mix 0, so the weights go back to the profile's
@@ -309,6 +233,8 @@ type TradeInput struct {
 	// endpoints they rest on (0: no reading).
 	Slots         float64
 	SlotEndpoints int
+	// Prompt is the pool's uncached prompt in tokens (0: no reading).
+	Prompt float64
 	// LoopMode is the configurator's mode; the mix changes only in calm.
 	LoopMode string
 }
@@ -322,9 +248,11 @@ type TradeInput struct {
 // evaluations makes the pool decode-bound, crossing batch_off not (with
 // no learned endpoint it holds, and so does the count); with slots_on
 // set, KV slots at or below it at slotHold consecutive evaluations make
-// it slot-bound, at or above slots_off not (no reading holds both). The
-// mix then moves toward 1 (heterogeneous, decode-bound or slot-bound) or
-// 0 by at most Step, only
+// it slot-bound, at or above slots_off not (no reading holds both); with
+// prompt_on set, an uncached Prompt at or above it at promptHold consecutive
+// evaluations makes the traffic prefill-heavy, at or below prompt_off not
+// (no reading holds both). The mix then moves toward 1 (heterogeneous,
+// decode-bound, slot-bound or prefill-heavy) or 0 by at most Step, only
 // while the loop is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
@@ -375,16 +303,36 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			s.SlotBound = false
 		}
 	}
-	// A heterogeneous pool takes the trade shape whatever its batch cost.
-	// A slot-bound pool takes the slot-bound shape, decode-bound or not.
-	bound := s.DecodeBound || s.SlotBound
-	wantDecode := bound && !s.Heterogeneous
+	if c.PromptOn == 0 {
+		s.PrefillHeavy, s.PromptHeld = false, 0
+	} else if in.Prompt > 0 {
+		switch {
+		case !s.PrefillHeavy && in.Prompt >= c.PromptOn:
+			if s.PromptHeld++; s.PromptHeld >= promptHold {
+				s.PrefillHeavy, s.PromptHeld = true, 0
+			}
+		case !s.PrefillHeavy:
+			s.PromptHeld = 0
+		case in.Prompt <= c.PromptOff:
+			s.PrefillHeavy = false
+		}
+	}
+	// A heterogeneous pool takes the trade shape whatever else it reads. A
+	// slot-bound pool takes the slot-bound shape, decode-bound or not.
+	// Prefill-heavy traffic takes the trade shape, decode-bound or not:
+	// long prefills share the decode steps, and a line fitted to them can
+	// read a dense engine as decode-bound for a minute (the A100 8B's
+	// Mooncake trace at 2×), while the Qwen 7B, decode-bound from its first
+	// line, is served better there in seconds too (docs/adaptive.md,
+	// "Prefill-heavy traffic"). A decode-bound pool, else, takes the
+	// decode-bound shape.
+	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !s.PrefillHeavy))
 	wantSlot := wantDecode && s.SlotBound && len(c.SlotWeights) > 0
 	if s.Mix == 0 {
 		s.Decode, s.Slot = wantDecode, wantSlot
 	}
 	target := 0.0
-	if (s.Heterogeneous || bound) && s.Decode == wantDecode && s.Slot == wantSlot {
+	if (s.Heterogeneous || s.DecodeBound || s.SlotBound || s.PrefillHeavy) && s.Decode == wantDecode && s.Slot == wantSlot {
 		target = 1
 	}
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
@@ -414,6 +362,12 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// as long as the decodes ahead of them run.
 		step = 1
 	}
+	if !s.Decode && target == 1 && s.PrefillHeavy {
+		// Two readings in a row, each the mean of twenty or more requests,
+		// with no fit behind them; and the long prompts of the first
+		// seconds are prefilled, and cached, where they were sent.
+		step = 1
+	}
 	if target > s.Mix {
 		s.Mix = min(target, s.Mix+step)
 	} else {
@@ -439,6 +393,14 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			why += fmt.Sprintf(" (slot-bound: crossed slots_on %.3g)", c.SlotsOn)
 		} else {
 			why += fmt.Sprintf(" (not slot-bound: slots_on %.3g, slots_off %.3g)", c.SlotsOn, c.SlotsOff)
+		}
+	}
+	if c.PromptOn > 0 && (s.PrefillHeavy || in.Prompt > 0) {
+		why += fmt.Sprintf(", uncached prompt %.0f tokens (mean of recent picks)", in.Prompt)
+		if s.PrefillHeavy {
+			why += fmt.Sprintf(" (prefill-heavy: crossed prompt_on %g)", c.PromptOn)
+		} else {
+			why += fmt.Sprintf(" (not prefill-heavy: prompt_on %g, prompt_off %g)", c.PromptOn, c.PromptOff)
 		}
 	}
 	shape := "trade shape"

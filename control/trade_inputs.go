@@ -8,7 +8,8 @@ import (
 )
 
 // The trade law's inputs, read from the pool at each evaluation: the
-// declared and learned speed spreads and the batch cost (TradeConfig).
+// declared and learned speed spreads, the batch cost, the KV slots and
+// the uncached prompt (TradeConfig).
 
 // CapacitySpread returns the largest declared capacity in pool over the
 // smallest (Endpoint.CapacityOrOne); 1 for fewer than two endpoints.
@@ -81,37 +82,50 @@ func BatchCostOf(cals []scheduler.Calibration, minSamples int) (cost float64, n 
 	return median(v), len(v)
 }
 
-// slotWindow is how many evaluations the KV-slot reading's mean spans (a
+// slotWindow is how many evaluations the pick readings' means span (a
 // minute at the default trade.interval, 5 s; every pick since the reader
-// started before that many); slotMinPicks is how many picks it must rest
-// on; maxSlotEndpoints bounds the addresses it remembers.
+// started before that many); slotMinPicks is how many picks they must
+// rest on; maxSlotEndpoints bounds the addresses the reader remembers.
 const (
 	slotWindow       = 12
 	slotMinPicks     = 20
 	maxSlotEndpoints = 1 << 16
 )
 
-// slotReader keeps what the pool's endpoints had been picked for at the
+// pickReader keeps what the pool's endpoints had been picked for at the
 // last evaluation (Endpoint.Picks and PickedTokens, by address) and the
-// increases of the last slotWindow evaluations, for the mean KV a recent
-// request added. Only increases of an endpoint seen at the evaluation
-// before count: one that joins, rejoins or is first seen sets its
-// baseline, and one that leaves takes nothing away.
-type slotReader struct {
+// increases of the last slotWindow evaluations, for the mean uncached
+// prompt of a recent request. Only increases of an endpoint seen at the
+// evaluation before count: one that joins, rejoins or is first seen sets
+// its baseline, and one that leaves takes nothing away.
+type pickReader struct {
 	last          map[string][2]uint64
 	picks, tokens [slotWindow]uint64
 	next, n       int
 }
 
-// read records the pool's picks since the last read and returns the
-// pool's KV slots: the median, over the endpoints whose KV cache size is
-// scraped (cache_config_info), of that size ÷ the KV of a recent request
-// — the mean picked tokens per pick over the window plus the pool's
-// learned mean output (the median over the endpoints of
-// Calibration.OutputTokens, at most the endpoint's KV size; 0 while
-// unknown) — and how many endpoints that is; (0, 0) while the window
-// holds fewer than slotMinPicks picks or no size is scraped.
-func (r *slotReader) read(pool []*scheduler.Endpoint) (slots float64, n int) {
+// pickReading is what one read gives: the pool's KV slots and how many
+// endpoints they rest on (0, 0: no reading), and its uncached prompt (0:
+// no reading).
+type pickReading struct {
+	Slots  float64
+	SlotN  int
+	Prompt float64
+}
+
+// read records the pool's picks since the last read and returns, once
+// the window holds slotMinPicks picks or more:
+//   - the pool's KV slots: the median, over the endpoints whose KV cache
+//     size is scraped (cache_config_info), of that size ÷ the KV of a
+//     recent request — the mean picked tokens per pick over the window
+//     plus the pool's learned mean output (the median over the endpoints
+//     of Calibration.OutputTokens, at most the endpoint's KV size; 0
+//     while unknown) — and how many endpoints that is (none while no size
+//     is scraped);
+//   - the uncached prompt: the mean picked tokens per pick, the prompt
+//     tokens a recent request brought that the pod it was sent to did not
+//     hold.
+func (r *pickReader) read(pool []*scheduler.Endpoint) pickReading {
 	var dp, dt uint64
 	seen := make(map[string][2]uint64, len(pool))
 	for _, e := range pool {
@@ -134,19 +148,21 @@ func (r *slotReader) read(pool []*scheduler.Endpoint) (slots float64, n int) {
 		picks += r.picks[k]
 		tokens += r.tokens[k]
 	}
+	var out pickReading
 	if picks < slotMinPicks {
-		return 0, 0
+		return out
 	}
 	per := float64(tokens) / float64(picks)
+	out.Prompt = per
 	var outs []float64
 	for _, e := range pool {
 		if o := e.Calibration().OutputTokens; o > 0 && !math.IsInf(o, 0) {
 			outs = append(outs, o)
 		}
 	}
-	var out float64
+	var learned float64
 	if len(outs) > 0 {
-		out = median(outs)
+		learned = median(outs)
 	}
 	var v []float64
 	for _, e := range pool {
@@ -154,14 +170,14 @@ func (r *slotReader) read(pool []*scheduler.Endpoint) (slots float64, n int) {
 		if !(kv > 0) {
 			continue
 		}
-		if need := per + min(out, kv); need > 0 {
+		if need := per + min(learned, kv); need > 0 {
 			v = append(v, kv/need)
 		}
 	}
-	if len(v) == 0 {
-		return 0, 0
+	if len(v) > 0 {
+		out.Slots, out.SlotN = median(v), len(v)
 	}
-	return median(v), len(v)
+	return out
 }
 
 // median returns the median of v (sorted in place); v is not empty.

@@ -230,6 +230,78 @@ func TestTradeNextSlots(t *testing.T) {
 	}
 }
 
+func TestTradeNextPrompt(t *testing.T) {
+	cfg := DefaultTradeConfig() // step 0.25
+	cfg.SpreadOn, cfg.SpreadOff = 2, 1.5
+	cfg.BatchOn, cfg.BatchOff, cfg.DecodeWeights = 0.05, 0.03, map[string]float64{"prefix": 1, "queue": 12}
+	cfg.SlotsOn, cfg.SlotsOff, cfg.SlotWeights = 4, 6, map[string]float64{"queue": 20}
+	cfg.PromptOn, cfg.PromptOff = 6000, 4000
+	calm := configurator.ModeCalm
+	in := func(prompt float64) TradeInput {
+		return TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, Slots: 40, SlotEndpoints: 4, Prompt: prompt, LoopMode: calm}
+	}
+	heavy := TradeState{Mix: 1, PrefillHeavy: true}
+	tests := []tradeCase{
+		// 400 or 2,300 uncached prompt tokens, or no reading: nothing
+		// moves.
+		{"chat", TradeState{}, in(400), TradeState{}, ""},
+		{"below prompt_on", TradeState{}, in(2300), TradeState{}, ""},
+		{"no reading", TradeState{}, in(0), TradeState{}, ""},
+		// 12,000 ≥ prompt_on 6,000: the first reading holds, one below forgets it,
+		// none keeps it.
+		{"first reading holds", TradeState{}, in(12000), TradeState{PromptHeld: 1}, ""},
+		{"a reading below forgets", TradeState{PromptHeld: 1}, in(5900), TradeState{}, ""},
+		{"no reading keeps the count", TradeState{PromptHeld: 1}, in(0), TradeState{PromptHeld: 1}, ""},
+		// The second in a row: prefill-heavy, and the mix moves to the
+		// trade shape at once.
+		{"prefill-heavy", TradeState{PromptHeld: 1}, in(12000), heavy,
+			"uncached prompt 12000 tokens (mean of recent picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
+		// Inside the band (4,000, 6,000) or with no reading it holds.
+		{"band holds", heavy, in(5000), heavy, ""},
+		{"no reading holds", heavy, in(0), heavy, ""},
+		// 4,000 ≤ prompt_off: back a step at a time.
+		{"crosses off", heavy, in(4000), TradeState{Mix: 0.75},
+			"(not prefill-heavy: prompt_on 6000, prompt_off 4000): mix 1 → 0.75 toward the trade shape (step 0.25)"},
+		// Decode-bound too: the trade shape, at once.
+		{"over decode-bound", TradeState{BatchHeld: 2, BatchLow: 0.28, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, PrefillHeavy: true}, "(decode-bound: crossed batch_on 0.05), uncached prompt 12000 tokens (mean of recent picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
+		// A decode-bound pool in its shape when its traffic turns
+		// prefill-heavy: back to the profile a step at a time, then to
+		// the trade shape; and when the traffic is ordinary again, back a
+		// step at a time, then to the decode-bound shape.
+		{"decode to heavy steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 0.75, DecodeBound: true, PrefillHeavy: true, Decode: true}, "mix 1 → 0.75 toward the decode-bound shape"},
+		{"then the trade shape", TradeState{DecodeBound: true, PrefillHeavy: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, PrefillHeavy: true}, "mix 0 → 1 toward the trade shape (step 1)"},
+		{"heavy ends on a decode-bound pool", TradeState{Mix: 1, DecodeBound: true, PrefillHeavy: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 3000, LoopMode: calm},
+			TradeState{Mix: 0.75, DecodeBound: true}, "mix 1 → 0.75 toward the trade shape"},
+		// Slot-bound too: the slot-bound shape.
+		{"slot-bound wins", TradeState{SlotHeld: 1, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 1, SlotBound: true, PrefillHeavy: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
+		// In the trade shape for its prompts when the pool turns
+		// slot-bound: back to the profile a step at a time first.
+		{"heavy to slot steps back", TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 0.75, SlotBound: true, PrefillHeavy: true}, "mix 1 → 0.75 toward the trade shape"},
+		// Heterogeneous and prefill-heavy: the trade shape, at once.
+		{"heterogeneous too", TradeState{PromptHeld: 1}, TradeInput{Spread: 2.5, Endpoints: 4, Declared: 1, Prompt: 12000, LoopMode: calm},
+			TradeState{Mix: 1, Heterogeneous: true, PrefillHeavy: true}, "mix 0 → 1 toward the trade shape (step 1)"},
+		// Out of calm the state follows the reading, the mix holds.
+		{"rebalance holds", TradeState{PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Prompt: 12000, LoopMode: configurator.ModeRebalance},
+			TradeState{PrefillHeavy: true}, ""},
+	}
+	runTradeCases(t, cfg, tests)
+	// A reload that turns prompt_on off releases the state: back a step,
+	// and a hold in progress is forgotten.
+	off := cfg
+	off.PromptOn, off.PromptOff = 0, 0
+	if got, why := off.Next(heavy, in(12000)); got != (TradeState{Mix: 0.75}) || strings.Contains(why, "uncached prompt") {
+		t.Errorf("prompt_on turned off: %+v (%q), want mix 0.75, no longer prefill-heavy, no uncached prompt in the reason", got, why)
+	}
+	if got, _ := off.Next(TradeState{PromptHeld: 1}, in(12000)); got != (TradeState{}) {
+		t.Errorf("prompt_on turned off mid-hold: %+v, want the hold forgotten", got)
+	}
+}
+
 // tradeCase is one case of Next: from the state, reading in, the state
 // wanted and a substring of its reason ("" means no change).
 type tradeCase struct {
@@ -334,22 +406,27 @@ func TestKVSlots(t *testing.T) {
 			d.Done(scheduler.Outcome{})
 		}
 	}
-	var r slotReader
-	read := func(what string, want float64, wantN int) {
+	var r pickReader
+	// The uncached prompt is the mean picked tokens.
+	read := func(what string, want float64, wantN int, wantPrompt float64) {
 		t.Helper()
-		if got, n := r.read(s.Pool().Pointers()); !closeTo(got, want, 1e-9) || n != wantN {
-			t.Errorf("%s: %v over %d endpoints, want %v over %d", what, got, n, want, wantN)
+		got := r.read(s.Pool().Pointers())
+		if !closeTo(got.Slots, want, 1e-9) || got.SlotN != wantN {
+			t.Errorf("%s: %v slots over %d endpoints, want %v over %d", what, got.Slots, got.SlotN, want, wantN)
+		}
+		if !closeTo(got.Prompt, wantPrompt, 1e-9) {
+			t.Errorf("%s: uncached prompt %v, want %v", what, got.Prompt, wantPrompt)
 		}
 	}
-	read("no picks", 0, 0)
+	read("no picks", 0, 0, 0)
 	pick(19, 40000)
-	read("19 picks", 0, 0) // fewer than slotMinPicks
+	read("19 picks", 0, 0, 0) // fewer than slotMinPicks
 	pick(1, 40000)
-	read("20 picks", 30400.0/10400, 3)
+	read("20 picks", 30400.0/10400, 3, 10000)
 	// Until the window is full the mean counts every pick since the
 	// first read: 20 more of 4,000 tokens make it 7,000.
 	pick(20, 16000)
-	read("40 picks", 30400.0/7400, 3)
+	read("40 picks", 30400.0/7400, 3, 7000)
 	// A full window forgets what is older: ten evaluations with no picks
 	// and one with 20 picks of 2,000 tokens leave the 4,000-token picks
 	// and these, 3,000 on average.
@@ -357,27 +434,27 @@ func TestKVSlots(t *testing.T) {
 		r.read(s.Pool().Pointers())
 	}
 	pick(20, 8000)
-	read("a full window", 30400.0/3400, 3)
+	read("a full window", 30400.0/3400, 3, 3000)
 	// An endpoint leaving takes nothing away: the next evaluation drops
 	// the 4,000-token picks and adds 20 of 2,000 tokens, 2,000 on average
 	// (not the router's lifetime mean, 4,500); the learned output left
 	// with d:1.
 	s.SetEndpoints(eps[:3])
 	pick(20, 8000)
-	read("after an endpoint left", 30400.0/2000, 3)
+	read("after an endpoint left", 30400.0/2000, 3, 2000)
 	// An endpoint that comes back starts from its counts then (here
 	// afresh: nothing of it was in flight).
 	s.SetEndpoints(eps)
-	read("after it came back", 30400.0/2000, 3)
+	read("after it came back", 30400.0/2000, 3, 2000)
 	// No KV size scraped anywhere: no reading.
-	var bare slotReader
+	var bare pickReader
 	s2, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s2.SetEndpoints([]scheduler.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
 	s2.SetCalibration("a:1", scheduler.Calibration{KVCapacityTokens: 144000})
-	for range 2 {
+	for i := range 2 {
 		for range 25 {
 			d, err := s2.Pick(context.Background(), &scheduler.Request{Prompt: make([]byte, 400)})
 			if err != nil {
@@ -385,15 +462,19 @@ func TestKVSlots(t *testing.T) {
 			}
 			d.Done(scheduler.Outcome{})
 		}
-		if got, n := bare.read(s2.Pool().Pointers()); got != 0 || n != 0 {
-			t.Errorf("no KV size scraped: %v over %d, want no reading", got, n)
+		if got := bare.read(s2.Pool().Pointers()); got.Slots != 0 || got.SlotN != 0 {
+			t.Errorf("no KV size scraped: %v over %d, want no reading", got.Slots, got.SlotN)
+		} else if want := []float64{0, 100}[i]; got.Prompt != want {
+			// The first read sets the baseline; the second counts 25
+			// picks of 400 bytes ÷ 4.
+			t.Errorf("no KV size scraped, read %d: uncached prompt %v, want %v", i+1, got.Prompt, want)
 		}
 	}
 	// A bogus mean output (one endpoint's) counts at most its KV size.
 	s.SetCalibration("d:1", scheduler.Calibration{OutputTokens: 1 << 40})
 	s.SetCalibration("a:1", scheduler.Calibration{OutputTokens: 1 << 40})
-	if got, _ := r.read(s.Pool().Pointers()); !(got >= 30400.0/(2000+30400)-1e-9) {
-		t.Errorf("a bogus output: %v slots, want at least 30,400 ÷ (2,000 + 30,400)", got)
+	if got := r.read(s.Pool().Pointers()); !(got.Slots >= 30400.0/(2000+30400)-1e-9) {
+		t.Errorf("a bogus output: %v slots, want at least 30,400 ÷ (2,000 + 30,400)", got.Slots)
 	}
 }
 
@@ -477,6 +558,15 @@ func TestTradeConfigValidate(t *testing.T) {
 			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, math.Inf(1), map[string]float64{"queue": 4}
 		}, "adaptive.trade.slots_off"},
 		{"slots_on without a shape", func(c *TradeConfig) { c.SlotsOn, c.SlotsOff = 4, 6 }, "adaptive.trade.slot_weights: slots_on is set but the slot-bound shape is empty"},
+		{"prompt_on off", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 0, -5 }, ""},
+		{"prompt_on valid", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 4000 }, ""},
+		{"prompt_off zero", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 0 }, ""},
+		{"prompt_on negative", func(c *TradeConfig) { c.PromptOn = -1 }, "adaptive.trade.prompt_on: must be 0 (off) or in (0, 1000000], got -1"},
+		{"prompt_on NaN", func(c *TradeConfig) { c.PromptOn = math.NaN() }, "adaptive.trade.prompt_on"},
+		{"prompt_on infinite", func(c *TradeConfig) { c.PromptOn = math.Inf(1) }, "adaptive.trade.prompt_on"},
+		{"prompt_off not below on", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 6000 }, "adaptive.trade.prompt_off: must be in [0, prompt_on (6000)), got 6000"},
+		{"prompt_off negative", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, -1 }, "adaptive.trade.prompt_off"},
+		{"prompt_off NaN", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, math.NaN() }, "adaptive.trade.prompt_off"},
 		{"negative slot weight", func(c *TradeConfig) {
 			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, 6, map[string]float64{"queue": -1}
 		}, "adaptive.trade.slot_weights.queue: must be in [0, 1e+06], got -1"},

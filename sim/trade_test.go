@@ -107,7 +107,8 @@ type shapeCase struct {
 // the context until a window identifies the context term (1.4–3.1 ms per
 // sequence on a 7–13 ms step) and read the pool as decode-bound on seed 1
 // (0.16, then 0.46); with the prior's context cost taken out of it the
-// weights never leave the profile's there.
+// in-flight weight never rises there (its long prompts take the trade
+// shape, in-flight 0: TestPrefillHeavyShape).
 func TestDecodeBoundShape(t *testing.T) {
 	for _, tc := range []shapeCase{
 		{"h100-80gb-qwen2.5-7b", "shared-prefix", 125, time.Minute, true},
@@ -149,6 +150,31 @@ func TestSlotBoundShape(t *testing.T) {
 				t.Errorf("pending-prefill weight at least %v in calm, %v at the end; want the slot-bound shape's 0 before the fill law adds its 2", pp.low, pp.last)
 			case !tc.moves && in.rise >= 0:
 				t.Errorf("inflight weight above its %v in calm from %v s: a roomy pool read as slot-bound", in.start, in.rise)
+			}
+		})
+	}
+}
+
+// TestPrefillHeavyShape runs the shipped adaptive profile where the trade
+// law's uncached prompt decides: on the A100 8B's Mooncake trace at 2×
+// the requests bring 9,600–15,000 prompt tokens their pod does not hold
+// (mean over the minute's picks), the traffic reads prefill-heavy at the
+// second evaluation with twenty picks and the calm weights take the trade
+// shape (trade-cost 16) within the first fifteen seconds; the A100's
+// mixed-day at 125 clients, whose long documents share their system
+// prompts, reads 3,900 or less and never moves.
+func TestPrefillHeavyShape(t *testing.T) {
+	for _, tc := range []shapeCase{
+		{"a100-40gb-llama-3.1-8b", "mooncake-trace", 2, time.Minute, true},
+		{"a100-40gb-llama-3.1-8b", "mixed-day", 125, 2 * time.Minute, false},
+	} {
+		t.Run(tc.engine+"/"+tc.scenario, func(t *testing.T) {
+			tr := scorerWeights(t, tc.engine, tc.scenario, tc.level, tc.dur, tradeCost)[0]
+			switch {
+			case tc.moves && (tr.first < 0 || tr.first > 15 || tr.last < 16):
+				t.Errorf("trade-cost weight above 0 from %v s, %v at the end; want the trade shape's 16 within fifteen seconds", tr.first, tr.last)
+			case !tc.moves && tr.first >= 0:
+				t.Errorf("trade-cost weight above 0 from %v s: ordinary traffic read as prefill-heavy", tr.first)
 			}
 		})
 	}
