@@ -31,11 +31,11 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	if picks.SlotN > 0 {
 		l.m.tradeSlots.Set(picks.Slots)
 	}
-	if picks.Prompt > 0 {
+	if picks.PromptPicks > 0 {
 		l.m.tradePrompt.Set(picks.Prompt)
 	}
 	next, why := l.cfg.Trade.Next(l.trade, TradeInput{Spread: spread, Endpoints: n, Declared: declared, Batch: batch, BatchEndpoints: bn,
-		Slots: picks.Slots, SlotEndpoints: picks.SlotN, Prompt: picks.Prompt, LoopMode: mode})
+		Slots: picks.Slots, SlotEndpoints: picks.SlotN, Prompt: picks.Prompt, PromptPicks: picks.PromptPicks, LoopMode: mode})
 	if why == "" {
 		l.trade = next
 		return ""
@@ -49,7 +49,7 @@ func (l *Loop) stepTrade(pool []*scheduler.Endpoint, mode string, fresh bool) st
 	if picks.SlotN > 0 {
 		attrs = append(attrs, "kv_slots", picks.Slots)
 	}
-	if picks.Prompt > 0 {
+	if picks.PromptPicks > 0 {
 		attrs = append(attrs, "uncached_prompt", picks.Prompt)
 	}
 	l.log.Info("trade", append(attrs, slog.Group("base", l.attrs(*l.base.Load())...))...)

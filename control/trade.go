@@ -233,8 +233,10 @@ type TradeInput struct {
 	// endpoints they rest on (0: no reading).
 	Slots         float64
 	SlotEndpoints int
-	// Prompt is the pool's uncached prompt in tokens (0: no reading).
-	Prompt float64
+	// Prompt and PromptPicks are the pool's uncached prompt in tokens and
+	// how many picks its mean rests on (0: no reading).
+	Prompt      float64
+	PromptPicks int
 	// LoopMode is the configurator's mode; the mix changes only in calm.
 	LoopMode string
 }
@@ -305,7 +307,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	}
 	if c.PromptOn == 0 {
 		s.PrefillHeavy, s.PromptHeld = false, 0
-	} else if in.Prompt > 0 {
+	} else if in.PromptPicks > 0 {
 		switch {
 		case !s.PrefillHeavy && in.Prompt >= c.PromptOn:
 			if s.PromptHeld++; s.PromptHeld >= promptHold {
@@ -318,21 +320,25 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		}
 	}
 	// A heterogeneous pool takes the trade shape whatever else it reads. A
-	// slot-bound pool takes the slot-bound shape, decode-bound or not.
+	// slot-bound pool takes the slot-bound shape, decode-bound or not, and
+	// prefill-heavy traffic waits while a slot reading at or below
+	// slots_on is being held (long prompts on small pods read both, and
+	// the slots one evaluation later while the output is not yet learned).
 	// Prefill-heavy traffic takes the trade shape, decode-bound or not:
 	// long prefills share the decode steps, and a line fitted to them can
-	// read a dense engine as decode-bound for a minute (the A100 8B's
-	// Mooncake trace at 2×), while the Qwen 7B, decode-bound from its first
-	// line, is served better there in seconds too (docs/adaptive.md,
-	// "Prefill-heavy traffic"). A decode-bound pool, else, takes the
-	// decode-bound shape.
-	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !s.PrefillHeavy))
+	// read a dense engine as decode-bound for tens of seconds (the A100
+	// 8B's Mooncake trace at 2×), and the Qwen 7B, decode-bound from its
+	// first line, serves that trace's first token better in seconds too
+	// (docs/adaptive.md, "Prefill-heavy traffic"). A decode-bound pool,
+	// else, takes the decode-bound shape.
+	heavy := s.PrefillHeavy && s.SlotHeld == 0
+	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !heavy))
 	wantSlot := wantDecode && s.SlotBound && len(c.SlotWeights) > 0
 	if s.Mix == 0 {
 		s.Decode, s.Slot = wantDecode, wantSlot
 	}
 	target := 0.0
-	if (s.Heterogeneous || s.DecodeBound || s.SlotBound || s.PrefillHeavy) && s.Decode == wantDecode && s.Slot == wantSlot {
+	if (s.Heterogeneous || s.DecodeBound || s.SlotBound || heavy) && s.Decode == wantDecode && s.Slot == wantSlot {
 		target = 1
 	}
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
@@ -362,7 +368,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// as long as the decodes ahead of them run.
 		step = 1
 	}
-	if !s.Decode && target == 1 && s.PrefillHeavy {
+	if !s.Decode && target == 1 && heavy {
 		// Two readings in a row, each the mean of twenty or more requests,
 		// with no fit behind them; and the long prompts of the first
 		// seconds are prefilled, and cached, where they were sent.
@@ -395,8 +401,12 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 			why += fmt.Sprintf(" (not slot-bound: slots_on %.3g, slots_off %.3g)", c.SlotsOn, c.SlotsOff)
 		}
 	}
-	if c.PromptOn > 0 && (s.PrefillHeavy || in.Prompt > 0) {
-		why += fmt.Sprintf(", uncached prompt %.0f tokens (mean of recent picks)", in.Prompt)
+	if c.PromptOn > 0 && (s.PrefillHeavy || in.PromptPicks > 0) {
+		if in.PromptPicks > 0 {
+			why += fmt.Sprintf(", uncached prompt %.0f tokens (mean of %d picks)", in.Prompt, in.PromptPicks)
+		} else {
+			why += ", uncached prompt: no reading"
+		}
 		if s.PrefillHeavy {
 			why += fmt.Sprintf(" (prefill-heavy: crossed prompt_on %g)", c.PromptOn)
 		} else {

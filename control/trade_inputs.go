@@ -105,12 +105,14 @@ type pickReader struct {
 }
 
 // pickReading is what one read gives: the pool's KV slots and how many
-// endpoints they rest on (0, 0: no reading), and its uncached prompt (0:
-// no reading).
+// endpoints they rest on (0, 0: no reading), and its uncached prompt and
+// how many picks that mean rests on (0, 0: no reading; a window of
+// fully cached picks reads 0 over its picks).
 type pickReading struct {
-	Slots  float64
-	SlotN  int
-	Prompt float64
+	Slots       float64
+	SlotN       int
+	Prompt      float64
+	PromptPicks int
 }
 
 // read records the pool's picks since the last read and returns, once
@@ -153,7 +155,7 @@ func (r *pickReader) read(pool []*scheduler.Endpoint) pickReading {
 		return out
 	}
 	per := float64(tokens) / float64(picks)
-	out.Prompt = per
+	out.Prompt, out.PromptPicks = per, int(min(picks, math.MaxInt32))
 	var outs []float64
 	for _, e := range pool {
 		if o := e.Calibration().OutputTokens; o > 0 && !math.IsInf(o, 0) {

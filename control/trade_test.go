@@ -238,55 +238,66 @@ func TestTradeNextPrompt(t *testing.T) {
 	cfg.PromptOn, cfg.PromptOff = 6000, 4000
 	calm := configurator.ModeCalm
 	in := func(prompt float64) TradeInput {
-		return TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, Slots: 40, SlotEndpoints: 4, Prompt: prompt, LoopMode: calm}
+		return TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.005, BatchEndpoints: 4, Slots: 40, SlotEndpoints: 4, Prompt: prompt, PromptPicks: 100, LoopMode: calm}
 	}
+	none := in(0)
+	none.PromptPicks = 0
 	heavy := TradeState{Mix: 1, PrefillHeavy: true}
 	tests := []tradeCase{
 		// 400 or 2,300 uncached prompt tokens, or no reading: nothing
 		// moves.
 		{"chat", TradeState{}, in(400), TradeState{}, ""},
 		{"below prompt_on", TradeState{}, in(2300), TradeState{}, ""},
-		{"no reading", TradeState{}, in(0), TradeState{}, ""},
+		{"no reading", TradeState{}, none, TradeState{}, ""},
 		// 12,000 ≥ prompt_on 6,000: the first reading holds, one below forgets it,
 		// none keeps it.
 		{"first reading holds", TradeState{}, in(12000), TradeState{PromptHeld: 1}, ""},
 		{"a reading below forgets", TradeState{PromptHeld: 1}, in(5900), TradeState{}, ""},
-		{"no reading keeps the count", TradeState{PromptHeld: 1}, in(0), TradeState{PromptHeld: 1}, ""},
+		{"no reading keeps the count", TradeState{PromptHeld: 1}, none, TradeState{PromptHeld: 1}, ""},
 		// The second in a row: prefill-heavy, and the mix moves to the
 		// trade shape at once.
 		{"prefill-heavy", TradeState{PromptHeld: 1}, in(12000), heavy,
-			"uncached prompt 12000 tokens (mean of recent picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
+			"uncached prompt 12000 tokens (mean of 100 picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
 		// Inside the band (4,000, 6,000) or with no reading it holds.
 		{"band holds", heavy, in(5000), heavy, ""},
-		{"no reading holds", heavy, in(0), heavy, ""},
+		{"no reading holds", heavy, none, heavy, ""},
 		// 4,000 ≤ prompt_off: back a step at a time.
 		{"crosses off", heavy, in(4000), TradeState{Mix: 0.75},
 			"(not prefill-heavy: prompt_on 6000, prompt_off 4000): mix 1 → 0.75 toward the trade shape (step 0.25)"},
+		// A window of fully cached picks reads 0, a reading: at or below
+		// prompt_off.
+		{"all cached", heavy, in(0), TradeState{Mix: 0.75}, "uncached prompt 0 tokens (mean of 100 picks) (not prefill-heavy"},
+		// While a slot reading at or below slots_on is held, the trade
+		// shape waits; the second slot reading takes the slot-bound shape.
+		{"a slot hold defers", TradeState{PromptHeld: 1, }, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{PrefillHeavy: true, SlotHeld: 1}, ""},
+		{"then the slot-bound shape", TradeState{PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{Mix: 1, PrefillHeavy: true, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
 		// Decode-bound too: the trade shape, at once.
-		{"over decode-bound", TradeState{BatchHeld: 2, BatchLow: 0.28, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
-			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, PrefillHeavy: true}, "(decode-bound: crossed batch_on 0.05), uncached prompt 12000 tokens (mean of recent picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
+		{"over decode-bound", TradeState{BatchHeld: 2, BatchLow: 0.28, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{Mix: 1, DecodeBound: true, BatchLow: 0.28, PrefillHeavy: true}, "(decode-bound: crossed batch_on 0.05), uncached prompt 12000 tokens (mean of 100 picks) (prefill-heavy: crossed prompt_on 6000): mix 0 → 1 toward the trade shape (step 1)"},
 		// A decode-bound pool in its shape when its traffic turns
 		// prefill-heavy: back to the profile a step at a time, then to
 		// the trade shape; and when the traffic is ordinary again, back a
 		// step at a time, then to the decode-bound shape.
-		{"decode to heavy steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
+		{"decode to heavy steps back", TradeState{Mix: 1, DecodeBound: true, Decode: true, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 0.75, DecodeBound: true, PrefillHeavy: true, Decode: true}, "mix 1 → 0.75 toward the decode-bound shape"},
-		{"then the trade shape", TradeState{DecodeBound: true, PrefillHeavy: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, LoopMode: calm},
+		{"then the trade shape", TradeState{DecodeBound: true, PrefillHeavy: true, Decode: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, DecodeBound: true, PrefillHeavy: true}, "mix 0 → 1 toward the trade shape (step 1)"},
-		{"heavy ends on a decode-bound pool", TradeState{Mix: 1, DecodeBound: true, PrefillHeavy: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 3000, LoopMode: calm},
+		{"heavy ends on a decode-bound pool", TradeState{Mix: 1, DecodeBound: true, PrefillHeavy: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Prompt: 3000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 0.75, DecodeBound: true}, "mix 1 → 0.75 toward the trade shape"},
 		// Slot-bound too: the slot-bound shape.
-		{"slot-bound wins", TradeState{SlotHeld: 1, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, LoopMode: calm},
+		{"slot-bound wins", TradeState{SlotHeld: 1, PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, SlotBound: true, PrefillHeavy: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
 		// In the trade shape for its prompts when the pool turns
 		// slot-bound: back to the profile a step at a time first.
-		{"heavy to slot steps back", TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, LoopMode: calm},
+		{"heavy to slot steps back", TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 0.75, SlotBound: true, PrefillHeavy: true}, "mix 1 → 0.75 toward the trade shape"},
 		// Heterogeneous and prefill-heavy: the trade shape, at once.
-		{"heterogeneous too", TradeState{PromptHeld: 1}, TradeInput{Spread: 2.5, Endpoints: 4, Declared: 1, Prompt: 12000, LoopMode: calm},
+		{"heterogeneous too", TradeState{PromptHeld: 1}, TradeInput{Spread: 2.5, Endpoints: 4, Declared: 1, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, Heterogeneous: true, PrefillHeavy: true}, "mix 0 → 1 toward the trade shape (step 1)"},
 		// Out of calm the state follows the reading, the mix holds.
-		{"rebalance holds", TradeState{PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Prompt: 12000, LoopMode: configurator.ModeRebalance},
+		{"rebalance holds", TradeState{PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Prompt: 12000, PromptPicks: 100, LoopMode: configurator.ModeRebalance},
 			TradeState{PrefillHeavy: true}, ""},
 	}
 	runTradeCases(t, cfg, tests)
@@ -408,25 +419,25 @@ func TestKVSlots(t *testing.T) {
 	}
 	var r pickReader
 	// The uncached prompt is the mean picked tokens.
-	read := func(what string, want float64, wantN int, wantPrompt float64) {
+	read := func(what string, want float64, wantN int, wantPrompt float64, wantPicks int) {
 		t.Helper()
 		got := r.read(s.Pool().Pointers())
 		if !closeTo(got.Slots, want, 1e-9) || got.SlotN != wantN {
 			t.Errorf("%s: %v slots over %d endpoints, want %v over %d", what, got.Slots, got.SlotN, want, wantN)
 		}
-		if !closeTo(got.Prompt, wantPrompt, 1e-9) {
-			t.Errorf("%s: uncached prompt %v, want %v", what, got.Prompt, wantPrompt)
+		if !closeTo(got.Prompt, wantPrompt, 1e-9) || got.PromptPicks != wantPicks {
+			t.Errorf("%s: uncached prompt %v over %d picks, want %v over %d", what, got.Prompt, got.PromptPicks, wantPrompt, wantPicks)
 		}
 	}
-	read("no picks", 0, 0, 0)
+	read("no picks", 0, 0, 0, 0)
 	pick(19, 40000)
-	read("19 picks", 0, 0, 0) // fewer than slotMinPicks
+	read("19 picks", 0, 0, 0, 0) // fewer than slotMinPicks
 	pick(1, 40000)
-	read("20 picks", 30400.0/10400, 3, 10000)
+	read("20 picks", 30400.0/10400, 3, 10000, 20)
 	// Until the window is full the mean counts every pick since the
 	// first read: 20 more of 4,000 tokens make it 7,000.
 	pick(20, 16000)
-	read("40 picks", 30400.0/7400, 3, 7000)
+	read("40 picks", 30400.0/7400, 3, 7000, 40)
 	// A full window forgets what is older: ten evaluations with no picks
 	// and one with 20 picks of 2,000 tokens leave the 4,000-token picks
 	// and these, 3,000 on average.
@@ -434,18 +445,18 @@ func TestKVSlots(t *testing.T) {
 		r.read(s.Pool().Pointers())
 	}
 	pick(20, 8000)
-	read("a full window", 30400.0/3400, 3, 3000)
+	read("a full window", 30400.0/3400, 3, 3000, 40)
 	// An endpoint leaving takes nothing away: the next evaluation drops
 	// the 4,000-token picks and adds 20 of 2,000 tokens, 2,000 on average
 	// (not the router's lifetime mean, 4,500); the learned output left
 	// with d:1.
 	s.SetEndpoints(eps[:3])
 	pick(20, 8000)
-	read("after an endpoint left", 30400.0/2000, 3, 2000)
+	read("after an endpoint left", 30400.0/2000, 3, 2000, 40)
 	// An endpoint that comes back starts from its counts then (here
 	// afresh: nothing of it was in flight).
 	s.SetEndpoints(eps)
-	read("after it came back", 30400.0/2000, 3, 2000)
+	read("after it came back", 30400.0/2000, 3, 2000, 40)
 	// No KV size scraped anywhere: no reading.
 	var bare pickReader
 	s2, err := scheduler.New(scheduler.DefaultConfig(), profile(), nil, scheduler.MaxScore{}, scheduler.Deps{})
@@ -469,6 +480,20 @@ func TestKVSlots(t *testing.T) {
 			// picks of 400 bytes ÷ 4.
 			t.Errorf("no KV size scraped, read %d: uncached prompt %v, want %v", i+1, got.Prompt, want)
 		}
+	}
+	// Picks that bring nothing uncached (here empty prompts) read 0 over
+	// their picks: a reading, not none.
+	var cached pickReader
+	cached.read(s2.Pool().Pointers())
+	for range 25 {
+		d, err := s2.Pick(context.Background(), &scheduler.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Done(scheduler.Outcome{})
+	}
+	if got := cached.read(s2.Pool().Pointers()); got.Prompt != 0 || got.PromptPicks != 25 {
+		t.Errorf("nothing uncached: uncached prompt %v over %d picks, want 0 over 25", got.Prompt, got.PromptPicks)
 	}
 	// A bogus mean output (one endpoint's) counts at most its KV size.
 	s.SetCalibration("d:1", scheduler.Calibration{OutputTokens: 1 << 40})
@@ -559,7 +584,7 @@ func TestTradeConfigValidate(t *testing.T) {
 		}, "adaptive.trade.slots_off"},
 		{"slots_on without a shape", func(c *TradeConfig) { c.SlotsOn, c.SlotsOff = 4, 6 }, "adaptive.trade.slot_weights: slots_on is set but the slot-bound shape is empty"},
 		{"prompt_on off", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 0, -5 }, ""},
-		{"prompt_on valid", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 4000 }, ""},
+		{"prompt_on valid", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 5000 }, ""},
 		{"prompt_off zero", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 0 }, ""},
 		{"prompt_on negative", func(c *TradeConfig) { c.PromptOn = -1 }, "adaptive.trade.prompt_on: must be 0 (off) or in (0, 1000000], got -1"},
 		{"prompt_on NaN", func(c *TradeConfig) { c.PromptOn = math.NaN() }, "adaptive.trade.prompt_on"},
@@ -567,6 +592,7 @@ func TestTradeConfigValidate(t *testing.T) {
 		{"prompt_off not below on", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, 6000 }, "adaptive.trade.prompt_off: must be in [0, prompt_on (6000)), got 6000"},
 		{"prompt_off negative", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, -1 }, "adaptive.trade.prompt_off"},
 		{"prompt_off NaN", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, math.NaN() }, "adaptive.trade.prompt_off"},
+		{"prompt_off infinite", func(c *TradeConfig) { c.PromptOn, c.PromptOff = 6000, math.Inf(1) }, "adaptive.trade.prompt_off"},
 		{"negative slot weight", func(c *TradeConfig) {
 			c.SlotsOn, c.SlotsOff, c.SlotWeights = 4, 6, map[string]float64{"queue": -1}
 		}, "adaptive.trade.slot_weights.queue: must be in [0, 1e+06], got -1"},

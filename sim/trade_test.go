@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/trimtab/trimtab/configs"
 )
 
 // TestTradeLaw runs the shipped adaptive profile on the chat
@@ -49,9 +51,24 @@ type weightSpan struct{ first, rise, start, last, low float64 }
 // scorer.
 func scorerWeights(t *testing.T, engine, scenario string, level float64, dur time.Duration, names ...string) []weightSpan {
 	t.Helper()
+	return editedWeights(t, nil, engine, scenario, level, dur, names...)
+}
+
+// editedWeights is scorerWeights with the shipped profile changed by edit
+// (nil: as shipped).
+func editedWeights(t *testing.T, edit func(*configs.File), engine, scenario string, level float64, dur time.Duration, names ...string) []weightSpan {
+	t.Helper()
 	pols, err := Policies([]string{PolicyAdaptive})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		f, err := configs.LoadShipped("adaptive")
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(f)
+		pols[0] = ProfilePolicy("adaptive, edited", "", f)
 	}
 	scs, err := LoadScenarios([]string{scenario}, dur)
 	if err != nil {
@@ -107,15 +124,17 @@ type shapeCase struct {
 // the context until a window identifies the context term (1.4–3.1 ms per
 // sequence on a 7–13 ms step) and read the pool as decode-bound on seed 1
 // (0.16, then 0.46); with the prior's context cost taken out of it the
-// in-flight weight never rises there (its long prompts take the trade
-// shape, in-flight 0: TestPrefillHeavyShape).
+// in-flight weight never rises there. The trace's long prompts take the
+// trade shape first (TestPrefillHeavyShape), which would hide a
+// decode-bound reading, so the profile runs here with prompt_on 0.
 func TestDecodeBoundShape(t *testing.T) {
+	noPrompt := func(f *configs.File) { f.Adaptive.Trade.PromptOn, f.Adaptive.Trade.PromptOff = 0, 0 }
 	for _, tc := range []shapeCase{
 		{"h100-80gb-qwen2.5-7b", "shared-prefix", 125, time.Minute, true},
 		{"a100-40gb-llama-3.1-8b", "mooncake-trace", 2, 0, false},
 	} {
 		t.Run(tc.engine+"/"+tc.scenario, func(t *testing.T) {
-			in := scorerWeights(t, tc.engine, tc.scenario, tc.level, tc.dur, "inflight")[0]
+			in := editedWeights(t, noPrompt, tc.engine, tc.scenario, tc.level, tc.dur, "inflight")[0]
 			switch {
 			case tc.moves && (in.rise < 0 || in.last < 4):
 				t.Errorf("inflight weight rose in calm at %v s, %v at the end; want the decode-bound shape's 4 within the minute", in.rise, in.last)
