@@ -269,7 +269,7 @@ func TestTradeNextPrompt(t *testing.T) {
 		{"all cached", heavy, in(0), TradeState{Mix: 0.75}, "uncached prompt 0 tokens (mean of 100 picks) (not prefill-heavy"},
 		// While a slot reading at or below slots_on is held, the trade
 		// shape waits; the second slot reading takes the slot-bound shape.
-		{"a slot hold defers", TradeState{PromptHeld: 1, }, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+		{"a slot hold defers", TradeState{PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{PrefillHeavy: true, SlotHeld: 1}, ""},
 		{"then the slot-bound shape", TradeState{PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, PrefillHeavy: true, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
