@@ -22,20 +22,25 @@
 //
 // With adaptive.trade on (trade.go), every trade.interval from the first
 // tick that sees a pool, a tick first reads the pool's declared
-// capacities and published calibrations: the speed spread, fastest ÷
-// slowest endpoint, classifies the pool as heterogeneous or homogeneous
-// with hysteresis (spread_on, spread_off), and, in calm mode (or before
-// the configurator's first step) only, moves the mix between the
-// profile's shape (0) and the trade shape (1), by at most trade.step on a
-// learned spread and at once on a declared one; before the first step, or
+// capacities, published calibrations and recent picks: the speed spread,
+// fastest ÷ slowest endpoint, classifies the pool as heterogeneous or
+// homogeneous with hysteresis (spread_on, spread_off); the batch cost
+// (batch_on), the KV slots (slots_on) and the picks' uncached prompt
+// (prompt_on) as decode-bound, slot-bound and prefill-heavy; and, in calm
+// mode (or before the configurator's first step) only, the law moves the
+// mix between the profile's shape (0) and the shape they call for (1:
+// the trade shape, the decode-bound or the slot-bound one), by at most
+// trade.step on a learned spread and at once on a declared one (and on
+// the readings TradeConfig.Next names); before the first step, or
 // before a tick has seen a pool, the new shape is in force without the
 // slew limit (PoolInstalled wakes Run on the first pool, so in serve the
 // first list does not wait for the next tick). A new mix rebuilds the
 // configurator over the blended profile (continuing the weight versions;
 // the detector keeps its state), is logged ("trade", with its reason) and
-// counted. Its input is router-local: each replica's calibrator learns
-// from the requests that replica routed, so replicas agree on the shape
-// when their spreads fall on the same side of the hysteresis band.
+// counted. Its learned inputs are router-local: each replica's
+// calibrator learns from the requests that replica routed, and its picks
+// are its own, so replicas agree on the shape when their readings fall
+// on the same side of each hysteresis band.
 // Calm and ReloadCalm work on the profile's shape; the mix is applied on
 // top of whatever profile is in force.
 //

@@ -38,7 +38,7 @@ type TradeConfig struct {
 	// DecodeWeights are the shape for a decode-bound pool of equals
 	// (BatchOn), written over the profile's weights like Weights; required
 	// with batch_on. A heterogeneous pool takes Weights whatever its batch
-	// cost. A pool whose engine pays for every decoding sequence is
+	// cost, and so does prefill-heavy traffic (PromptOn). A pool whose engine pays for every decoding sequence is
 	// served by spreading decodes, which a pool of two GPU generations is
 	// not: pricing the batch there steers every request from the slow
 	// class (docs/adaptive.md, "A decode-bound engine").
@@ -108,20 +108,23 @@ type TradeConfig struct {
 	// PromptOn is the uncached prompt (the prompt tokens a recent request
 	// brought that its pod did not hold, at the pick, mean over the last
 	// twelve evaluations' picks) at or above which, at two evaluations in
-	// a row, the traffic counts as prefill-heavy and the mix of a pool
-	// that is not slot-bound moves to 1 in the trade shape (Weights) at
-	// once, decode-bound or not, > PromptOff; 0 (the default) leaves
-	// the input out. configs/adaptive.yaml sets 6000. Traffic whose
-	// requests each bring thousands of tokens to prefill (a trace of long
-	// documents and conversations, whose prompts run from one thousand to
-	// a hundred thousand tokens) queues for prefill work that a count of
-	// requests does not measure, and the trade shape prices it in seconds
-	// (docs/adaptive.md, "Prefill-heavy traffic"): the Mooncake trace reads
-	// 7,200–17,500 on every calibration, every other workload of the
-	// oracle suite 4,200 or less.
+	// a row, the traffic counts as prefill-heavy and a pool that is not
+	// slot-bound, decode-bound or not, takes the trade shape (Weights):
+	// from mix 0 at once, from another shape back to 0 by steps first;
+	// > PromptOff; 0 (the default) leaves the input out.
+	// configs/adaptive.yaml sets 6000. Traffic whose requests each bring
+	// thousands of tokens to prefill (a trace of long documents and
+	// conversations, whose prompts run from one thousand to a hundred
+	// thousand tokens) waits for prefill work that the profile's
+	// pending-prefill (the queued prompts' bytes, cached parts and all,
+	// min–max normalised beside a prefix weight of 32) does not weigh as
+	// seconds, and the trade shape prices it in seconds net of the cached
+	// prefix (docs/adaptive.md, "Prefill-heavy traffic"): the Mooncake
+	// trace reads 7,200–17,500 on every calibration, every other workload
+	// of the oracle suite 4,200 or less.
 	PromptOn float64 `mapstructure:"prompt_on"`
 	// PromptOff is the uncached prompt at or below which prefill-heavy
-	// traffic counts as ordinary again, in [0, PromptOn) (4000 in
+	// traffic counts as ordinary again, in [0, PromptOn) (5000 in
 	// configs/adaptive.yaml).
 	PromptOff float64 `mapstructure:"prompt_off"`
 	// Step is the largest change of the mix one evaluation makes on a
@@ -254,8 +257,10 @@ type TradeInput struct {
 // prompt_on set, an uncached Prompt at or above it at promptHold consecutive
 // evaluations makes the traffic prefill-heavy, at or below prompt_off not
 // (no reading holds both). The mix then moves toward 1 (heterogeneous,
-// decode-bound, slot-bound or prefill-heavy) or 0 by at most Step, only
-// while the loop is in calm mode (a new shape restarts the configurator,
+// decode-bound, slot-bound or prefill-heavy) or 0 by at most Step — to 1
+// at once where a declared spread, a batch cost twice batch_on, a
+// slot-bound or a prefill-heavy pool moves it up — only while the loop
+// is in calm mode (a new shape restarts the configurator,
 // which would end a rebalance). It returns the state afterwards and a
 // reason with the numbers when the mix changed ("" when it did not).
 func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {

@@ -109,8 +109,8 @@ func (e *Endpoint) Picks() uint64 {
 // by the profile's MatchProducer at the pick, or without one its prompt
 // bytes ÷ BytesPerToken — the KV cache a request adds to what the
 // endpoint holds. The trade law reads the pool's mean per pick (its KV
-// slots, adaptive.trade.slots_on). 0 for endpoints never installed in a
-// Scheduler.
+// slots, adaptive.trade.slots_on, and its uncached prompt, prompt_on). 0
+// for endpoints never installed in a Scheduler.
 func (e *Endpoint) PickedTokens() uint64 {
 	if e.st == nil {
 		return 0
