@@ -326,9 +326,10 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	}
 	// A heterogeneous pool takes the trade shape whatever else it reads. A
 	// slot-bound pool takes the slot-bound shape, decode-bound or not, and
-	// prefill-heavy traffic waits while a slot reading at or below
+	// prefill-heavy traffic at mix 0 waits while a slot reading at or below
 	// slots_on is being held (long prompts on small pods read both, and
-	// the slots one evaluation later while the output is not yet learned).
+	// the slots one evaluation later while the output is not yet learned);
+	// once in the trade shape, one such reading does not move it.
 	// Prefill-heavy traffic takes the trade shape, decode-bound or not:
 	// long prefills share the decode steps, and a line fitted to them can
 	// read a dense engine as decode-bound for tens of seconds (the A100
@@ -336,7 +337,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	// first line, serves that trace's first token better in seconds too
 	// (docs/adaptive.md, "Prefill-heavy traffic"). A decode-bound pool,
 	// else, takes the decode-bound shape.
-	heavy := s.PrefillHeavy && s.SlotHeld == 0
+	heavy := s.PrefillHeavy && (s.SlotHeld == 0 || s.Mix > 0)
 	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !heavy))
 	wantSlot := wantDecode && s.SlotBound && len(c.SlotWeights) > 0
 	if s.Mix == 0 {

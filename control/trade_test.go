@@ -271,6 +271,11 @@ func TestTradeNextPrompt(t *testing.T) {
 		// shape waits; the second slot reading takes the slot-bound shape.
 		{"a slot hold defers", TradeState{PromptHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{PrefillHeavy: true, SlotHeld: 1}, ""},
+		// In the trade shape, one slot reading at or below slots_on moves
+		// nothing (the second makes the pool slot-bound, and the mix steps
+		// back toward the slot-bound shape).
+		{"a slot hold in the trade shape", heavy, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, ""},
 		{"then the slot-bound shape", TradeState{PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, PrefillHeavy: true, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
 		// Decode-bound too: the trade shape, at once.
