@@ -14,8 +14,10 @@ type Config struct {
 	configurator.Config `mapstructure:",squash"`
 	Detector            detector.Config `mapstructure:"detector"`
 	// Trade is the trade law: the calm weights move between the profile's
-	// shape and a second one as the pool's learned prefill throughputs
-	// spread apart (docs/adaptive.md, "The trade law").
+	// shape and a second one as the pool's speeds spread apart, its engine
+	// reads decode-bound, its pods' KV caches hold a few requests or its
+	// traffic brings long uncached prompts (docs/adaptive.md, "The trade
+	// law").
 	Trade TradeConfig `mapstructure:"trade"`
 	// Fill is the fill law: weight added to the calm weights while the
 	// pool's prefix caches are full (docs/adaptive.md, "The fill law").

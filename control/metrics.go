@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		tradeMix: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_mix_ratio",
-			Help: "Where the trade law (adaptive.trade) holds the calm weights, in [0,1]: 0 the profile's shape, 1 the trade shape.",
+			Help: "Where the trade law (adaptive.trade) holds the calm weights, in [0,1]: 0 the profile's shape, 1 the shape the law moves toward (the trade shape, the decode-bound or the slot-bound one).",
 		}),
 		tradeSpread: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trimtab_control_trade_prefill_spread_ratio",

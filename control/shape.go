@@ -127,7 +127,8 @@ func (l *Loop) Fill() FillState { return l.fill }
 // ShapedBy returns the configuration and profile the loop runs at the
 // trade law's state t and the fill law's mix f, in [0,1]: every scorer's
 // weight (1−m)·profile + m·shape, m t's mix and the shape the trade shape
-// or, when t.Decode, the decode-bound one (trade.decode_weights), plus f
+// or, when t.Decode, the decode-bound one (trade.decode_weights), or with
+// t.Slot the slot-bound one (trade.slot_weights), plus f
 // times its adaptive.fill.add weight; and d_max and affinity_floor the
 // trade's blend of the profile's and the section's. The profile is not
 // modified; the returned sections are c's.

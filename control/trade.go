@@ -110,7 +110,8 @@ type TradeConfig struct {
 	// twelve evaluations' picks) at or above which, at two evaluations in
 	// a row, the traffic counts as prefill-heavy and a pool that is not
 	// slot-bound, decode-bound or not, takes the trade shape (Weights):
-	// from mix 0 at once, from another shape back to 0 by steps first;
+	// from mix 0 (or on the way back from it) at once, from another shape
+	// back to 0 by steps first;
 	// > PromptOff; 0 (the default) leaves the input out.
 	// configs/adaptive.yaml sets 6000. Traffic whose requests each bring
 	// thousands of tokens to prefill (a trace of long documents and
@@ -184,8 +185,8 @@ const promptHold = 2
 // TradeState is the law's state between evaluations.
 type TradeState struct {
 	// Mix is where the calm weights sit between the profile's shape (0)
-	// and the shape Decode names (1): the trade shape, or the
-	// decode-bound one.
+	// and the shape Decode and Slot name (1): the trade shape, the
+	// decode-bound or the slot-bound one.
 	Mix float64 `json:"mix"`
 	// Heterogeneous is the hysteresis state: the spread last crossed
 	// spread_on (true) or spread_off (false, the start).
@@ -326,10 +327,11 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	}
 	// A heterogeneous pool takes the trade shape whatever else it reads. A
 	// slot-bound pool takes the slot-bound shape, decode-bound or not, and
-	// prefill-heavy traffic at mix 0 waits while a slot reading at or below
-	// slots_on is being held (long prompts on small pods read both, and
-	// the slots one evaluation later while the output is not yet learned);
-	// once in the trade shape, one such reading does not move it.
+	// prefill-heavy traffic at mix 0 waits (the mix stays) while this
+	// evaluation reads a slot hold in progress (long prompts on small pods
+	// read both, and the slots one evaluation later while the output is
+	// not yet learned); once in the trade shape, one such reading does not
+	// move it, and an evaluation with no slot reading does not wait.
 	// Prefill-heavy traffic takes the trade shape, decode-bound or not:
 	// long prefills share the decode steps, and a line fitted to them can
 	// read a dense engine as decode-bound for tens of seconds (the A100
@@ -337,14 +339,14 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 	// first line, serves that trace's first token better in seconds too
 	// (docs/adaptive.md, "Prefill-heavy traffic"). A decode-bound pool,
 	// else, takes the decode-bound shape.
-	heavy := s.PrefillHeavy && (s.SlotHeld == 0 || s.Mix > 0)
-	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !heavy))
+	wait := s.PrefillHeavy && s.Mix == 0 && s.SlotHeld > 0 && in.SlotEndpoints > 0 && !s.Heterogeneous
+	wantDecode := !s.Heterogeneous && (s.SlotBound || (s.DecodeBound && !s.PrefillHeavy))
 	wantSlot := wantDecode && s.SlotBound && len(c.SlotWeights) > 0
 	if s.Mix == 0 {
 		s.Decode, s.Slot = wantDecode, wantSlot
 	}
 	target := 0.0
-	if (s.Heterogeneous || s.DecodeBound || s.SlotBound || heavy) && s.Decode == wantDecode && s.Slot == wantSlot {
+	if !wait && (s.Heterogeneous || s.DecodeBound || s.SlotBound || s.PrefillHeavy) && s.Decode == wantDecode && s.Slot == wantSlot {
 		target = 1
 	}
 	if s.Mix == target || (in.LoopMode != configurator.ModeCalm && in.LoopMode != configurator.ModeStatic) {
@@ -374,7 +376,7 @@ func (c TradeConfig) Next(s TradeState, in TradeInput) (TradeState, string) {
 		// as long as the decodes ahead of them run.
 		step = 1
 	}
-	if !s.Decode && target == 1 && heavy {
+	if !s.Decode && target == 1 && s.PrefillHeavy {
 		// Two readings in a row, each the mean of twenty or more requests,
 		// with no fit behind them; and the long prompts of the first
 		// seconds are prefilled, and cached, where they were sent.

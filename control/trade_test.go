@@ -276,6 +276,17 @@ func TestTradeNextPrompt(t *testing.T) {
 		// back toward the slot-bound shape).
 		{"a slot hold in the trade shape", heavy, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, ""},
+		// Decode-bound too, at twice batch_on: the mix still waits at 0
+		// (not a move to the decode-bound shape and back).
+		{"a slot hold defers a decode-bound pool", TradeState{PrefillHeavy: true, DecodeBound: true}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{PrefillHeavy: true, DecodeBound: true, SlotHeld: 1}, ""},
+		// A slot reading above slots_on forgets the hold: the trade shape.
+		{"a forgotten slot hold", TradeState{PrefillHeavy: true, DecodeBound: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Batch: 0.28, BatchEndpoints: 4, Slots: 4.5, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{Mix: 1, PrefillHeavy: true, DecodeBound: true}, "mix 0 → 1 toward the trade shape (step 1)"},
+		// No slot reading: the hold is kept but does not make the trade
+		// shape wait.
+		{"no slot reading does not wait", TradeState{PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
+			TradeState{Mix: 1, PrefillHeavy: true, SlotHeld: 1}, "mix 0 → 1 toward the trade shape (step 1)"},
 		{"then the slot-bound shape", TradeState{PrefillHeavy: true, SlotHeld: 1}, TradeInput{Spread: 1, Endpoints: 4, Declared: 1, Slots: 2, SlotEndpoints: 4, Prompt: 12000, PromptPicks: 100, LoopMode: calm},
 			TradeState{Mix: 1, PrefillHeavy: true, SlotBound: true, Decode: true, Slot: true}, "toward the slot-bound shape (step 1)"},
 		// Decode-bound too: the trade shape, at once.

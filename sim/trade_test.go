@@ -176,7 +176,7 @@ func TestSlotBoundShape(t *testing.T) {
 
 // TestPrefillHeavyShape runs the shipped adaptive profile where the trade
 // law's uncached prompt decides: on the A100 8B's Mooncake trace at 2×
-// the requests bring 9,600–15,000 prompt tokens their pod does not hold
+// the requests bring 10,900–14,800 prompt tokens their pod does not hold
 // (mean over the minute's picks), the traffic reads prefill-heavy at the
 // second evaluation with twenty picks and the calm weights take the trade
 // shape (trade-cost 16) within the first fifteen seconds; the A100's
